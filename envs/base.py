@@ -1,0 +1,94 @@
+"""One interface to measure a placement, whatever measures it.
+
+Every backend (real OpenVINO HETERO, the OpenVINO stage pipeline, the
+simulator) answers :meth:`Backend.measure` with a :class:`Measurement`: latency
+statistics when the placement ran, or a structured failure saying what failed
+and why. A backend never raises for a placement that cannot compile or run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Measurement", "Backend", "TimingConfig", "summarize_times"]
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How a real backend times a compiled placement.
+
+    Attributes:
+        warmup: untimed runs after compiling.
+        repeats: timed blocks; the reported latency is the median over blocks.
+        block: runs per timed block (a block's mean is one sample); larger
+            blocks smooth scheduler noise on a shared machine.
+        timeout_s: a measurement (compile + runs) taking longer fails with
+            ``stage="timeout"``.
+        threads: inference threads per device (``0`` = the plugin's default).
+        validate_outputs: compare outputs with the unsplit model's once.
+    """
+
+    warmup: int = 2
+    repeats: int = 7
+    block: int = 3
+    timeout_s: float = 120.0
+    threads: int = 1
+    validate_outputs: bool = False
+
+
+@dataclass
+class Measurement:
+    """The result of measuring one placement.
+
+    ``ok`` is True when the placement compiled and ran; then ``latency_s`` is
+    the median time of one inference and ``spread`` the relative spread
+    (interquartile range / median) of the timed samples. When ``ok`` is False,
+    ``stage`` says where it failed (``validate``, ``compile``, ``infer``,
+    ``timeout``, ``memory``) and ``error`` says why in one sentence.
+    """
+
+    ok: bool
+    latency_s: float = math.nan
+    spread: float = math.nan
+    runs: int = 0
+    backend: str = ""
+    stage: Optional[str] = None
+    error: Optional[str] = None
+    samples_s: list[float] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def failure(cls, backend: str, stage: str, error: str, **info: Any) -> "Measurement":
+        return cls(ok=False, backend=backend, stage=stage, error=error, info=dict(info))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("latency_s", "spread"):
+            if isinstance(d[k], float) and math.isnan(d[k]):
+                d[k] = None
+        return d
+
+
+def summarize_times(samples_s: list[float]) -> tuple[float, float]:
+    """Median and relative interquartile spread of timing samples."""
+    a = np.asarray(samples_s, dtype=np.float64)
+    med = float(np.median(a))
+    q1, q3 = np.percentile(a, [25, 75])
+    return med, float((q3 - q1) / med) if med > 0 else 0.0
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything that turns a placement into a :class:`Measurement`.
+
+    ``placement`` maps every node name of the backend's graph to a device
+    name in ``devices``.
+    """
+
+    name: str
+    devices: list[str]
+
+    def measure(self, placement: Mapping[str, str]) -> Measurement: ...
