@@ -1,0 +1,249 @@
+"""A fast cost-model simulator of placements, behind the measurement interface.
+
+Three objectives, all in seconds (lower is better):
+
+``sequential``
+    What OpenVINO HETERO does: stages run one after another. The value is
+    ``sum_i compute[i, p_i]`` + the transfer time of every tensor sent to
+    another device (once per tensor and destination device) + ``boundary_s``
+    times the number of stage boundaries, a boundary being a pair of
+    consecutive nodes (in the graph's topological order) on different devices.
+``parallel``
+    Devices run concurrently (as in Placeto's simulator): event-driven list
+    scheduling where each device runs one node at a time, a node becomes
+    ready when all its input tensors have arrived (producer finish + transfer,
+    once per tensor and destination device; links have no contention), and a
+    device runs its ready nodes first-come first-served (ties by topological
+    index). The value is the makespan.
+``throughput``
+    Pipelined inference as in Tarnawski et al. (NeurIPS 2020): the time per
+    sample of the pipeline is the maximum device load, a device's load being
+    the compute time of its nodes plus the transfer time of every tensor it
+    sends or receives (each crossing counted on both ends).
+
+Every objective also checks device memory (``mem_bytes`` summed per device
+against ``mem_capacity``), devices a node cannot run on (``inf`` compute) and
+co-location classes; a placement breaking one is infeasible and the simulator
+says which limit it broke.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from envs.base import Measurement
+from hsdag_ray.costgraph import CostGraph
+
+__all__ = ["OBJECTIVES", "SimResult", "Simulator", "SimulatorBackend"]
+
+OBJECTIVES = ("sequential", "parallel", "throughput")
+
+
+@dataclass
+class SimResult:
+    """Value of one placement under one objective.
+
+    ``value`` is the objective in seconds (``inf`` when a node sits on a
+    device that cannot run it). ``feasible`` is False when a memory limit,
+    an unsupported device or a co-location class is broken; ``violation``
+    then says which, in one sentence. ``breakdown`` splits the value into its
+    parts (compute, transfer, boundary, stages; per-device load for
+    ``throughput``).
+    """
+
+    value: float
+    feasible: bool = True
+    violation: str | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+
+class Simulator:
+    """Evaluates placements of one :class:`CostGraph`.
+
+    Construction precomputes the per-tensor transfer times and adjacency; an
+    evaluation is then a few vectorised numpy operations (``sequential``,
+    ``throughput``) or one pass of list scheduling (``parallel``).
+    """
+
+    def __init__(self, graph: CostGraph) -> None:
+        self.graph = graph
+        self.transfer = graph.transfer_s()  # [T, D, D]
+        g = graph
+        # consumers of each node in CSR form, for the list scheduler
+        order = np.argsort(g.edge_src, kind="stable")
+        self._succ_ptr = np.zeros(g.num_nodes + 1, dtype=np.int64)
+        np.add.at(self._succ_ptr, g.edge_src + 1, 1)
+        self._succ_ptr = np.cumsum(self._succ_ptr)
+        self._succ_dst = g.edge_dst[order]
+        self._succ_tensor = g.edge_tensor[order]
+        self._indeg = np.bincount(g.edge_dst, minlength=g.num_nodes)
+
+    # ----------------------------------------------------------- feasibility
+    def check(self, placement: np.ndarray) -> str | None:
+        """One sentence on the first limit ``placement`` breaks, or None."""
+        g = self.graph
+        p = placement
+        cost = g.compute_s[np.arange(g.num_nodes), p]
+        bad = np.flatnonzero(np.isinf(cost))
+        if bad.size:
+            i = int(bad[0])
+            return (f"node {g.names[i]!r} cannot run on {g.devices[int(p[i])]} "
+                    f"({bad.size} node(s) on a device that does not support them)")
+        use = g.memory_use(p)
+        over = np.flatnonzero(use > g.mem_capacity)
+        if over.size:
+            d = int(over[0])
+            return (f"device {g.devices[d]} holds {use[d]:.4g} bytes, over its memory "
+                    f"of {g.mem_capacity[d]:.4g} bytes")
+        if not g.colocation_ok(p):
+            return "nodes of one co-location class are on different devices"
+        return None
+
+    # ------------------------------------------------------------ transfers
+    def crossings(self, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct (tensor, destination device) pairs that cross devices."""
+        g = self.graph
+        p = placement
+        dst_dev = p[g.edge_dst]
+        cross = dst_dev != p[g.edge_src]
+        if not cross.any():
+            e = np.empty(0, dtype=np.int64)
+            return e, e
+        key = np.unique(g.edge_tensor[cross] * g.num_devices + dst_dev[cross])
+        return key // g.num_devices, key % g.num_devices
+
+    # ----------------------------------------------------------- objectives
+    def sequential(self, placement: np.ndarray) -> SimResult:
+        g = self.graph
+        p = placement
+        compute = float(g.compute_s[np.arange(g.num_nodes), p].sum())
+        t, d = self.crossings(p)
+        transfer = float(self.transfer[t, p[g.tensor_src[t]], d].sum())
+        boundaries = int(np.count_nonzero(p[1:] != p[:-1]))
+        value = compute + transfer + g.boundary_s * boundaries
+        return SimResult(value, breakdown={
+            "compute_s": compute, "transfer_s": transfer,
+            "boundary_s": g.boundary_s * boundaries, "stages": float(boundaries + 1),
+            "crossings": float(t.size)})
+
+    def throughput(self, placement: np.ndarray) -> SimResult:
+        g = self.graph
+        p = placement
+        D = g.num_devices
+        load = np.bincount(p, weights=g.compute_s[np.arange(g.num_nodes), p], minlength=D)
+        t, d = self.crossings(p)
+        src_dev = p[g.tensor_src[t]]
+        cost = self.transfer[t, src_dev, d]
+        comm = (np.bincount(src_dev, weights=cost, minlength=D)
+                + np.bincount(d, weights=cost, minlength=D))
+        total = load + comm
+        bd = {f"load_{g.devices[k]}_s": float(total[k]) for k in range(D)}
+        bd["transfer_s"] = float(cost.sum())
+        return SimResult(float(total.max()), breakdown=bd)
+
+    def parallel(self, placement: np.ndarray) -> SimResult:
+        g = self.graph
+        p = placement.tolist()
+        n, D = g.num_nodes, g.num_devices
+        cost = g.compute_s[np.arange(n), placement].tolist()
+        transfer = self.transfer
+        ptr, succ, succ_t = self._succ_ptr.tolist(), self._succ_dst.tolist(), self._succ_tensor.tolist()
+        remaining = self._indeg.tolist()
+        ready = [0.0] * n
+        finish = [0.0] * n
+        free = [0.0] * D
+        busy = [0.0] * D
+        queues: list[list[tuple[float, int]]] = [[] for _ in range(D)]
+        for i in range(n):
+            if remaining[i] == 0:
+                heapq.heappush(queues[p[i]], (0.0, i))
+        # arrival time of (tensor, device) pairs already sent
+        arrival: dict[int, float] = {}
+        scheduled = 0
+        while scheduled < n:
+            best_d, best_start = -1, float("inf")
+            for d in range(D):
+                if queues[d]:
+                    s = max(free[d], queues[d][0][0])
+                    if s < best_start:
+                        best_d, best_start = d, s
+            if best_d < 0:
+                raise RuntimeError("the graph has a cycle: list scheduling stalled")
+            _, i = heapq.heappop(queues[best_d])
+            f = best_start + cost[i]
+            finish[i] = f
+            free[best_d] = f
+            busy[best_d] += cost[i]
+            scheduled += 1
+            pi = p[i]
+            for k in range(ptr[i], ptr[i + 1]):
+                j = succ[k]
+                pj = p[j]
+                if pj == pi:
+                    a = f
+                else:
+                    key = succ_t[k] * D + pj
+                    a = arrival.get(key)
+                    if a is None:
+                        a = f + float(transfer[succ_t[k], pi, pj])
+                        arrival[key] = a
+                if a > ready[j]:
+                    ready[j] = a
+                remaining[j] -= 1
+                if remaining[j] == 0:
+                    heapq.heappush(queues[pj], (ready[j], j))
+        makespan = max(finish) if n else 0.0
+        bd = {f"busy_{g.devices[k]}_s": busy[k] for k in range(D)}
+        bd["crossings"] = float(len(arrival))
+        return SimResult(makespan, breakdown=bd)
+
+    def evaluate(self, placement: Sequence[int] | np.ndarray, objective: str = "sequential") -> SimResult:
+        """Value of ``placement`` (device index per node) under ``objective``."""
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        p = np.asarray(placement, dtype=np.int64)
+        if p.shape != (self.graph.num_nodes,):
+            raise ValueError(f"a placement needs one device per node ({self.graph.num_nodes}), "
+                             f"got shape {p.shape}")
+        if p.size and (p.min() < 0 or p.max() >= self.graph.num_devices):
+            raise ValueError("a placement holds a device index out of range")
+        res = getattr(self, objective)(p)
+        violation = self.check(p)
+        if violation is not None:
+            res.feasible = False
+            res.violation = violation
+        return res
+
+
+class SimulatorBackend:
+    """The simulator behind the :class:`envs.base.Backend` interface."""
+
+    def __init__(self, graph: CostGraph, objective: str = "sequential") -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        self.sim = Simulator(graph)
+        self.objective = objective
+        self.devices = list(graph.devices)
+        self.name = f"simulator/{objective}"
+
+    def measure_array(self, placement: np.ndarray) -> Measurement:
+        t0 = time.perf_counter()
+        res = self.sim.evaluate(placement, self.objective)
+        info = dict(res.breakdown)
+        info["eval_s"] = time.perf_counter() - t0
+        if not res.feasible:
+            stage = "memory" if "memory" in (res.violation or "") else "validate"
+            return Measurement.failure(self.name, stage, res.violation or "infeasible", **info)
+        return Measurement(ok=True, latency_s=res.value, spread=0.0, runs=1,
+                           backend=self.name, samples_s=[res.value], info=info)
+
+    def measure(self, placement: Mapping[str, str]) -> Measurement:
+        try:
+            p = self.sim.graph.placement_from_names(placement)
+        except KeyError as e:
+            return Measurement.failure(self.name, "validate", str(e.args[0]))
+        return self.measure_array(p)
