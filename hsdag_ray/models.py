@@ -1,0 +1,160 @@
+"""The model zoo and loading of user models as static-shape ``openvino.Model``.
+
+Names understood by :func:`load_model`:
+
+``resnet50``, ``inception_v3``
+    torchvision models with random weights (batch 1, 224x224 / 299x299).
+``bert_base``
+    Hugging Face ``BertModel(BertConfig())`` with random weights, batch 1,
+    sequence length 128.
+``tiny_cnn``
+    a small residual CNN built directly with ``openvino.opset13`` (a few
+    milliseconds per inference): the debug model of tests and quick runs.
+a path ending in ``.xml`` (OpenVINO IR, ``.bin`` beside it) or ``.onnx``
+    loaded with OpenVINO; dynamic inputs must be given static shapes with
+    ``input_shapes``.
+
+Converted zoo models are cached as IR under ``$HSDAG_RAY_CACHE`` (default
+``~/.cache/hsdag_ray/models``); conversion takes 10-20 s once.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from hsdag_ray.graph import GraphError
+
+__all__ = ["ZOO", "load_model", "cache_dir", "tiny_cnn"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HSDAG_RAY_CACHE", Path.home() / ".cache" / "hsdag_ray")) / "models"
+
+
+def _resnet50():
+    import torch
+    import torchvision
+
+    m = torchvision.models.resnet50(weights=None).eval()
+    return m, torch.randn(1, 3, 224, 224), [1, 3, 224, 224]
+
+
+def _inception_v3():
+    import torch
+    import torchvision
+
+    m = torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False).eval()
+    return m, torch.randn(1, 3, 299, 299), [1, 3, 299, 299]
+
+
+def _bert_base():
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    m = BertModel(BertConfig()).eval()
+    ids = torch.ones(1, 128, dtype=torch.long)
+    example = {"input_ids": ids, "attention_mask": ids, "token_type_ids": torch.zeros_like(ids)}
+    return m, example, {k: [1, 128] for k in example}
+
+
+def tiny_cnn(channels: int = 16, size: int = 32, blocks: int = 3, seed: int = 0):
+    """A small residual CNN as an ``openvino.Model`` (no conversion needed).
+
+    stem conv -> ``blocks`` x (conv-relu-conv + skip, relu) -> a side branch
+    (1x1 conv) concatenated -> global average pool -> matmul classifier.
+    """
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(seed)
+
+    def conv(x, cin, cout, k, name):
+        w = ops.constant((rng.standard_normal((cout, cin, k, k)) * (2.0 / (cin * k * k)) ** 0.5)
+                         .astype(np.float32), name=f"{name}/weights")
+        pad = k // 2
+        c = ops.convolution(x, w, [1, 1], [pad, pad], [pad, pad], [1, 1], name=name)
+        return c
+
+    x = ops.parameter([1, 3, size, size], np.float32, name="input")
+    h = ops.relu(conv(x, 3, channels, 3, "stem"), name="stem/relu")
+    for b in range(blocks):
+        y = ops.relu(conv(h, channels, channels, 3, f"block{b}/conv1"), name=f"block{b}/relu1")
+        y = conv(y, channels, channels, 3, f"block{b}/conv2")
+        h = ops.relu(ops.add(y, h, name=f"block{b}/add"), name=f"block{b}/relu2")
+    side = ops.relu(conv(h, channels, channels, 1, "side/conv"), name="side/relu")
+    cat = ops.concat([h, side], 1, name="concat")
+    pooled = ops.reduce_mean(cat, ops.constant(np.array([2, 3], dtype=np.int64), name="pool/axes"),
+                             False, name="pool")
+    w = ops.constant(rng.standard_normal((2 * channels, 10)).astype(np.float32) * 0.1, name="fc/weights")
+    logits = ops.matmul(pooled, w, False, False, name="fc")
+    return ov.Model([ops.result(logits, name="logits")], [x], "tiny_cnn")
+
+
+#: zoo name -> builder of (torch module, example input, static input shape(s))
+ZOO: dict[str, Callable] = {
+    "resnet50": _resnet50,
+    "inception_v3": _inception_v3,
+    "bert_base": _bert_base,
+    "tiny_cnn": tiny_cnn,
+}
+
+
+def _convert_zoo(name: str):
+    import openvino as ov
+
+    if name == "tiny_cnn":
+        return tiny_cnn()
+    target = cache_dir() / f"{name}.xml"
+    if target.exists():
+        return ov.Core().read_model(str(target))
+    module, example, shape = ZOO[name]()
+    import torch
+
+    with torch.no_grad():
+        model = ov.convert_model(module, example_input=example)
+    model.reshape(shape)
+    model.set_friendly_name(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp.xml")
+    ov.save_model(model, str(tmp), compress_to_fp16=False)
+    tmp.with_suffix(".bin").replace(target.with_suffix(".bin"))
+    tmp.replace(target)
+    return ov.Core().read_model(str(target))
+
+
+def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | Sequence[int]] = None):
+    """Return a static-shape ``openvino.Model`` for a zoo name or a file path.
+
+    Raises :class:`GraphError` with one sentence for a missing or unreadable
+    file, an unknown name, or a model left with dynamic inputs.
+    """
+    import openvino as ov
+
+    if spec in ZOO:
+        model = _convert_zoo(spec)
+    else:
+        path = Path(spec)
+        if path.suffix.lower() not in (".xml", ".onnx"):
+            raise GraphError(f"unknown model {spec!r}: name one of {', '.join(ZOO)} "
+                             "or a path to an OpenVINO .xml or .onnx file")
+        if not path.is_file():
+            raise GraphError(f"model file {spec} does not exist")
+        if path.suffix.lower() == ".xml" and not path.with_suffix(".bin").is_file():
+            raise GraphError(f"the weights file {path.with_suffix('.bin')} of IR {spec} is missing")
+        try:
+            model = ov.Core().read_model(str(path))
+        except Exception as e:  # OpenVINO raises RuntimeError subclasses with long texts
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise GraphError(f"OpenVINO cannot read {spec}: {first}") from None
+        model.set_friendly_name(path.stem)
+    if input_shapes is not None:
+        model.reshape(input_shapes)
+    dynamic = [i.get_any_name() for i in model.inputs if i.get_partial_shape().is_dynamic]
+    if dynamic:
+        raise GraphError(f"input {dynamic[0]!r} of {spec} has a dynamic shape; "
+                         "pass static shapes with --input-shape")
+    return model

@@ -1,0 +1,30 @@
+"""The paper's three models: graph sizes, op coverage, placements by op name."""
+import json
+
+import pytest
+
+from hsdag_ray.graph import build_graph
+
+# (placeable nodes, edges, nodes after co-location coarsening)
+SIZES = {"resnet50": (123, 138, 37), "inception_v3": (216, 250, 62), "bert_base": (269, 327, 88)}
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_paper_model_graph(name, tmp_path):
+    model, fine, coarse, mapping = build_graph(name, "colocation")
+    n, m, nc = SIZES[name]
+    assert (fine.num_nodes, len(fine.edges), coarse.num_nodes) == (n, m, nc)
+    ops = [op.get_friendly_name() for op in model.get_ordered_ops()]
+    held = [op for node in fine.nodes for op in node.ops]
+    assert sorted(held) == sorted(ops), "every op of the model maps to exactly one node"
+    assert sorted(op for node in coarse.nodes for op in node.ops) == sorted(ops)
+    assert all(e.src < e.dst for e in coarse.edges)
+    # a placement of the coarse graph, written as op name -> device, reads back
+    placement = {node.name: ("CPU" if k % 3 else "CPU_F32") for k, node in enumerate(coarse.nodes)}
+    f = tmp_path / "placement.json"
+    f.write_text(json.dumps(coarse.expand_placement(placement)))
+    assert coarse.placement_from_ops(json.loads(f.read_text())) == placement
+    # the fine graph reads the same file as the fine version of that placement
+    fine_back = fine.placement_from_ops(json.loads(f.read_text()))
+    assert all(fine_back[fine.nodes[i].name] == placement[coarse.nodes[mapping[i]].name]
+               for i in range(fine.num_nodes))
