@@ -288,3 +288,92 @@ def fit_link_costs(graph: CompGraph, profile: Profile, placements: Sequence[np.n
            "spearman_compute_only": float(spearmanr(compute_only, y).statistic)}
     profile.fit = fit
     return fit
+
+
+# ===================================================================== CLI
+def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (), fit: int = 12,
+           timing=None, input_shapes=None, progress: bool = True) -> Profile:
+    """Record a profile: OpenVINO per-op times on every real device, modeled
+    devices from their specs, and (with two or more real devices) link and
+    boundary costs fitted to ``fit`` real split placements."""
+    from rich.progress import track
+
+    from envs.base import TimingConfig
+    from envs.graph_backend import OpenVINOGraphBackend
+    from hsdag_ray.graph import build_graph
+
+    model, fine, _, _ = build_graph(model_spec, "none", input_shapes)
+    timing = timing or TimingConfig()
+    profile = Profile(model=fine.name, devices={}, op_time_s={})
+    backend = None
+    if devices:
+        backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
+        for line, name in zip(backend.ov.device_set.describe(), backend.devices):
+            profile.devices[name] = {"kind": "measured", "description": line}
+            profile.op_time_s[name] = backend.ov.profile_ops(name)
+    for name in modeled:
+        add_modeled_device(profile, fine, name)
+    real = list(profile.devices)[: len(devices)]
+    if backend is not None and len(real) >= 2 and fit > 0:
+        placements = split_placements(fine.num_nodes, 2, fit)
+        measured, kept = [], []
+        steps = track(placements, description="fitting link costs", disable=not progress,
+                      transient=True)
+        for p in steps:
+            m = backend.measure({nm: real[int(d)] for nm, d in zip(fine.names, p)})
+            if m.ok:
+                measured.append(m.latency_s)
+                kept.append(p)
+        if len(kept) >= 3:
+            fit_link_costs(fine, profile, kept, measured)
+            profile.fit["devices"] = real[:2]
+    return profile
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from hsdag_ray.cli import UsageError
+    from hsdag_ray.graph import parse_input_shapes
+    from hsdag_ray.measure import add_timing_args, resolve_devices, timing_from_args
+
+    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.profile", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="zoo name or .xml / .onnx file")
+    ap.add_argument("--devices", default="CPU",
+                    help="real or virtual OpenVINO devices to profile, comma-separated (default CPU)")
+    ap.add_argument("--modeled", default="",
+                    help=f"modeled devices to add, comma-separated ({', '.join(MODELED_DEVICES)})")
+    ap.add_argument("--fit", type=int, default=12,
+                    help="real split placements measured to fit transfer and boundary costs "
+                         "(needs two real devices; 0 = skip; default 12)")
+    ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
+    ap.add_argument("--out", required=True, help="profile JSON to write")
+    add_timing_args(ap)
+    args = ap.parse_args(argv)
+    timing = timing_from_args(args)
+    specs = [d for d in args.devices.split(",") if d]
+    modeled = [d for d in args.modeled.split(",") if d]
+    bad = [d for d in modeled if d not in MODELED_DEVICES]
+    if bad:
+        raise UsageError(f"unknown modeled device {bad[0]!r}; choose among {', '.join(MODELED_DEVICES)}")
+    if specs:
+        resolve_devices(specs, timing.threads)
+    t0 = time.perf_counter()
+    prof = record(args.model, specs, modeled, args.fit, timing, parse_input_shapes(args.input_shape),
+                  progress=sys.stderr.isatty())
+    prof.save(args.out)
+    for name, d in prof.devices.items():
+        total = sum(prof.op_time_s[name].values())
+        print(f"{name}: {d['kind']}, sum of op times {total * 1e3:.3f} ms")
+    if prof.fit:
+        f = prof.fit
+        print(f"fitted on {f['placements']} real placements: boundary {f['boundary_s'] * 1e3:.3f} ms, "
+              f"link latency {f['link_latency_s'] * 1e6:.1f} us, mean error {f['mean_rel_error']:.1%}, "
+              f"Spearman {f['spearman_fitted']:.2f} (compute only {f['spearman_compute_only']:.2f})")
+    print(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    from hsdag_ray.cli import run
+
+    sys.exit(run(main, prog="hsdag_ray.profile"))

@@ -1,0 +1,121 @@
+"""Measuring placements of a placement graph, on any backend.
+
+A placement here maps every *node* of a :class:`~hsdag_ray.graph.CompGraph`
+to a device. :func:`make_backend` returns a :class:`~envs.base.Backend` that
+takes such placements and measures them with real OpenVINO (HETERO, stage
+pipeline, or HETERO with the pipeline as fallback) or with the simulator on a
+profile; the caller never needs to know which.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from envs.base import Measurement, TimingConfig
+from hsdag_ray.graph import CompGraph, GraphError
+
+__all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "parse_placement"]
+
+BACKENDS = ("auto", "hetero", "pipeline", "simulator")
+
+
+class OpenVINOGraphBackend:
+    """Node placements of ``graph`` measured on real devices by OpenVINO.
+
+    The node placement is expanded to an affinity for every op of the model
+    by friendly name (:meth:`CompGraph.expand_placement`).
+    """
+
+    def __init__(self, graph: CompGraph, model, devices: Sequence[str], mode: str = "auto",
+                 timing: TimingConfig = TimingConfig()) -> None:
+        from envs.openvino_backend import OpenVINOBackend
+
+        self.graph = graph
+        self.ov = OpenVINOBackend(model, list(devices), mode=mode, timing=timing)  # type: ignore[arg-type]
+        self.devices = self.ov.devices
+        self.name = self.ov.name
+
+    def measure(self, placement: Mapping[str, str]) -> Measurement:
+        try:
+            affinity = self.graph.expand_placement(placement)
+        except GraphError as e:
+            return Measurement.failure(self.name, "validate", str(e))
+        return self.ov.measure_ops(affinity)
+
+
+def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),
+                 timing: TimingConfig = TimingConfig(), profile=None,
+                 objective: str = "sequential"):
+    """A backend measuring node placements of ``graph``.
+
+    ``kind`` is one of :data:`BACKENDS`: ``auto``/``hetero``/``pipeline``
+    need the ``model`` and real ``devices``; ``simulator`` needs a
+    :class:`~hsdag_ray.profile.Profile` (``devices`` then selects among its
+    devices, all of them by default).
+    """
+    if kind == "simulator":
+        from envs.simulator import SimulatorBackend
+        from hsdag_ray.profile import cost_graph
+
+        if profile is None:
+            raise GraphError("the simulator backend needs a profile (--profile FILE); "
+                             "record one with python -m hsdag_ray.profile")
+        return SimulatorBackend(cost_graph(graph, profile, list(devices) or None), objective)
+    if kind not in BACKENDS:
+        raise GraphError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+    if model is None:
+        raise GraphError(f"the {kind} backend measures a real model; name one with --model")
+    return OpenVINOGraphBackend(graph, model, devices, kind, timing)
+
+
+def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict[str, str]:
+    """A node placement from a shorthand or a JSON file.
+
+    Shorthands: ``all:DEVICE``; ``split:F`` (the first fraction ``F`` of the
+    nodes in topological order on the first device, the rest on the second);
+    ``random:SEED`` (each node on a random device). Otherwise ``text`` is a
+    JSON file mapping OpenVINO op names (all ops, or at least one op of every
+    node) to devices, as written by ``hsdag_ray.train`` and ``hsdag_ray.solve``.
+    """
+    from pathlib import Path
+    import json
+
+    names = graph.names
+    devices = list(devices)
+    if text.startswith("all:"):
+        dev = text[4:]
+        placement = {nm: dev for nm in names}
+    elif text.startswith("split:"):
+        if len(devices) < 2:
+            raise GraphError("split:F needs two devices")
+        try:
+            frac = float(text[6:])
+        except ValueError:
+            raise GraphError(f"cannot read {text!r}; write split:0.5") from None
+        cut = int(round(frac * len(names)))
+        placement = {nm: devices[0] if i < cut else devices[1] for i, nm in enumerate(names)}
+    elif text.startswith("random:"):
+        try:
+            rng = np.random.default_rng(int(text[7:]))
+        except ValueError:
+            raise GraphError(f"cannot read {text!r}; write random:SEED with an integer seed") from None
+        placement = {nm: devices[int(k)] for nm, k in zip(names, rng.integers(0, len(devices), len(names)))}
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise GraphError(f"placement {text!r} is neither a file nor all:DEVICE, split:F or random:SEED")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise GraphError(f"placement file {text} is not valid JSON ({e.msg})") from None
+        if isinstance(data, dict) and "placement" in data and isinstance(data["placement"], dict):
+            data = data["placement"]
+        if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+            raise GraphError(f"placement file {text} must map op names to device names")
+        placement = graph.placement_from_ops(data)
+    unknown = sorted(set(placement.values()) - set(devices))
+    if unknown:
+        raise GraphError(f"the placement uses device {unknown[0]!r}, which is not among the devices "
+                         f"{', '.join(devices)}; add it with --devices")
+    return placement

@@ -1,0 +1,143 @@
+"""Measure one placement of a model: ``python -m hsdag_ray.measure``.
+
+Examples::
+
+    # everything on the CPU (bf16 here), then a half/half split with an f32 CPU device
+    python -m hsdag_ray.measure --model resnet50 --devices CPU,CPU_F32 --placement all:CPU
+    python -m hsdag_ray.measure --model resnet50 --devices CPU,CPU_F32 --placement split:0.5
+    # a placement file (op name -> device), through the stage pipeline, as JSON
+    python -m hsdag_ray.measure --model resnet50 --devices CPU,CPU_F32 \\
+        --placement runs/x/best_placement.json --backend pipeline --json
+    # the simulator on a recorded profile
+    python -m hsdag_ray.measure --model resnet50 --backend simulator --profile r50.json \\
+        --placement random:0
+
+Devices are OpenVINO names (``CPU``, ``GPU``...) or virtual devices made from a
+second instance of the CPU plugin (``CPU_F32``, or ``NAME=CPU:precision=f32``);
+the output says which is which.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from typing import Optional, Sequence
+
+from envs.base import TimingConfig
+from envs.graph_backend import BACKENDS, make_backend, parse_placement
+from hsdag_ray.cli import UsageError, run
+from hsdag_ray.graph import COARSENINGS, build_graph, parse_input_shapes
+
+__all__ = ["main", "add_timing_args", "timing_from_args", "resolve_devices"]
+
+
+def add_timing_args(ap: argparse.ArgumentParser) -> None:
+    t = TimingConfig()
+    g = ap.add_argument_group("timing (real backends)")
+    g.add_argument("--warmup", type=int, default=t.warmup, help=f"untimed runs (default {t.warmup})")
+    g.add_argument("--repeats", type=int, default=t.repeats,
+                   help=f"timed blocks, the latency is their median (default {t.repeats})")
+    g.add_argument("--block", type=int, default=t.block, help=f"runs per timed block (default {t.block})")
+    g.add_argument("--threads", type=int, default=t.threads,
+                   help=f"inference threads per device, 0 = plugin default (default {t.threads})")
+    g.add_argument("--timeout", type=float, default=t.timeout_s,
+                   help=f"seconds allowed per measurement (default {t.timeout_s:g})")
+
+
+def timing_from_args(args: argparse.Namespace, validate: bool = False) -> TimingConfig:
+    for k in ("repeats", "block"):
+        if getattr(args, k) < 1:
+            raise UsageError(f"--{k} must be at least 1")
+    if args.warmup < 0 or args.threads < 0 or args.timeout <= 0:
+        raise UsageError("--warmup and --threads must be >= 0 and --timeout > 0")
+    return TimingConfig(warmup=args.warmup, repeats=args.repeats, block=args.block,
+                        timeout_s=args.timeout, threads=args.threads, validate_outputs=validate)
+
+
+def resolve_devices(specs: Sequence[str], threads: int) -> list[str]:
+    """Check real/virtual device specs; return the device names; say what each is."""
+    from envs.openvino_backend import check_devices
+
+    try:
+        infos = check_devices(list(specs), default_threads=threads)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return [i.name for i in infos]
+
+
+def describe_devices(specs: Sequence[str], threads: int) -> list[str]:
+    from envs.openvino_backend import DeviceSet
+
+    return DeviceSet(list(specs), default_threads=threads).describe()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.measure", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="zoo name or .xml / .onnx file")
+    ap.add_argument("--devices", default=None,
+                    help="comma-separated devices (default CPU,CPU_F32); with the simulator: "
+                         "devices of the profile to use (default all)")
+    ap.add_argument("--placement", default="all:CPU",
+                    help="placement file (op name -> device) or all:DEVICE, split:F, random:SEED "
+                         "(default all:CPU)")
+    ap.add_argument("--backend", choices=BACKENDS, default="auto",
+                    help="auto (HETERO, stage pipeline if HETERO fails), hetero, pipeline, simulator")
+    ap.add_argument("--profile", help="profile JSON for --backend simulator")
+    ap.add_argument("--objective", default="sequential", choices=("sequential", "parallel", "throughput"),
+                    help="simulator objective (default sequential)")
+    ap.add_argument("--coarsen", choices=COARSENINGS, default="none",
+                    help="graph the shorthand placements are made on (default none)")
+    ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
+    ap.add_argument("--validate", action="store_true",
+                    help="also check the outputs equal the unsplit model's")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_timing_args(ap)
+    args = ap.parse_args(argv)
+
+    timing = timing_from_args(args, args.validate)
+    model, _, graph, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape))
+    specs = [d for d in (args.devices or "").split(",") if d]
+    profile = None
+    described: list[str] = []
+    if args.backend == "simulator":
+        from hsdag_ray.profile import Profile
+
+        if not args.profile:
+            raise UsageError("--backend simulator needs --profile FILE (record one with "
+                             "python -m hsdag_ray.profile)")
+        profile = Profile.load(args.profile)
+        names = specs or profile.device_names
+        described = [f"{d}: {'modeled' if profile.is_modeled(d) else 'measured'} (profile {args.profile})"
+                     for d in names]
+    else:
+        specs = specs or ["CPU", "CPU_F32"]
+        names = resolve_devices(specs, timing.threads)
+        described = describe_devices(specs, timing.threads)
+    placement = parse_placement(args.placement, graph, names)
+    backend = make_backend(args.backend, graph, model, names, timing, profile, args.objective)
+    m = backend.measure(placement)
+    counts = Counter(placement.values())
+    if args.json:
+        out = {"model": args.model, "backend": backend.name, "devices": described,
+               "nodes_per_device": dict(counts), "measurement": m.to_dict()}
+        print(json.dumps(out, indent=1))
+    else:
+        for line in described:
+            print(f"device {line}")
+        print(f"model {args.model}: {graph.num_nodes} nodes; placement "
+              + ", ".join(f"{d} {c}" for d, c in counts.items()))
+        if m.ok:
+            path = m.info.get("path", "")
+            stages = m.info.get("stages")
+            print(f"latency {m.latency_s * 1e3:.3f} ms (median of {len(m.samples_s)} samples, "
+                  f"{m.runs} runs, relative spread {m.spread:.1%}) via {backend.name}"
+                  + (f" [{path}]" if path else "") + (f", {stages} stage(s)" if stages else ""))
+        else:
+            print(f"FAILED at {m.stage}: {m.error}")
+    return 0 if m.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run(main, prog="hsdag_ray.measure"))
