@@ -27,7 +27,7 @@ import numpy as np
 
 from hsdag_ray.graph import GraphError
 
-__all__ = ["ZOO", "load_model", "cache_dir", "tiny_cnn"]
+__all__ = ["ZOO", "load_model", "cache_dir", "tiny_cnn", "openvino_error_text"]
 
 
 def cache_dir() -> Path:
@@ -126,6 +126,38 @@ def _convert_zoo(name: str):
     return ov.Core().read_model(str(target))
 
 
+def openvino_error_text(exc: BaseException) -> str:
+    """The informative line of an OpenVINO error (skips 'Exception from' / 'Check' lines)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from ", "Check '"))] or lines
+    if not useful:
+        return type(exc).__name__
+    text = useful[0]
+    if text.endswith(":") and len(useful) > 1:
+        text = f"{text} {useful[1]}"
+    return text
+
+
+def _read_file_model(path: Path):
+    """Read an IR or ONNX file with its own frontend only (no guessing across formats)."""
+    from openvino.frontend import FrontEndManager
+
+    fe = FrontEndManager().load_by_framework("ir" if path.suffix.lower() == ".xml" else "onnx")
+    return fe.convert(fe.load(str(path)))
+
+
+def _check_xml(path: Path) -> None:
+    """Refuse an IR whose XML is malformed before OpenVINO's frontends guess at it."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as e:
+        raise GraphError(f"{path} is not a valid OpenVINO IR: its XML is malformed ({e})") from None
+    if root.tag != "net":
+        raise GraphError(f"{path} is not an OpenVINO IR: its root element is <{root.tag}>, not <net>")
+
+
 def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | Sequence[int]] = None):
     """Return a static-shape ``openvino.Model`` for a zoo name or a file path.
 
@@ -145,11 +177,12 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
             raise GraphError(f"model file {spec} does not exist")
         if path.suffix.lower() == ".xml" and not path.with_suffix(".bin").is_file():
             raise GraphError(f"the weights file {path.with_suffix('.bin')} of IR {spec} is missing")
+        if path.suffix.lower() == ".xml":
+            _check_xml(path)
         try:
-            model = ov.Core().read_model(str(path))
+            model = _read_file_model(path)
         except Exception as e:  # OpenVINO raises RuntimeError subclasses with long texts
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise GraphError(f"OpenVINO cannot read {spec}: {first}") from None
+            raise GraphError(f"OpenVINO cannot read {spec}: {openvino_error_text(e)}") from None
         model.set_friendly_name(path.stem)
     if input_shapes is not None:
         model.reshape(input_shapes)

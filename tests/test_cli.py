@@ -1,0 +1,79 @@
+"""Command lines: bad input gives exit code 2 and one sentence, never a traceback."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hsdag_ray.graph import build_graph
+
+
+def cli(*args, cwd=None):
+    r = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=cwd,
+                       timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def assert_user_error(code, err, *words):
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip() and "warn" not in ln.lower()]
+    assert len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_missing_model_file(tmp_path):
+    code, _, err = cli("hsdag_ray.graph", str(tmp_path / "nope.xml"))
+    assert_user_error(code, err, "does not exist")
+    code, _, err = cli("hsdag_ray.measure", "--model", "no_such_model")
+    assert_user_error(code, err, "unknown model")
+
+
+def test_corrupt_ir(tmp_path):
+    xml = tmp_path / "broken.xml"
+    xml.write_text("<net name='x'><layers><layer id='0' type='Parameter'")
+    (tmp_path / "broken.bin").write_bytes(b"\0" * 16)
+    code, _, err = cli("hsdag_ray.graph", str(xml))
+    assert_user_error(code, err, "not a valid OpenVINO IR")
+    xml.write_text("<net name='x' version='11'><layers><layer id='0' type='Nonsense' "
+                   "version='opset1'/></layers><edges/></net>")
+    code, _, err = cli("hsdag_ray.graph", str(xml))
+    assert_user_error(code, err, "cannot read")
+    onnx = tmp_path / "broken.onnx"
+    onnx.write_bytes(b"not a protobuf")
+    code, _, err = cli("hsdag_ray.graph", str(onnx))
+    assert_user_error(code, err, "cannot read")
+
+
+def test_unknown_device():
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,NPU9")
+    assert_user_error(code, err, "NPU9")
+
+
+def test_placement_for_another_model(tmp_path):
+    _, _, g, _ = build_graph("tiny_cnn", "none")
+    other = {f"resnet_op_{i}": "CPU" for i in range(5)}
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(other))
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", str(f))
+    assert_user_error(code, err, "another model")
+    # a placement naming a device that is not in --devices
+    f.write_text(json.dumps(g.expand_placement({n: "GPU" for n in g.names})))
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", str(f))
+    assert_user_error(code, err, "GPU")
+
+
+def test_measure_and_graph_commands_work(tmp_path):
+    out = tmp_path / "g.json"
+    code, text, err = cli("hsdag_ray.graph", "tiny_cnn", "--out", str(out))
+    assert code == 0, err
+    assert "22 nodes, 25 edges" in text and "after colocation coarsening: 9 nodes" in text
+    assert json.loads(out.read_text())["name"] == "tiny_cnn"
+    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "split:0.5",
+                          "--repeats", "3", "--json")
+    assert code == 0, err
+    res = json.loads(text)
+    assert res["measurement"]["ok"] and res["measurement"]["latency_s"] > 0
+    assert res["nodes_per_device"] == {"CPU": 11, "CPU_F32": 11}
+    assert any("virtual" in d for d in res["devices"])
