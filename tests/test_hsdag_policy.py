@@ -1,0 +1,550 @@
+"""Tests of the HSDAG policy network, its grouped placement distribution and its RLModule.
+
+Exact checks on hand-made graphs with hand-set weights (PyG's pooling tests are
+the model), property checks with random weights on random DAGs, and learning
+checks: REINFORCE in plain torch and one PPO iteration through RLlib.
+"""
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+from torch_geometric.utils import to_dense_adj
+
+from policies.distributions import (
+    GroupedPlacementDistribution,
+    pack_dist_inputs,
+    representatives,
+)
+from policies.hsdag import (
+    GraphParsingPool,
+    HSDAGConfig,
+    HSDAGNet,
+    HSDAGRLModule,
+    dominant_edges,
+    pad_graph_observation,
+    placement_spaces,
+    unpad_graphs,
+)
+
+# ----------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------
+
+
+def linear_dot_pool(channels: int = 2, weight=(1.0, 0.0)) -> GraphParsingPool:
+    """A pool whose score is sigmoid(w . (z_u * z_v)) with a hand-set w and b = 0."""
+    pool = GraphParsingPool(channels, score_layers=1)
+    with torch.no_grad():
+        lin = pool.score_mlp[0]
+        lin.weight.copy_(torch.tensor([weight]))
+        lin.bias.zero_()
+    return pool
+
+
+def random_dag(num_nodes: int, extra_edges: int, gen: torch.Generator) -> torch.Tensor:
+    """A connected DAG: each node v > 0 has a parent u < v, plus random forward edges."""
+    parents = [int(torch.randint(0, v, (1,), generator=gen)) for v in range(1, num_nodes)]
+    src, dst = parents, list(range(1, num_nodes))
+    for _ in range(extra_edges):
+        a, b = sorted(torch.randperm(num_nodes, generator=gen)[:2].tolist())
+        src.append(a)
+        dst.append(b)
+    return torch.tensor([src, dst], dtype=torch.long)
+
+
+def connected_in(edge_index: torch.Tensor, nodes: list[int]) -> bool:
+    """Whether ``nodes`` induce a connected subgraph of the undirected graph."""
+    members = set(nodes)
+    adj = {v: set() for v in members}
+    for u, v in edge_index.t().tolist():
+        if u in members and v in members:
+            adj[u].add(v)
+            adj[v].add(u)
+    seen, stack = {nodes[0]}, [nodes[0]]
+    while stack:
+        for w in adj[stack.pop()] - seen:
+            seen.add(w)
+            stack.append(w)
+    return seen == members
+
+
+SIX_NODE_EDGES = [[0, 1, 2, 0, 3, 4], [1, 2, 5, 3, 4, 5]]
+
+
+def two_padded_observations(max_nodes: int = 10, max_edges: int = 12, features: int = 3):
+    rng = np.random.default_rng(0)
+    g1 = pad_graph_observation(rng.normal(size=(6, features)), SIX_NODE_EDGES, max_nodes, max_edges)
+    chain = [list(range(7)), list(range(1, 8))]
+    g2 = pad_graph_observation(rng.normal(size=(8, features)), chain, max_nodes, max_edges)
+    return {k: torch.as_tensor(np.stack([g1[k], g2[k]])) for k in g1}
+
+
+def make_module(max_nodes=10, max_edges=12, features=3, devices=2, **model_config) -> HSDAGRLModule:
+    obs_space, act_space = placement_spaces(max_nodes, max_edges, features, devices)
+    config = {"hidden_dim": 16, **model_config}
+    return HSDAGRLModule(observation_space=obs_space, action_space=act_space, model_config=config)
+
+
+# ----------------------------------------------------------------------------------
+# Grouping and pooling: exact results with fixed weights
+# ----------------------------------------------------------------------------------
+# 8-node DAG: 0->1->2->3->4->5->6->7 plus the skip edge 1->5.
+EIGHT_EDGES = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 1], [1, 2, 3, 4, 5, 6, 7, 5]])
+# First coordinate drives the score (w = [1, 0]); the second must not matter.
+EIGHT_Z = torch.tensor(
+    [[2.0, 0.3], [2.0, -1.0], [0.5, 2.0], [-2.0, 0.0],
+     [-2.0, 5.0], [-1.0, 1.0], [-3.0, -2.0], [-0.5, 0.7]]
+)
+
+
+def test_pool_exact_groups_scores_and_pooled_graph():
+    pool = linear_dot_pool()
+    grouping, pooled = pool(EIGHT_Z, EIGHT_EDGES)
+
+    # z_u * z_v on the first coordinate, edge by edge.
+    products = torch.tensor([4.0, 1.0, -1.0, 4.0, 2.0, 3.0, 1.5, -2.0])
+    assert torch.allclose(grouping.edge_score, torch.sigmoid(products))
+    # Dominant edges: 0,1 -> e0 (4); 2 -> e1 (1 > -1); 3,4 -> e3 (4); 5,6 -> e5 (3); 7 -> e6.
+    assert grouping.dominant_edge.tolist() == [0, 0, 1, 3, 3, 5, 5, 6]
+    assert grouping.assignment.tolist() == [0, 0, 0, 1, 1, 2, 2, 2]
+    assert grouping.num_groups == 3
+    assert grouping.group_batch.tolist() == [0, 0, 0]
+
+    node_score = torch.sigmoid(torch.tensor([4.0, 4.0, 1.0, 4.0, 4.0, 3.0, 3.0, 1.5]))
+    assert torch.allclose(grouping.node_score, node_score)
+    weighted = EIGHT_Z * node_score.unsqueeze(-1)
+    expected_x = torch.stack([weighted[0:3].sum(0), weighted[3:5].sum(0), weighted[5:8].sum(0)])
+    assert torch.allclose(pooled.x, expected_x)
+
+    # A' = S^T A S with the directed edges: e0,e1 in g0; e2: g0->g1; e3 in g1;
+    # e4: g1->g2; e5,e6 in g2; e7 (1->5): g0->g2.
+    dense = to_dense_adj(pooled.edge_index, edge_attr=pooled.edge_weight, max_num_nodes=3)[0]
+    assert dense.tolist() == [[2.0, 1.0, 1.0], [0.0, 1.0, 1.0], [0.0, 0.0, 2.0]]
+    s = torch.nn.functional.one_hot(grouping.assignment, 3).float()
+    a = to_dense_adj(EIGHT_EDGES, max_num_nodes=8)[0]
+    assert torch.equal(dense, s.t() @ a @ s)
+
+
+def test_star_is_split_instead_of_collapsed():
+    # Star: center 0, leaves 1..8, edge 0->i; score sigmoid(z_0 * z_i) = sigmoid(i / 10).
+    edges = torch.tensor([[0] * 8, list(range(1, 9))])
+    z = torch.tensor([[1.0, 0.0]] + [[i / 10, 0.0] for i in range(1, 9)])
+    pool = linear_dot_pool()
+    grouping, pooled = pool(z, edges)
+    # Every leaf's only edge is dominant: plain dominant-edge components are one group.
+    dom = dominant_edges(edges, grouping.edge_score, 9)
+    assert dom.tolist() == [7, 0, 1, 2, 3, 4, 5, 6, 7]
+    # The rule drops the weakest dominant edge (0-1), so leaf 1 is alone.
+    assert grouping.assignment.tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert grouping.num_groups == 2
+    # Node 1 still reports its dominant edge's score (it gates its pooled feature).
+    assert torch.isclose(grouping.node_score[1], torch.sigmoid(torch.tensor(0.1)))
+    assert pooled.x.shape == (2, 2)
+
+
+def test_ties_go_to_the_lowest_edge_index():
+    # Path 0->1->2 with equal scores: node 1 keeps e0; all three would form one
+    # group, so the weakest dominant edge (tie: lowest index, e0) is dropped.
+    edges = torch.tensor([[0, 1], [1, 2]])
+    z = torch.ones(3, 2)
+    grouping, _ = linear_dot_pool()(z, edges)
+    assert grouping.dominant_edge.tolist() == [0, 0, 1]
+    assert grouping.assignment.tolist() == [0, 1, 1]
+
+
+def test_isolated_nodes_and_self_loops_are_their_own_groups():
+    # Node 2 has only a self-loop, node 3 has no edge at all.
+    edges = torch.tensor([[0, 2], [1, 2]])
+    z = torch.tensor([[1.0, 0.0], [1.0, 0.0], [3.0, 0.0], [1.0, 0.0]])
+    grouping, pooled = linear_dot_pool()(z, edges)
+    assert grouping.dominant_edge.tolist() == [0, 0, -1, -1]
+    assert grouping.assignment.tolist() == [0, 0, 1, 2]
+    assert grouping.node_score[2:].tolist() == [1.0, 1.0]
+    assert torch.allclose(pooled.x[1], z[2]) and torch.allclose(pooled.x[2], z[3])
+
+
+def test_given_assignment_is_used_and_scores_still_get_gradients():
+    pool = linear_dot_pool()
+    z = EIGHT_Z.clone().requires_grad_(True)
+    given = torch.tensor([5, 5, 7, 7, 7, 9, 9, 9])
+    grouping, pooled = pool(z, EIGHT_EDGES, assignment=given)
+    assert grouping.assignment.tolist() == [0, 0, 1, 1, 1, 2, 2, 2]
+    pooled.x.sum().backward()
+    assert pool.score_mlp[0].weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="spans two graphs"):
+        pool(EIGHT_Z, EIGHT_EDGES, batch=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), assignment=given)
+
+
+# ----------------------------------------------------------------------------------
+# Properties with random weights on random DAGs
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_grouping_properties_on_random_dags(seed):
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    n = int(torch.randint(9, 40, (1,), generator=gen))
+    edges = random_dag(n, extra_edges=n // 2, gen=gen)
+    net = HSDAGNet(5, num_devices=3, config=HSDAGConfig(hidden_dim=8))
+    out = net(torch.randn(n, 5, generator=gen), edges)
+    g = out.grouping
+
+    assert g.assignment.shape == (n,) and g.assignment.dtype == torch.long
+    sizes = torch.bincount(g.assignment)
+    assert sizes.numel() == g.num_groups and bool((sizes > 0).all())  # each node in exactly one group
+    assert 2 <= g.num_groups <= n  # a connected graph never collapses
+    assert bool(((g.edge_score >= 0) & (g.edge_score <= 1)).all())
+    assert bool(((g.node_score >= 0) & (g.node_score <= 1)).all())
+    # Groups are numbered by their first node, and each is connected in the DAG.
+    firsts = [int((g.assignment == k).nonzero()[0]) for k in range(g.num_groups)]
+    assert firsts == sorted(firsts)
+    for k in range(g.num_groups):
+        assert connected_in(edges, (g.assignment == k).nonzero().view(-1).tolist())
+    # Every node carries its group's logits and its group's embedding as next state.
+    assert torch.equal(out.node_logits, out.group_logits[g.assignment])
+    assert torch.equal(out.next_node_state, out.pooled.x[g.assignment])
+    assert out.graph_embedding.shape == (1, 8)
+
+
+def test_batched_union_groups_each_graph_as_alone():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    net = HSDAGNet(4, num_devices=2, config=HSDAGConfig(hidden_dim=8))
+    graphs = [(torch.randn(n, 4, generator=gen), random_dag(n, 3, gen)) for n in (9, 12, 10)]
+    alone = [net(x, e) for x, e in graphs]
+
+    xs, es, bs, offset = [], [], [], 0
+    for i, (x, e) in enumerate(graphs):
+        xs.append(x)
+        es.append(e + offset)
+        bs.append(torch.full((x.size(0),), i))
+        offset += x.size(0)
+    out = net(torch.cat(xs), torch.cat(es, 1), batch=torch.cat(bs), num_graphs=3)
+
+    group_offset, node_offset = 0, 0
+    for i, single in enumerate(alone):
+        n = graphs[i][0].size(0)
+        part = out.grouping.assignment[node_offset : node_offset + n] - group_offset
+        assert torch.equal(part, single.grouping.assignment)
+        logits = out.node_logits[node_offset : node_offset + n]
+        assert torch.allclose(logits, single.node_logits, atol=1e-5)
+        assert torch.allclose(out.graph_embedding[i], single.graph_embedding[0], atol=1e-5)
+        group_offset += single.grouping.num_groups
+        node_offset += n
+    assert out.grouping.group_batch.tolist() == sum(
+        ([i] * s.grouping.num_groups for i, s in enumerate(alone)), []
+    )
+
+
+def test_gradients_reach_the_edge_scorer_and_every_layer():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    net = HSDAGNet(4, num_devices=3, config=HSDAGConfig(hidden_dim=8, pooled_gcn=True))
+    edges = random_dag(12, 6, gen)
+    out = net(torch.randn(12, 4, generator=gen), edges)
+    # A policy-gradient-like loss on the placer's outputs only.
+    target = torch.randint(0, 3, (out.grouping.num_groups,), generator=gen)
+    loss = torch.nn.functional.cross_entropy(out.group_logits, target)
+    loss.backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert any(p.grad.abs().sum() > 0 for p in net.pool.score_mlp.parameters())
+
+
+def test_node_state_changes_the_grouping_inputs():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    net = HSDAGNet(4, num_devices=2, config=HSDAGConfig(hidden_dim=8))
+    x, edges = torch.randn(10, 4, generator=gen), random_dag(10, 4, gen)
+    first = net(x, edges)
+    second = net(x, edges, node_state=first.next_node_state)
+    assert not torch.allclose(first.node_embedding, second.node_embedding)
+    expected = net.state_norm(net.embed(x, edges) + first.next_node_state)
+    assert torch.allclose(second.node_embedding, expected)
+
+
+def test_reset_parameters_reinitialises():
+    torch.manual_seed(0)
+    net = HSDAGNet(4, num_devices=2, config=HSDAGConfig(hidden_dim=8, pooled_gcn=True))
+    before = [p.detach().clone() for p in net.parameters()]
+    net.reset_parameters()
+    changed = [not torch.equal(a, b) for a, b in zip(before, net.parameters())]
+    assert sum(changed) >= len(changed) // 2
+
+
+# ----------------------------------------------------------------------------------
+# The grouped placement distribution
+# ----------------------------------------------------------------------------------
+D3 = GroupedPlacementDistribution.for_devices(3)
+G0_LOGITS = torch.tensor([1.0, 2.0, 3.0])
+G1_LOGITS = torch.tensor([0.0, 0.0, 5.0])
+HAND_ASSIGNMENT = torch.tensor([0, 1, 0, 1, -1])  # groups {0, 2}, {1, 3}; node 4 padded
+
+
+def hand_dist() -> GroupedPlacementDistribution:
+    logits = torch.stack([G0_LOGITS, G1_LOGITS, G0_LOGITS, G1_LOGITS, torch.zeros(3)])
+    return D3.from_logits(pack_dist_inputs(logits, HAND_ASSIGNMENT))
+
+
+def test_distribution_layout_and_required_input_dim():
+    space = gym.spaces.MultiDiscrete([3] * 5)
+    assert D3.required_input_dim(space) == 5 * 4
+    inputs = pack_dist_inputs(torch.zeros(5, 3), HAND_ASSIGNMENT)
+    assert inputs.shape == (20,) and inputs[15:].tolist() == [0, 1, 0, 1, -1]
+    with pytest.raises(ValueError, match="same D devices"):
+        D3.required_input_dim(gym.spaces.MultiDiscrete([3, 2]))
+    with pytest.raises(ValueError, match="number of devices"):
+        GroupedPlacementDistribution.from_logits(inputs)
+    with pytest.raises(ValueError, match=r"N_max \* \(D \+ 1\)"):
+        GroupedPlacementDistribution.for_devices(4).from_logits(torch.zeros(7))
+    assert pickle.loads(pickle.dumps(D3)) is D3
+    rep, is_rep = representatives(HAND_ASSIGNMENT)
+    assert rep.tolist() == [0, 1, 0, 1, 4] and is_rep.tolist() == [True, True, False, False, False]
+
+
+def test_samples_are_constant_within_groups():
+    torch.manual_seed(0)
+    samples = hand_dist().sample(sample_shape=(2000,))
+    assert samples.shape == (2000, 5)
+    assert torch.equal(samples[:, 0], samples[:, 2]) and torch.equal(samples[:, 1], samples[:, 3])
+    assert bool((samples[:, 4] == 0).all())
+    freq = torch.bincount(samples[:, 0], minlength=3).float() / 2000
+    assert torch.allclose(freq, torch.softmax(G0_LOGITS, 0), atol=0.04)
+
+
+def test_logp_entropy_kl_by_hand():
+    dist = hand_dist()
+    lp0, lp1 = torch.log_softmax(G0_LOGITS, 0), torch.log_softmax(G1_LOGITS, 0)
+    action = torch.tensor([2, 0, 2, 0, 0])
+    assert torch.isclose(dist.logp(action), lp0[2] + lp1[0])
+    # Not constant within a group: the representative (first node) decides.
+    assert torch.isclose(dist.logp(torch.tensor([1, 2, 0, 1, 2])), lp0[1] + lp1[2])
+    ent = -(lp0.exp() * lp0).sum() - (lp1.exp() * lp1).sum()
+    assert torch.isclose(dist.entropy(), ent)
+
+    other_logits = torch.tensor([[0.0] * 3, [1.0] * 3, [0.0] * 3, [1.0] * 3, [0.0] * 3])
+    other = D3.from_logits(pack_dist_inputs(other_logits, HAND_ASSIGNMENT))
+    q = torch.log_softmax(torch.zeros(3), 0)
+    kl = (lp0.exp() * (lp0 - q)).sum() + (lp1.exp() * (lp1 - q)).sum()
+    assert torch.isclose(dist.kl(other), kl)
+    assert torch.isclose(dist.kl(dist), torch.tensor(0.0), atol=1e-6)
+
+    for sample in hand_dist().sample(sample_shape=(50,)):
+        assert torch.isclose(dist.logp(sample), lp0[sample[0]] + lp1[sample[1]])
+
+    greedy = dist.to_deterministic()
+    assert greedy.sample().tolist() == [2, 2, 2, 2, 0]
+    assert greedy.logp(greedy.sample()).shape == ()
+    with pytest.raises(NotImplementedError, match="sample\\(\\) with logp"):
+        dist.rsample()
+
+
+def test_batched_distribution_shapes():
+    logits = torch.randn(4, 3, 6, 2)  # [B, T, N_max, D]
+    assignment = torch.tensor([0, 0, 1, 1, 2, -1]).expand(4, 3, 6)
+    dist = GroupedPlacementDistribution.for_devices(2).from_logits(pack_dist_inputs(logits, assignment))
+    a = dist.sample()
+    assert a.shape == (4, 3, 6)
+    assert dist.logp(a).shape == (4, 3) and dist.entropy().shape == (4, 3)
+    assert dist.num_groups.tolist() == [[3] * 3] * 4
+
+
+# ----------------------------------------------------------------------------------
+# The RLModule
+# ----------------------------------------------------------------------------------
+
+
+def test_spaces_and_padding_helpers():
+    obs_space, act_space = placement_spaces(10, 12, 3, 4)
+    obs = pad_graph_observation(np.ones((6, 3)), SIX_NODE_EDGES, 10, 12)
+    assert obs_space.contains(obs)
+    assert act_space.nvec.tolist() == [4] * 10
+    with pytest.raises(ValueError, match="raise max_nodes"):
+        pad_graph_observation(np.ones((11, 3)), [[0], [1]], 10, 12)
+    bad = two_padded_observations()
+    bad["node_mask"][0, 5] = 0.0  # node 5 of graph 0 still has edges
+    with pytest.raises(ValueError, match="touches a padded node"):
+        unpad_graphs(bad["x"], bad["edge_index"], bad["node_mask"], bad["edge_mask"])
+    with pytest.raises(ValueError, match="observation space"):
+        HSDAGRLModule(observation_space=act_space, action_space=act_space, model_config={})
+
+
+def test_module_forward_passes_on_two_padded_observations():
+    torch.manual_seed(0)
+    module = make_module(devices=3)
+    obs = two_padded_observations()
+    width = GroupedPlacementDistribution.required_input_dim(module.action_space)
+    assert width == 10 * 4
+
+    for forward in (module.forward_inference, module.forward_exploration, module.forward_train):
+        out = forward({Columns.OBS: obs})
+        assert out[Columns.ACTION_DIST_INPUTS].shape == (2, width)
+        assert out[Columns.STATE_OUT]["node_state"].shape == (2, 10, 16)
+    assert out[Columns.EMBEDDINGS].shape == (2, 16)
+    assert module.compute_values({Columns.OBS: obs}).shape == (2,)
+
+    dist = module.get_exploration_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+    action = dist.sample()
+    assert action.shape == (2, 10)
+    assert dist.assignment[0, 6:].tolist() == [-1] * 4 and dist.assignment[1, 8:].tolist() == [-1] * 2
+    assert action[0, 6:].tolist() == [0] * 4 and action[1, 8:].tolist() == [0] * 2
+    assert bool((dist.num_groups >= 2).all())
+    inference_cls = module.get_inference_action_dist_cls()
+    greedy = inference_cls.from_logits(out[Columns.ACTION_DIST_INPUTS]).to_deterministic()
+    assert greedy.sample().shape == (2, 10)
+    # Padded node states stay zero.
+    assert bool((out[Columns.STATE_OUT]["node_state"][0, 6:] == 0).all())
+
+
+def test_all_padded_observation_is_harmless():
+    """RLlib zero-pads sequences for stateful modules: empty graphs must not break anything."""
+    torch.manual_seed(0)
+    module = make_module()
+    obs = two_padded_observations()
+    for key in ("node_mask", "edge_mask", "x"):
+        obs[key][1] = 0.0
+    zero_inputs = torch.zeros(2, 30)  # what zero-padding stores as the sampled inputs
+    out = module.forward_train({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: zero_inputs})
+    dist_inputs = out[Columns.ACTION_DIST_INPUTS]
+    assert dist_inputs[1, 20:].tolist() == [-1.0] * 10
+    dist = module.get_train_action_dist_cls().from_logits(zero_inputs)
+    loss = dist.logp(torch.zeros(2, 10, dtype=torch.long)).sum() + module.compute_values(
+        {Columns.OBS: obs}, embeddings=out[Columns.EMBEDDINGS]
+    ).sum()
+    loss = loss + module.get_train_action_dist_cls().from_logits(dist_inputs).entropy().sum()
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
+
+
+def test_stepwise_state_matches_the_learners_sequence_pass():
+    torch.manual_seed(0)
+    module = make_module()
+    obs = two_padded_observations()
+    state = {"node_state": torch.as_tensor(module.get_initial_state()["node_state"]).expand(2, -1, -1)}
+    steps = []
+    with torch.no_grad():
+        for _ in range(3):  # what the EnvRunner does: one step at a time, state carried
+            out = module.forward_exploration({Columns.OBS: obs, Columns.STATE_IN: state})
+            steps.append(out[Columns.ACTION_DIST_INPUTS])
+            state = out[Columns.STATE_OUT]
+        # What the learner does: a [B, T] sequence from the initial state.
+        seq_obs = {k: v.unsqueeze(1).expand(-1, 3, *v.shape[1:]) for k, v in obs.items()}
+        seq = module.forward_train({Columns.OBS: seq_obs})
+    assert seq[Columns.ACTION_DIST_INPUTS].shape == (2, 3, 30)
+    assert torch.allclose(seq[Columns.ACTION_DIST_INPUTS], torch.stack(steps, 1), atol=1e-5)
+    assert not torch.allclose(steps[0], steps[1])  # the node-state update matters
+
+    stateless = make_module(node_state_update=False)
+    assert stateless.get_initial_state() == {} and not stateless.is_stateful()
+    out = stateless.forward_exploration({Columns.OBS: obs})
+    assert Columns.STATE_OUT not in out
+
+
+def test_learner_logp_equals_sampler_logp_under_the_sampled_grouping():
+    torch.manual_seed(0)
+    module = make_module(devices=3)
+    obs = two_padded_observations()
+    with torch.no_grad():
+        sampled = module.forward_exploration({Columns.OBS: obs})
+    dist_cls = module.get_exploration_action_dist_cls()
+    stored = sampled[Columns.ACTION_DIST_INPUTS].numpy()  # what the episode keeps
+    dist = dist_cls.from_logits(torch.as_tensor(stored))
+    action = dist.sample()
+    logp_sampler = dist.logp(action)
+
+    learner_dist = module.get_train_action_dist_cls().from_logits(torch.as_tensor(stored))
+    assert torch.allclose(learner_dist.logp(action), logp_sampler)
+
+    train = module.forward_train({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: torch.as_tensor(stored)})
+    logp_learner = dist_cls.from_logits(train[Columns.ACTION_DIST_INPUTS]).logp(action)
+    assert torch.allclose(logp_learner, logp_sampler, atol=1e-6)
+
+    # After the parameters move, forward_train keeps the sampled grouping.
+    with torch.no_grad():
+        for p in module.net.pool.score_mlp.parameters():
+            p.add_(torch.randn_like(p))
+    moved = module.forward_train({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: torch.as_tensor(stored)})
+    assert torch.equal(moved[Columns.ACTION_DIST_INPUTS][:, 30:], torch.as_tensor(stored)[:, 30:])
+
+
+def test_reinforce_learns_to_prefer_the_rewarded_device():
+    """Reward = fraction of nodes on device 1; plain REINFORCE in torch raises it."""
+    torch.manual_seed(0)
+    module = make_module(max_nodes=8, max_edges=8, devices=2)
+    rng = np.random.default_rng(0)
+    single = pad_graph_observation(rng.normal(size=(6, 3)), SIX_NODE_EDGES, 8, 8)
+    obs = {k: torch.as_tensor(np.repeat(v[None], 16, 0)) for k, v in single.items()}
+    valid = obs["node_mask"] > 0.5
+    dist_cls = module.get_train_action_dist_cls()
+    optim = torch.optim.Adam(module.parameters(), lr=1e-2)
+
+    def expected_reward(dist) -> float:
+        p1 = torch.softmax(dist.logits.detach(), -1)[..., 1]
+        return float(p1[valid].mean())
+
+    history = []
+    for _ in range(60):
+        dist = dist_cls.from_logits(module.forward_train({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS])
+        action = dist.sample()
+        reward = ((action == 1) & valid).float().sum(-1) / valid.sum(-1)
+        loss = -((reward - reward.mean()) * dist.logp(action)).mean()
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        history.append(expected_reward(dist))
+    assert history[-1] > history[0] and history[-1] > 0.95, history[::10]
+
+
+class TinyPlacementEnv(gym.Env):
+    """Places the 6-node DAG on 2 devices; reward = fraction of nodes on device 1."""
+
+    def __init__(self, config=None):
+        config = config or {}
+        self.episode_len = config.get("episode_len", 4)
+        self.observation_space, self.action_space = placement_spaces(8, 8, 3, 2)
+        rng = np.random.default_rng(0)
+        self._obs = pad_graph_observation(rng.normal(size=(6, 3)), SIX_NODE_EDGES, 8, 8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs, {}
+
+    def step(self, action):
+        self._t += 1
+        reward = float(np.mean(np.asarray(action)[:6] == 1))
+        return self._obs, reward, False, self._t >= self.episode_len, {}
+
+
+def test_one_ppo_iteration_through_rllib():
+    ray = pytest.importorskip("ray")
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    config = (
+        PPOConfig()
+        .environment(TinyPlacementEnv)
+        .env_runners(num_env_runners=0)
+        .training(train_batch_size_per_learner=32, minibatch_size=16, num_epochs=1)
+        .rl_module(
+            rl_module_spec=RLModuleSpec(
+                module_class=HSDAGRLModule, model_config={"hidden_dim": 16, "max_seq_len": 4}
+            )
+        )
+    )
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        learner = result["learners"]["default_policy"]
+        assert np.isfinite(learner["policy_loss"]) and np.isfinite(learner["vf_loss"])
+        assert learner["entropy"] > 0
+        assert 0.0 <= result["env_runners"]["episode_return_mean"] <= 4.0
+    finally:
+        algo.stop()
+        ray.shutdown()
