@@ -1,0 +1,138 @@
+"""REINFORCE as an RLlib algorithm (new API stack), as HSDAG trains.
+
+The paper updates every parameter with REINFORCE (Adam, lr 1e-3) on the
+reward of each measured placement. Each training iteration samples
+``episodes_per_iteration`` complete episodes from the EnvRunners (the
+measuring actors), the central learner minimises
+
+    loss = -mean_t[ log pi(a_t | s_t) * A_t ] - entropy_coeff * mean_t[ H(pi(.|s_t)) ]
+
+with ``A_t = (r_t - b) / std(r)``, ``b`` the mean reward of the batch (a
+baseline that lowers variance without bias), and the new weights go back to
+the EnvRunners. Rewards are per placement (no discounting across an
+episode's placements: each is measured on its own).
+
+Built like RLlib's own ``examples/algorithms/classes/vpg.py``: a config, an
+:class:`~ray.rllib.algorithms.Algorithm` with ``training_step`` and a
+:class:`~ray.rllib.core.learner.torch.torch_learner.TorchLearner`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+from ray.rllib.algorithms import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.execution.rollout_ops import synchronous_parallel_sample
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, ENV_RUNNER_SAMPLING_TIMER,
+                                     LEARNER_RESULTS, LEARNER_UPDATE_TIMER,
+                                     NUM_ENV_STEPS_SAMPLED_LIFETIME, SYNCH_WORKER_WEIGHTS_TIMER,
+                                     TIMERS)
+
+__all__ = ["REINFORCEConfig", "REINFORCE", "REINFORCETorchLearner"]
+
+
+class REINFORCEConfig(AlgorithmConfig):
+    """Settings of :class:`REINFORCE` (defaults: the paper's Adam, lr 1e-3)."""
+
+    def __init__(self, algo_class=None) -> None:
+        super().__init__(algo_class=algo_class or REINFORCE)
+        self.lr = 1e-3
+        self.episodes_per_iteration = 1
+        self.entropy_coeff = 0.0
+        self.normalize_advantages = True
+        self.batch_mode = "complete_episodes"
+        self.num_env_runners = 0
+
+    @override(AlgorithmConfig)
+    def training(self, *, episodes_per_iteration=NotProvided, entropy_coeff=NotProvided,
+                 normalize_advantages=NotProvided, **kwargs) -> "REINFORCEConfig":
+        """``episodes_per_iteration``: complete episodes per update (over all
+        EnvRunners); ``entropy_coeff``: weight of the entropy bonus;
+        ``normalize_advantages``: divide advantages by the batch std."""
+        super().training(**kwargs)
+        if episodes_per_iteration is not NotProvided:
+            self.episodes_per_iteration = int(episodes_per_iteration)
+        if entropy_coeff is not NotProvided:
+            self.entropy_coeff = float(entropy_coeff)
+        if normalize_advantages is not NotProvided:
+            self.normalize_advantages = bool(normalize_advantages)
+        return self
+
+    @override(AlgorithmConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from policies.hsdag import HSDAGRLModule
+
+        return RLModuleSpec(module_class=HSDAGRLModule)
+
+    @override(AlgorithmConfig)
+    def get_default_learner_class(self):
+        return REINFORCETorchLearner
+
+
+class REINFORCETorchLearner(TorchLearner):
+    """The policy-gradient loss with a batch-mean baseline."""
+
+    @override(TorchLearner)
+    def compute_loss_for_module(self, *, module_id: str, config: REINFORCEConfig,
+                                batch: Dict[str, Any], fwd_out: Dict[str, Any]) -> torch.Tensor:
+        module = self.module[module_id]
+        dist_cls = module.get_train_action_dist_cls()
+        dist = dist_cls.from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+        logp = dist.logp(batch[Columns.ACTIONS])
+        rewards = batch[Columns.REWARDS].to(logp.dtype)
+        mask = batch.get(Columns.LOSS_MASK)
+        mask = torch.ones_like(rewards) if mask is None else mask.to(logp.dtype)
+        count = mask.sum().clamp_min(1.0)
+        mean = (rewards * mask).sum() / count
+        adv = rewards - mean
+        if config.normalize_advantages:
+            std = torch.sqrt(((adv * mask) ** 2).sum() / count)
+            adv = adv / (std + 1e-8)
+        adv = adv.detach()
+        pg_loss = -(logp * adv * mask).sum() / count
+        entropy = (dist.entropy() * mask).sum() / count
+        loss = pg_loss - config.entropy_coeff * entropy
+        self.metrics.log_dict({"policy_loss": pg_loss.detach(), "entropy": entropy.detach(),
+                               "reward_mean": mean.detach()}, key=module_id, window=1)
+        groups = getattr(dist, "num_groups", None)  # the grouped placement distribution's
+        if isinstance(groups, torch.Tensor):
+            g = ((groups.to(mask.dtype) * mask).sum() / count).detach()
+            self.metrics.log_value((module_id, "num_groups"), g, window=1)
+        return loss
+
+
+class REINFORCE(Algorithm):
+    """Sample complete episodes from the measuring EnvRunners, update centrally."""
+
+    @classmethod
+    @override(Algorithm)
+    def get_default_config(cls) -> REINFORCEConfig:
+        return REINFORCEConfig()
+
+    @override(Algorithm)
+    def training_step(self) -> None:
+        cfg = self.config
+        steps = cfg.episodes_per_iteration * max(1, int(cfg.env_config.get("episode_len", 20)))
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            episodes, runner_results = synchronous_parallel_sample(
+                worker_set=self.env_runner_group, max_env_steps=steps,
+                sample_timeout_s=cfg.sample_timeout_s, _uses_new_env_runners=True,
+                _return_metrics=True)
+        if not episodes:  # every EnvRunner failed this round; they are restarted
+            return
+        self.metrics.aggregate(runner_results, key=ENV_RUNNER_RESULTS)
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            learner_results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME))})
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            modules = set(learner_results[0].keys()) - {ALL_MODULES}
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                               policies=modules, inference_only=True)
