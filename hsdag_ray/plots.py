@@ -47,9 +47,7 @@ def placed_graph(graph: CompGraph, placement: Mapping[str, str], devices: Sequen
     for layer, nodes in enumerate(nx.topological_generations(g)):
         for v in nodes:
             g.nodes[v]["layer"] = layer
-    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
-    pos = {v: (xy[0], -xy[1]) for v, xy in pos.items()}
-    pos = {v: (pos[v][1], pos[v][0]) for v in pos}  # layers left to right
+    pos = nx.multipartite_layout(g, subset_key="layer")  # layers left to right
     colour = {d: f"C{k}" for k, d in enumerate(devices)}
     n = graph.num_nodes
     fig, ax = plt.subplots(figsize=(min(30, 4 + n * 0.08), 5))

@@ -76,6 +76,9 @@ class TrainConfig:
         address: Ray address to join (``auto`` for a running cluster); empty = local Ray.
         repeats / threads / timeout: timing of real measurements.
         failure_factor: a failed placement counts as this many times the reference latency.
+        torch_threads: threads of every torch process (driver, learner, EnvRunners);
+            more than one on a small machine shared with Ray and OpenVINO makes
+            each update many times slower (threads spin waiting for each other).
     """
 
     model: str = "resnet50"
@@ -113,6 +116,7 @@ class TrainConfig:
     threads: int = 1
     timeout: float = 120.0
     failure_factor: float = 10.0
+    torch_threads: int = 1
 
     def validate(self) -> None:
         from envs.placement_env import REWARDS
@@ -137,6 +141,7 @@ class TrainConfig:
             (self.env_runners >= 0, "env_runners must be 0 or more"),
             (self.lr > 0, "lr must be positive"),
             (self.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
+            (self.torch_threads >= 1, "torch_threads must be at least 1"),
             (self.repeats >= 1 and self.threads >= 0 and self.timeout > 0,
              "repeats must be >= 1, threads >= 0 and timeout > 0"),
         ]
@@ -413,16 +418,21 @@ def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False) 
     from hsdag_ray import plots
     from hsdag_ray.tracking import Tracker
 
+    import torch
+
     say = _say(quiet)
     t_start = time.time()
+    torch.set_num_threads(cfg.torch_threads)
     run_dir = Run(cfg, resume)
     backend, devices, profile = resolve_backend(cfg, say)
     real = backend != "simulator"
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
     started_ray = False
     if not ray.is_initialized():
-        init_kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                   "configure_logging": False}
+        init_kw: dict[str, Any] = {
+            "include_dashboard": False, "log_to_driver": False, "configure_logging": False,
+            "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(cfg.torch_threads),
+                                         "WANDB_MODE": os.environ["WANDB_MODE"]}}}
         if cfg.address:
             init_kw["address"] = cfg.address
         elif real:
