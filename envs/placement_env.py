@@ -154,7 +154,8 @@ class PlacementEnv(gym.Env):
 
     # ------------------------------------------------------------ measuring
     def measure_array(self, placement: np.ndarray) -> tuple[Measurement, bool]:
-        """Measure (or fetch from the cache) a placement given as device indices."""
+        """Measure (or fetch from the run's cache) a placement the policy proposed,
+        given as device indices; it counts towards the run's best."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
         key = placement_key(self.graph_id, p)
         hit = self.store.get(key)
@@ -162,18 +163,23 @@ class PlacementEnv(gym.Env):
             m = Measurement(ok=hit["ok"], latency_s=hit["latency_s"], backend=self.backend.name,
                             stage=hit["info"].get("stage"), error=hit["info"].get("error"))
             return m, True
-        if hasattr(self.backend, "measure_array"):
-            m = self.backend.measure_array(p)
-        else:
-            m = self.backend.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, p)})
+        m = self.measure_untracked(p)
         info = {"stage": m.stage, "error": m.error} if not m.ok else {}
         self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info)
         return m, False
 
+    def measure_untracked(self, placement: np.ndarray) -> Measurement:
+        """Measure a placement that is not the policy's (a baseline or
+        reference): never cached, never counted, never the run's best."""
+        p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
+        if hasattr(self.backend, "measure_array"):
+            return self.backend.measure_array(p)
+        return self.backend.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, p)})
+
     def _reference(self) -> tuple[float, dict[str, float]]:
         singles = {}
         for d, name in enumerate(self.devices):
-            m, _ = self.measure_array(np.full(self.graph.num_nodes, d))
+            m = self.measure_untracked(np.full(self.graph.num_nodes, d))
             singles[name] = m.latency_s if m.ok else math.inf
         if self.config.reference == "best_single":
             ref = min(singles.values())
@@ -184,8 +190,8 @@ class PlacementEnv(gym.Env):
                              f"({', '.join(self.devices)})")
         if not math.isfinite(ref):
             # no single device can hold the model: measure relative to a balanced split
-            m, _ = self.measure_array(np.arange(self.graph.num_nodes) * len(self.devices)
-                                      // self.graph.num_nodes)
+            m = self.measure_untracked(np.arange(self.graph.num_nodes) * len(self.devices)
+                                       // self.graph.num_nodes)
             ref = m.latency_s if m.ok else 1.0
         return ref, singles
 

@@ -60,11 +60,11 @@ class DeviceSpec:
 
 #: ready-made modeled devices (names usable wherever a device is named)
 MODELED_DEVICES: dict[str, DeviceSpec] = {
-    # an integrated-GPU-like accelerator: fast dense math, costly small ops
-    "GPU_MODEL": DeviceSpec(peak_flops=1.0e12, mem_bandwidth_Bps=50e9, op_overhead_s=60e-6,
+    # an integrated-GPU-like accelerator: fast dense math, a launch cost per op
+    "GPU_MODEL": DeviceSpec(peak_flops=2.0e12, mem_bandwidth_Bps=60e9, op_overhead_s=30e-6,
                             link_bandwidth_Bps=8e9, link_latency_s=50e-6),
     # the same accelerator with 64 MB of memory for weights: large models must split
-    "GPU_SMALLMEM": DeviceSpec(peak_flops=1.0e12, mem_bandwidth_Bps=50e9, op_overhead_s=60e-6,
+    "GPU_SMALLMEM": DeviceSpec(peak_flops=2.0e12, mem_bandwidth_Bps=60e9, op_overhead_s=30e-6,
                                memory_bytes=64e6, link_bandwidth_Bps=8e9, link_latency_s=50e-6),
     # a CPU-like device, for modeling a CPU without measuring it
     "CPU_MODEL": DeviceSpec(peak_flops=1.0e11, mem_bandwidth_Bps=20e9, op_overhead_s=5e-6,

@@ -52,8 +52,9 @@ class TrainConfig:
         backend: ``default`` (real devices when the machine has two, else the
             simulator), ``simulator``, ``auto``, ``hetero`` or ``pipeline``.
         devices: device names; empty = chosen with the backend.
-        profile: profile JSON for the simulator; empty = record the local CPU
-            and model an accelerator.
+        profile: profile JSON: the simulator's costs (empty = record the local
+            CPU and model an accelerator); with a real backend, the costs the
+            exact solver's placement is computed on before it is measured.
         objective: simulator objective: sequential, parallel or throughput.
         coarsen: graph coarsening before learning: none, colocation, openvino.
         budget: placements the policy proposes, each measured or (when proposed
@@ -302,7 +303,8 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     devices = resolve_devices(devices or ["CPU", "CPU_F32"], cfg.threads)
     if len(devices) < 2:
         raise UsageError("placement needs at least two devices; add one with --devices")
-    return backend, devices, None
+    # a profile of the same devices lets the exact solvers' placement be measured too
+    return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
 
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
@@ -388,23 +390,44 @@ def _say(quiet: bool):
     return (lambda msg: None) if quiet else (lambda msg: console.print(msg))
 
 
-def compute_baselines(env, objective: str, backend: str, say) -> dict[str, float]:
-    """Single-device latencies and, where an exact solver applies, the optimum."""
-    baselines = {f"{d}_only": v for d, v in env.single_device_s.items()}
-    try:
-        from policies.exact import optimum_for
-    except ImportError:
-        return baselines
-    from hsdag_ray.profile import Profile, cost_graph
+def exact_method(graph, objective: str) -> Optional[str]:
+    """The exact solver that applies to ``objective`` on ``graph``, if any."""
+    import numpy as np
 
+    if objective == "sequential":
+        limited = bool(np.isfinite(graph.mem_capacity).any())
+        return "mincut" if graph.num_devices == 2 and not limited else "milp"
+    if objective == "throughput":
+        return "milp"
+    return None
+
+
+def compute_baselines(env, objective: str, say, time_limit: float = 120.0) -> dict[str, float]:
+    """Single-device latencies and, where an exact solver applies to the
+    profile, the latency of its optimal placement (``optimum``), measured by
+    the run's own backend (so on hardware with a real backend)."""
+    from hsdag_ray.profile import Profile, cost_graph
+    from policies.exact import solve
+
+    baselines = {f"{d}_only": v for d, v in env.single_device_s.items()}
     if env.config.profile is None:
         return baselines
-    cg = cost_graph(env.graph, Profile.from_json(env.config.profile), env.devices)
-    res = optimum_for(cg, objective)
-    if res is not None:
-        m, _ = env.measure_array(res.placement)
-        baselines["optimum"] = m.latency_s if m.ok else math.inf
-        say(f"exact optimum ({res.method}): {baselines['optimum'] * 1e3:.3f} ms")
+    prof = Profile.from_json(env.config.profile)
+    if any(d not in prof.devices for d in env.devices):
+        return baselines
+    cg = cost_graph(env.graph, prof, env.devices)
+    method = exact_method(cg, objective)
+    if method is None:
+        return baselines
+    res = solve(cg, objective, method, time_limit=time_limit)
+    if not res.feasible:
+        say(f"exact solver {method}: {res.status}")
+        return baselines
+    m = env.measure_untracked(res.placement)
+    baselines["optimum"] = m.latency_s if m.ok else math.inf
+    gap = "" if res.optimal else f" (not proven optimal: gap {res.gap:.1%})"
+    say(f"exact optimum on the profile ({method}): {res.value * 1e3:.3f} ms, measured "
+        f"{baselines['optimum'] * 1e3:.3f} ms{gap}")
     return baselines
 
 
@@ -459,7 +482,7 @@ def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False) 
         env = PlacementEnv(EnvConfig.from_dict(env_cfg))
         say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {cfg.coarsen} coarsening; "
             f"devices {', '.join(env.devices)}; backend {env.backend.name}")
-        baselines = state.get("baselines") or compute_baselines(env, cfg.objective, backend, say)
+        baselines = state.get("baselines") or compute_baselines(env, cfg.objective, say)
         state["baselines"] = baselines
         (run_dir.dir / "config.json").write_text(json.dumps(
             {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,

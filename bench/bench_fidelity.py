@@ -1,0 +1,113 @@
+"""How well the simulator ranks real placements, and how fast real measurement is.
+
+    python bench/bench_fidelity.py                       # resnet50 on CPU + CPU_F32
+    python bench/bench_fidelity.py --model tiny_cnn --placements 30
+
+1. Profiles the model on both devices with OpenVINO (per-op times).
+2. Measures ``--fit`` split placements for real and fits the transfer and
+   stage-boundary costs to them.
+3. Measures ``--placements`` other placements of several kinds (contiguous
+   splits, blocks, random per node) twice, and reports the Spearman rank
+   correlation of simulated vs measured latency (per kind and overall), with
+   and without the fitted boundary costs, next to the correlation between the
+   two real passes: the ceiling any model can reach on this machine.
+4. Reports placements measured per second (compile + timing), the timing
+   repeats used and the relative spread of the measurements.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from envs.base import TimingConfig
+from envs.graph_backend import OpenVINOGraphBackend
+from envs.simulator import Simulator
+from hsdag_ray.graph import build_graph
+from hsdag_ray.profile import Profile, cost_graph, fit_link_costs, split_placements
+
+
+def kinds(n: int, count: int, seed: int) -> list[tuple[str, np.ndarray]]:
+    """``count`` placements: a third contiguous splits, a third blocks, a third random."""
+    rng = np.random.default_rng(seed)
+    k = count // 3
+    out = []
+    for c in rng.integers(1, n, size=k):
+        p = (np.arange(n) >= c).astype(np.int64)
+        out.append(("contiguous", p if rng.random() < 0.5 else 1 - p))
+    for b in rng.integers(2, max(3, n // 3), size=k):
+        out.append(("blocks", ((np.arange(n) // b + rng.integers(0, 2)) % 2).astype(np.int64)))
+    while len(out) < count:
+        out.append(("random", rng.integers(0, 2, n)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--devices", default="CPU,CPU_F32")
+    ap.add_argument("--fit", type=int, default=12, help="placements used to fit the costs")
+    ap.add_argument("--placements", type=int, default=36, help="held-out placements compared")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--mode", default="pipeline", help="OpenVINO backend mode (pipeline, auto, hetero)")
+    args = ap.parse_args()
+    devices = args.devices.split(",")
+    model, fine, _, _ = build_graph(args.model, "none")
+    timing = TimingConfig(repeats=args.repeats, threads=1)
+    backend = OpenVINOGraphBackend(fine, model, devices, args.mode, timing)
+    profile = Profile(model=fine.name, devices={}, op_time_s={})
+    for d in backend.devices:
+        profile.devices[d] = {"kind": "measured"}
+        profile.op_time_s[d] = backend.ov.profile_ops(d)
+
+    def measure(p: np.ndarray):
+        return backend.measure({nm: devices[int(d)] for nm, d in zip(fine.names, p)})
+
+    fit_ps = split_placements(fine.num_nodes, 2, args.fit, seed=1)
+    fit_y = [measure(p).latency_s for p in fit_ps]
+    fit = fit_link_costs(fine, profile, fit_ps, fit_y)
+    held = kinds(fine.num_nodes, args.placements, seed=2)
+    t0 = time.perf_counter()
+    passes = []
+    spreads = []
+    for _ in range(2):
+        ys = []
+        for _, p in held:
+            m = measure(p)
+            ys.append(m.latency_s if m.ok else np.nan)
+            spreads.append(m.spread)
+        passes.append(np.array(ys))
+    rate = 2 * len(held) / (time.perf_counter() - t0)
+    y = np.nanmean(passes, axis=0)
+    sim_fit = Simulator(cost_graph(fine, profile))
+    plain = Profile(profile.model, profile.devices, profile.op_time_s)
+    sim_plain = Simulator(cost_graph(fine, plain))
+    pred_fit = np.array([sim_fit.sequential(p).value for _, p in held])
+    pred_plain = np.array([sim_plain.sequential(p).value for _, p in held])
+    ok = np.isfinite(y)
+    print(f"model {args.model}, devices {args.devices}, backend mode {args.mode}, "
+          f"{fine.num_nodes} nodes")
+    print(f"fitted on {args.fit} placements: boundary {fit['boundary_s'] * 1e3:.3f} ms, "
+          f"link latency {fit['link_latency_s'] * 1e6:.1f} us, bandwidth "
+          f"{(fit['link_bandwidth_Bps'] or float('inf')) / 1e9:.2f} GB/s")
+    print(f"{'placements':<12}{'n':>4}{'sim (fitted)':>14}{'sim (compute only)':>20}{'real vs real':>14}"
+          f"{'mean |err|':>12}")
+    labels = np.array([k for k, _ in held])
+    for kind in ("contiguous", "blocks", "random", "all"):
+        sel = ok & ((labels == kind) if kind != "all" else True)
+        if sel.sum() < 3:
+            continue
+        r_fit = spearmanr(pred_fit[sel], y[sel]).statistic
+        r_plain = spearmanr(pred_plain[sel], y[sel]).statistic
+        r_real = spearmanr(passes[0][sel], passes[1][sel]).statistic
+        err = np.mean(np.abs(pred_fit[sel] - y[sel]) / y[sel])
+        print(f"{kind:<12}{sel.sum():>4}{r_fit:>14.3f}{r_plain:>20.3f}{r_real:>14.3f}{err:>12.1%}")
+    print(f"measurement: {rate:.2f} placements/s (compile + {timing.warmup} warm-up + "
+          f"{timing.repeats}x{timing.block} timed runs), median relative spread "
+          f"{np.nanmedian(spreads):.1%}, latency {np.nanmin(y) * 1e3:.2f}-{np.nanmax(y) * 1e3:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
