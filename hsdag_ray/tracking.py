@@ -1,6 +1,7 @@
 """Weights & Biases tracking, offline by default, switched off with one flag."""
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -22,7 +23,7 @@ class Tracker:
         import wandb
 
         id_file = Path(run_dir) / "wandb_id.txt"
-        run_id = id_file.read_text().strip() if resume and id_file.is_file() else wandb.util.generate_id()
+        run_id = id_file.read_text().strip() if resume and id_file.is_file() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id)
         self.run = wandb.init(project=project, name=name, config=dict(config), mode=mode,
                               dir=str(run_dir), id=run_id, resume="allow",

@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from hsdag_ray.cli import UsageError, run
 
@@ -431,8 +431,13 @@ def compute_baselines(env, objective: str, say, time_limit: float = 120.0) -> di
     return baselines
 
 
-def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False) -> dict[str, Any]:
-    """Run (or continue) a training run; return its summary."""
+def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False,
+          on_iteration: Optional[Callable[[Any, dict[str, Any]], None]] = None) -> dict[str, Any]:
+    """Run (or continue) a training run; return its summary.
+
+    ``on_iteration(algo, metrics_row)`` is called after every iteration with
+    the RLlib algorithm and the row written to ``metrics.jsonl``.
+    """
     import numpy as np
     import ray
 
@@ -524,6 +529,8 @@ def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False) 
                    "wall_s": wall_before + time.time() - t_loop}
             run_dir.append_metrics(row)
             tracker.log(row, step=state["iteration"])
+            if on_iteration is not None:
+                on_iteration(algo, row)
             say(f"iter {row['iteration']:>3}  placements {row['placements']:>4}/{cfg.budget} "
                 f"({row['measurements']} measured)  "
                 f"best {best * 1e3 if best else float('nan'):8.3f} ms  "
