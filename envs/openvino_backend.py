@@ -63,6 +63,7 @@ import openvino as ov
 from openvino import opset13
 
 from envs.base import Measurement, TimingConfig, summarize_times
+from hsdag_ray.models import openvino_error_text
 
 __all__ = [
     "DEVICE_ALIASES",
@@ -290,7 +291,7 @@ class DeviceSet:
                 self.core.register_plugin(str(find_plugin_library(self.core, spec.base)), spec.name)
                 self.core.get_property(spec.name, "FULL_DEVICE_NAME")  # loads the plugin now
             except (ValueError, RuntimeError) as exc:
-                return f"cannot create virtual device {spec.name!r}: {_first_line(exc)}"
+                return f"cannot create virtual device {spec.name!r}: {openvino_error_text(exc)}"
         props: dict[str, object] = {}
         if spec.precision is not None:
             ov_type, capability = PRECISIONS[spec.precision]
@@ -306,7 +307,7 @@ class DeviceSet:
             if props:
                 self.core.set_property(spec.name, props)
         except RuntimeError as exc:
-            return f"cannot configure device {spec.name!r}: {_first_line(exc)}"
+            return f"cannot configure device {spec.name!r}: {openvino_error_text(exc)}"
         self.specs[spec.name] = spec
         return None
 
@@ -494,18 +495,6 @@ class _StageFailure(Exception):
         self.message = message
 
 
-def _first_line(exc: BaseException) -> str:
-    """The informative first line of an OpenVINO error (skips 'Exception from' / 'Check' lines)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith(("Exception from ", "Check '"))] or lines
-    if not useful:
-        return type(exc).__name__
-    text = useful[0]
-    if text.endswith(":") and len(useful) > 1:
-        text = f"{text} {useful[1]}"
-    return text
-
-
 class _RequestRunner:
     """A whole compiled model (one device or HETERO) and its infer request."""
 
@@ -520,7 +509,7 @@ class _RequestRunner:
         try:
             self.request.infer()
         except Exception as exc:  # OpenVINO raises RuntimeError and others
-            raise _StageFailure("infer", f"inference failed: {_first_line(exc)}") from exc
+            raise _StageFailure("infer", f"inference failed: {openvino_error_text(exc)}") from exc
 
     def outputs(self) -> list[np.ndarray]:
         """Copies of the model outputs of the last inference."""
@@ -552,7 +541,7 @@ class _PipelineRunner:
                 for j, key in enumerate(stage.outputs):
                     store[key] = request.get_output_tensor(j)
         except Exception as exc:  # OpenVINO raises RuntimeError and others
-            raise _StageFailure("infer", f"stage pipeline inference failed: {_first_line(exc)}") from exc
+            raise _StageFailure("infer", f"stage pipeline inference failed: {openvino_error_text(exc)}") from exc
 
     def outputs(self) -> list[np.ndarray]:
         """Copies of the model outputs of the last inference."""
@@ -726,7 +715,7 @@ class OpenVINOBackend:
         except _StageFailure as failure:
             raise ValueError(f"profiling on {device} failed: {failure.message}") from failure
         except Exception as exc:  # OpenVINO raises RuntimeError and others
-            raise ValueError(f"profiling on {device} failed: {_first_line(exc)}") from exc
+            raise ValueError(f"profiling on {device} failed: {openvino_error_text(exc)}") from exc
         node_time = {node: float(np.median(times)) for node, times in per_node.items()}
         return _attribute_node_times(compiled.get_runtime_model(), node_time, self._op_names)
 
@@ -761,7 +750,7 @@ class OpenVINOBackend:
         try:
             compiled = self.device_set.core.compile_model(model, device)
         except Exception as exc:  # OpenVINO raises RuntimeError and others
-            raise _StageFailure("compile", f"compiling on {device} failed: {_first_line(exc)}") from exc
+            raise _StageFailure("compile", f"compiling on {device} failed: {openvino_error_text(exc)}") from exc
         finally:
             info["compile_s"] = float(info.get("compile_s", 0.0)) + time.perf_counter() - start
         if time.perf_counter() > deadline:
@@ -821,7 +810,7 @@ class OpenVINOBackend:
         try:
             runner = _RequestRunner(compiled, self._input_tensors())
         except Exception as exc:  # OpenVINO raises RuntimeError and others
-            raise _StageFailure("compile", f"creating the infer request failed: {_first_line(exc)}") from exc
+            raise _StageFailure("compile", f"creating the infer request failed: {openvino_error_text(exc)}") from exc
         runner.infer()
         return runner
 
@@ -833,7 +822,7 @@ class OpenVINOBackend:
             stages, output_keys = split_stages(self.model, affinity)
         except Exception as exc:  # OpenVINO raises RuntimeError and others
             raise _StageFailure("compile",
-                                f"splitting the model into stages failed: {_first_line(exc)}") from exc
+                                f"splitting the model into stages failed: {openvino_error_text(exc)}") from exc
         compiled = [self._compile(stage.model, stage.device, deadline, info) for stage in stages]
         sources: dict[TensorKey, ov.Tensor] = {
             (param.get_friendly_name(), 0): tensor
@@ -847,7 +836,7 @@ class OpenVINOBackend:
             runner = _PipelineRunner(stages, compiled, sources, output_keys)
         except Exception as exc:  # OpenVINO raises RuntimeError and others
             raise _StageFailure("compile",
-                                f"creating the stage infer requests failed: {_first_line(exc)}") from exc
+                                f"creating the stage infer requests failed: {openvino_error_text(exc)}") from exc
         runner.infer()
         return runner
 
@@ -861,7 +850,7 @@ class OpenVINOBackend:
                 runner = _RequestRunner(compiled, self._input_tensors())
             except Exception as exc:  # OpenVINO raises RuntimeError and others
                 raise _StageFailure("infer", f"cannot compute reference outputs on {device}: "
-                                             f"{_first_line(exc)}") from exc
+                                             f"{openvino_error_text(exc)}") from exc
             runner.infer()
             self._reference = runner.outputs()
         return self._reference
