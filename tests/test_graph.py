@@ -133,3 +133,19 @@ def test_fractal_dimension():
     centre = fractal_dimension(grid, k * k, chunk=7)[idx[7, 7]]  # chunking gives the same
     assert centre > 1.3 > expect
     assert centre == pytest.approx(fractal_dimension(grid, k * k)[idx[7, 7]])
+
+
+def test_openvino_fusion_coarsening_follows_the_runtime_model():
+    from hsdag_ray.graph import build_graph
+
+    model, fine, coarse, mapping = build_graph("tiny_cnn", "openvino")
+    members = [n.members for n in coarse.nodes]
+    # the CPU plugin fuses Convolution+ReLU, and Convolution+Add(skip)+ReLU
+    assert ["stem", "stem/relu"] in members
+    assert ["block0/conv2", "block0/add", "block0/relu2"] in members
+    assert ["concat"] in members and ["fc"] in members
+    assert coarse.num_nodes == 11 and all(e.src < e.dst for e in coarse.edges)
+    assert sorted(op for n in coarse.nodes for op in n.ops) == sorted(
+        op.get_friendly_name() for op in model.get_ordered_ops())
+    assert all(coarse.nodes[mapping[i]].name == coarse.nodes[mapping[i]].members[0]
+               and fine.nodes[i].name in coarse.nodes[mapping[i]].members for i in range(fine.num_nodes))
