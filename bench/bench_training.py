@@ -47,13 +47,13 @@ def run(model: str, runners: int, iterations: int) -> dict:
         env = PlacementEnv(EnvConfig.from_dict(ec))
         out["forward_s"] = forward_time(env, algo.get_module())
         out["nodes"] = env.graph.num_nodes
-    algo.train()  # warm-up
+    start = algo.train()["num_env_steps_sampled_lifetime"]  # warm-up
     t0 = time.perf_counter()
-    steps, learn = 0, []
+    learn = []
     for _ in range(iterations):
         r = algo.train()
-        steps += r["env_runners"]["num_env_steps_sampled"]
         learn.append(r["timers"]["learner_update_timer"])
+    steps = r["num_env_steps_sampled_lifetime"] - start
     out["placements_per_s"] = steps / (time.perf_counter() - t0)
     out["update_s"] = float(np.median(learn))
     algo.stop()
