@@ -1,0 +1,187 @@
+"""Solve a placement problem with an exact or algorithmic method.
+
+    python -m hsdag_ray.solve --graph FILE.json --objective throughput --method dp
+    python -m hsdag_ray.solve --graph FILE.json --objective sequential --method milp \\
+        --devices CPU0,ACC0,ACC1 --time-limit 30 --out placement.json --json
+
+``--graph`` takes an input of the public dnn-partitioning benchmark
+(:mod:`hsdag_ray.dnnpart`). ``--devices N`` keeps the graph's first ``N``
+devices (CPUs first, then accelerators), ``--devices A,B`` keeps the named
+ones. The output gives the simulator value of the placement, the method's
+lower bound and gap, whether it is proven optimal, and the solve time.
+``--out`` writes the result with the placement keyed by node name.
+
+Methods (``--list`` prints them): mincut, alpha-expansion, milp, milp-contig,
+dp, heft, single (``--device NAME`` for one device), random (``--seed``,
+``--samples``).
+
+Exit codes: 0 a feasible placement was found; 1 none was (infeasible
+problem, or a time limit hit before one was found); 2 bad input (missing or
+malformed file, unknown method, objective or device), with one sentence on
+stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from envs.simulator import OBJECTIVES
+from hsdag_ray.cli import UsageError, run
+from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.dnnpart import load_dnnpart
+from policies.exact import SOLVERS, solve
+from policies.result import SolveResult
+
+__all__ = ["main", "restrict_devices", "load_graph", "format_result"]
+
+
+def restrict_devices(graph: CostGraph, keep: Sequence[int]) -> CostGraph:
+    """The same problem on the devices ``keep`` only (in that order)."""
+    k = np.asarray(keep, dtype=np.int64)
+    return CostGraph(
+        names=list(graph.names), devices=[graph.devices[i] for i in k],
+        compute_s=graph.compute_s[:, k], tensor_src=graph.tensor_src,
+        tensor_bytes=graph.tensor_bytes, edge_src=graph.edge_src, edge_dst=graph.edge_dst,
+        edge_tensor=graph.edge_tensor, link_latency_s=graph.link_latency_s[np.ix_(k, k)],
+        link_bandwidth_Bps=graph.link_bandwidth_Bps[np.ix_(k, k)],
+        tensor_transfer_s=graph.tensor_transfer_s, boundary_s=graph.boundary_s,
+        mem_bytes=graph.mem_bytes, mem_capacity=graph.mem_capacity[k],
+        colocate=graph.colocate, is_backward=graph.is_backward, op_types=graph.op_types,
+        modeled={d: graph.modeled.get(d, False) for d in (graph.devices[i] for i in k)},
+        name=graph.name)
+
+
+def _select_devices(graph: CostGraph, spec: Optional[str]) -> CostGraph:
+    if not spec:
+        return graph
+    if spec.isdigit():
+        n = int(spec)
+        if not 1 <= n <= graph.num_devices:
+            raise UsageError(f"--devices {n}: the graph has {graph.num_devices} devices "
+                             f"({', '.join(graph.devices)}); give 1 to {graph.num_devices}")
+        return restrict_devices(graph, range(n))
+    names = [d.strip() for d in spec.split(",") if d.strip()]
+    unknown = [d for d in names if d not in graph.devices]
+    if unknown:
+        raise UsageError(f"--devices: unknown device(s) {', '.join(unknown)}; "
+                         f"this graph has {', '.join(graph.devices)}")
+    return restrict_devices(graph, [graph.devices.index(d) for d in names])
+
+
+def load_graph(args: argparse.Namespace) -> CostGraph:
+    """The problem named on the command line (one branch per kind of input)."""
+    path = Path(args.graph)
+    if not path.is_file():
+        raise UsageError(f"--graph {args.graph}: no such file; give a dnn-partitioning "
+                         "input (.json)")
+    try:
+        graph = load_dnnpart(path)
+    except ValueError as e:
+        raise UsageError(f"--graph: {e}") from None
+    return _select_devices(graph, args.devices)
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.6g} ms" if np.isfinite(x) else "none"
+
+
+def format_result(graph: CostGraph, r: SolveResult) -> str:
+    """Human-readable lines for one result."""
+    per_dev = np.bincount(r.placement, minlength=graph.num_devices)
+    used = ", ".join(f"{graph.devices[d]} {c}" for d, c in enumerate(per_dev) if c)
+    scope = " over contiguous splits" if r.scope == "contiguous" else ""
+    verdict = "optimal" + scope if r.optimal else (
+        "feasible" if r.feasible else "no feasible placement")
+    gap = f"{r.gap:.3%}" if np.isfinite(r.gap) else "unknown"
+    return "\n".join([
+        f"{graph.subgraph_summary()}",
+        f"method {r.method}, objective {r.objective}: value {_ms(r.value)}, "
+        f"bound {_ms(r.bound)}, gap {gap}, {verdict}",
+        f"solved in {r.solve_s:.3f} s; {r.status}",
+        f"nodes per device: {used}" if r.feasible or np.isfinite(r.value) else ""]).rstrip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one-sentence :class:`UsageError`."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m hsdag_ray.solve", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graph", help="dnn-partitioning input file (.json)")
+    ap.add_argument("--objective", choices=OBJECTIVES, help="objective to minimise")
+    ap.add_argument("--method", help="method name (see --list)")
+    ap.add_argument("--devices", help="keep the first N devices, or a comma-separated list")
+    ap.add_argument("--time-limit", type=float, default=60.0,
+                    help="seconds for MILPs, DP, alpha-expansion, random (default 60)")
+    ap.add_argument("--device", help="for --method single: the device (default: the best)")
+    ap.add_argument("--seed", type=int, default=0, help="for --method random (default 0)")
+    ap.add_argument("--samples", type=int, default=100, help="for --method random (default 100)")
+    ap.add_argument("--out", help="write the result and placement (keyed by node name) as JSON")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--list", action="store_true", help="list the methods and exit")
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = build_parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:     # --help
+        return int(e.code or 0)
+    if args.list:
+        for name, s in SOLVERS.items():
+            print(f"{name:16s} {', '.join(s.objectives):34s} {s.summary}")
+        return 0
+    for flag in ("graph", "objective", "method"):
+        if not getattr(args, flag):
+            raise UsageError(f"--{flag} is required (see --help)")
+    if args.method not in SOLVERS:
+        raise UsageError(f"unknown method {args.method!r}; choose one of {', '.join(SOLVERS)}")
+    if args.objective not in SOLVERS[args.method].objectives:
+        raise UsageError(f"method {args.method} does not solve the {args.objective} objective; "
+                         f"it solves {', '.join(SOLVERS[args.method].objectives)}")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UsageError("--time-limit must be positive")
+    graph = load_graph(args)
+    options: dict = {}
+    if args.method == "single" and args.device:
+        if args.device not in graph.devices:
+            raise UsageError(f"--device {args.device}: not a device of this graph "
+                             f"({', '.join(graph.devices)})")
+        options["device"] = args.device
+    if args.method == "random":
+        options.update(seed=args.seed, samples=args.samples)
+    try:
+        result = solve(graph, args.objective, args.method, time_limit=args.time_limit, **options)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except TimeoutError as e:
+        print(f"hsdag_ray.solve: {e}", file=sys.stderr)
+        return 1
+    doc = result.to_dict(graph)
+    if args.out:
+        try:
+            Path(args.out).write_text(json.dumps(doc, indent=1))
+        except OSError as e:
+            raise UsageError(f"--out {args.out}: cannot write ({e.strerror})") from None
+    if args.json:
+        print(json.dumps(doc if args.out is None else {k: v for k, v in doc.items()
+                                                        if k != "placement"}, indent=1))
+    else:
+        print(format_result(graph, result))
+        if args.out:
+            print(f"placement written to {args.out}")
+    return 0 if result.feasible else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run(main, prog="hsdag_ray.solve"))

@@ -1,0 +1,333 @@
+"""Exact methods equal the brute-force optimum; heuristics are never below it.
+
+Brute force enumerates every placement of small random DAGs (6-10 nodes, 2-3
+devices) and evaluates each with the simulator, the reference for every
+objective.
+"""
+import itertools
+import json
+import subprocess
+import sys
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from envs.simulator import Simulator
+from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.solve import main as solve_main
+from policies.bounds import lower_bound
+from policies.exact import SOLVERS, solve
+from policies.ideals import contiguity, solve_dp
+from policies.mincut import expansion_move
+
+OBJ = ("sequential", "throughput", "parallel")
+
+
+def random_dag(seed: int, n: int = 8, D: int = 2, mem: bool = False, boundary: float = 0.0,
+               uniform: bool = True, coloc: bool = False, unsupported: bool = False,
+               fanout: bool = False) -> CostGraph:
+    """A random DAG in topological order, one tensor per producing node.
+
+    ``uniform``: one transfer time per tensor; otherwise asymmetric link
+    latency / bandwidth matrices (direction-dependent costs).
+    """
+    rng = np.random.default_rng(seed)
+    src, dst = [], []
+    for v in range(1, n):
+        k = int(rng.integers(1, min(3, v) + 1))
+        for u in sorted(rng.choice(v, size=k, replace=False)):
+            src.append(int(u))
+            dst.append(v)
+    if fanout:  # node 0 feeds every other node: its tensor reaches many devices
+        pairs = sorted(set(zip(src, dst)) | {(0, v) for v in range(1, n)})
+        src, dst = [p[0] for p in pairs], [p[1] for p in pairs]
+    producers = sorted(set(src))
+    tid = {u: i for i, u in enumerate(producers)}
+    comp = rng.uniform(0.1, 2.0, (n, D))
+    if unsupported:
+        comp[rng.random((n, D)) < 0.2] = np.inf
+        comp[np.isinf(comp).all(axis=1), 0] = 1.0
+    kw: dict = {}
+    if uniform:
+        kw["tensor_transfer_s"] = rng.uniform(0.0, 1.5, len(producers))
+    else:
+        kw["link_latency_s"] = rng.uniform(0.0, 0.5, (D, D))
+        kw["link_bandwidth_Bps"] = rng.uniform(1.0, 4.0, (D, D))
+    if mem:
+        kw["mem_bytes"] = rng.uniform(0.0, 1.0, n)
+        kw["mem_capacity"] = np.array([np.inf] + [0.3 * n] * (D - 1))
+    if coloc:
+        c = np.full(n, -1)
+        c[rng.choice(n, 3, replace=False)] = 0
+        kw["colocate"] = c
+    return CostGraph(names=[f"n{i}" for i in range(n)], devices=[f"D{d}" for d in range(D)],
+                     compute_s=comp, tensor_src=producers,
+                     tensor_bytes=rng.uniform(1.0, 4.0, len(producers)), edge_src=src,
+                     edge_dst=dst, edge_tensor=[tid[u] for u in src], boundary_s=boundary,
+                     name=f"random{seed}", **kw)
+
+
+def placements(g: CostGraph):
+    for p in itertools.product(range(g.num_devices), repeat=g.num_nodes):
+        p = np.array(p)
+        if np.isfinite(g.compute_s[np.arange(g.num_nodes), p]).all():
+            yield p
+
+
+def is_contiguous(cg, p: np.ndarray) -> bool:
+    """Groups on one device each and an acyclic quotient of the precedence DAG."""
+    dev: dict[int, int] = {}
+    for i, gi in enumerate(cg.group):
+        if dev.setdefault(int(gi), int(p[i])) != p[i]:
+            return False
+    q = nx.DiGraph()
+    q.add_edges_from((dev[a], dev[b]) for a, b in cg.edges if dev[a] != dev[b])
+    return nx.is_directed_acyclic_graph(q)
+
+
+def paper_load(g: CostGraph, p: np.ndarray) -> float:
+    """The DP's load model: a tensor counts once on its sender, once per receiver."""
+    D = g.num_devices
+    load = np.bincount(p, weights=g.compute_s[np.arange(g.num_nodes), p], minlength=D)
+    for t in range(g.num_tensors):
+        u = g.tensor_src[t]
+        dests = set(p[g.edge_dst[g.edge_tensor == t]].tolist()) - {p[u]}
+        if dests:
+            load[p[u]] += g.tensor_transfer_s[t]
+            for d in dests:
+                load[d] += g.tensor_transfer_s[t]
+    return float(load.max())
+
+
+def brute_force(g: CostGraph) -> dict:
+    sim = Simulator(g)
+    cg = contiguity(g, merge_leaves=False)
+    best = {o: np.inf for o in OBJ}
+    best["contig"] = best["contig_paper"] = np.inf
+    for p in placements(g):
+        for o in OBJ:
+            r = sim.evaluate(p, o)
+            if not r.feasible:
+                break
+            best[o] = min(best[o], r.value)
+            if o == "throughput" and is_contiguous(cg, p):
+                best["contig"] = min(best["contig"], r.value)
+                if g.tensor_transfer_s is not None:
+                    best["contig_paper"] = min(best["contig_paper"], paper_load(g, p))
+    return best
+
+
+def close(a: float, b: float) -> bool:
+    return a == b or bool(np.isclose(a, b, rtol=1e-7, atol=1e-9))
+
+
+CASES = [dict(seed=s, n=n, D=D, mem=mem, boundary=b, uniform=u, coloc=c, unsupported=us, fanout=f)
+         for s, (n, D, mem, b, u, c, us, f) in enumerate([
+             (6, 2, False, 0.0, True, False, False, False),
+             (8, 2, False, 0.3, True, False, False, False),
+             (10, 2, True, 0.0, True, False, False, False),
+             (9, 2, False, 0.2, False, False, False, False),
+             (8, 2, True, 0.4, False, True, False, False),
+             (8, 2, False, 0.0, True, False, True, True),
+             (10, 2, True, 0.1, True, True, True, False),
+             (6, 3, False, 0.0, True, False, False, False),
+             (7, 3, True, 0.3, True, False, False, False),
+             (7, 3, False, 0.2, False, False, False, True),
+             (8, 3, True, 0.0, True, True, False, True),
+             (7, 3, False, 0.5, False, True, True, False),
+         ])]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: "seed{seed}-n{n}-D{D}".format(**c))
+def case(request):
+    g = random_dag(**request.param)
+    return g, brute_force(g)
+
+
+def test_exact_methods_equal_brute_force(case):
+    g, best = case
+    for name, spec in SOLVERS.items():
+        for obj in spec.exact:
+            if name == "mincut" and g.num_devices != 2:
+                continue
+            r = solve(g, obj, name, time_limit=60)
+            opt = best["contig"] if spec.scope == "contiguous" else best[obj]
+            if not np.isfinite(opt):                    # nothing fits: no placement
+                assert not r.feasible and not r.optimal
+                continue
+            if name == "mincut" and not r.feasible:     # memory binds: the cut is a bound
+                assert r.bound <= opt + 1e-9
+                continue
+            assert r.optimal, (name, obj, r.status)
+            assert close(r.value, opt), (name, obj, r.value, opt)
+            assert r.bound <= r.value + 1e-9
+
+
+def test_mincut_energy_is_the_sequential_objective(case):
+    g, best = case
+    if g.num_devices != 2:
+        pytest.skip("two devices")
+    energy, p = expansion_move(g, np.zeros(g.num_nodes, dtype=np.int64), 1)
+    assert close(energy, Simulator(g).evaluate(p, "sequential").value)
+    assert energy <= best["sequential"] + 1e-9
+
+
+def test_dp_is_exact_for_its_load_model(case):
+    g, best = case
+    if g.tensor_transfer_s is None:
+        with pytest.raises(ValueError, match="milp-contig"):
+            solve_dp(g)
+        return
+    r = solve_dp(g)
+    assert close(r.info["dp_value_s"], best["contig_paper"])
+    # its split under the simulator: never below the contiguous optimum, which it bounds
+    assert r.bound <= best["contig"] + 1e-9
+    if np.isfinite(best["contig"]):
+        assert r.value >= best["contig"] - 1e-9
+    if r.optimal:
+        assert close(r.value, r.bound)
+
+
+def test_heuristics_never_beat_the_optimum(case):
+    g, best = case
+    for name, spec in SOLVERS.items():
+        for obj in spec.objectives:
+            if obj in spec.exact or (name == "mincut"):
+                continue
+            if name == "dp" and g.tensor_transfer_s is None:
+                continue    # needs device-independent transfers (see test above)
+            r = solve(g, obj, name, time_limit=60)
+            opt = best["contig"] if spec.scope == "contiguous" else best[obj]
+            if r.feasible:
+                assert r.value >= opt - 1e-9, (name, obj)
+            assert r.bound <= opt + 1e-9, (name, obj)
+            assert lower_bound(g, obj) <= opt + 1e-9
+
+
+def test_parallel_milp_brackets_the_optimum(case):
+    g, best = case
+    r = solve(g, "parallel", "milp", time_limit=60)
+    assert r.bound <= best["parallel"] + 1e-9 <= r.value + 2e-9
+    assert r.info["mip_objective_s"] <= r.value + 1e-9
+
+
+def test_alpha_expansion_keeps_memory_feasibility():
+    g = random_dag(3, n=9, D=3, mem=True, boundary=0.2)
+    r = solve(g, "sequential", "alpha-expansion")
+    assert r.feasible
+    assert r.info["rounds"] >= 1
+
+
+def test_infeasible_problem_reports_no_placement():
+    g = random_dag(1, n=6, D=2, mem=True)
+    g.mem_capacity = np.array([0.01, 0.01])
+    for method in ("milp", "mincut"):
+        r = solve(g, "sequential", method)
+        assert not r.feasible and not r.optimal
+    r = solve(g, "throughput", "dp")
+    assert not r.feasible and "no contiguous split" in r.status
+
+
+def test_unknown_names_are_value_errors():
+    g = random_dag(0)
+    with pytest.raises(ValueError, match="unknown method"):
+        solve(g, "sequential", "magic")
+    with pytest.raises(ValueError, match="unknown objective"):
+        solve(g, "fast", "milp")
+    with pytest.raises(ValueError, match="does not solve the parallel"):
+        solve(g, "parallel", "dp")
+    with pytest.raises(ValueError, match="two devices"):
+        solve(random_dag(0, D=3), "sequential", "mincut")
+
+
+def test_result_to_dict_is_json(case):
+    g, _ = case
+    r = solve(g, "sequential", "single")
+    d = json.loads(json.dumps(r.to_dict(g)))
+    assert set(d["placement"]) == set(g.names)
+    assert d["method"] == "single"
+
+
+# ---------------------------------------------------------------- command line
+def run_cli(capsys, *args):
+    from hsdag_ray.cli import run
+    code = run(solve_main, list(args), prog="hsdag_ray.solve")
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, err, *words):
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.fixture
+def small_input(tmp_path):
+    doc = {"maxSizePerFPGA": 100.0, "maxFPGAs": 2, "maxCPUs": 1,
+           "nodes": [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0 * (i + 1),
+                      "fpgaLatency": 1.0 + i, "isBackwardNode": 0, "size": 10.0}
+                     for i in range(4)],
+           "edges": [{"sourceId": 0, "destId": 1, "cost": 0.5},
+                     {"sourceId": 0, "destId": 2, "cost": 0.5},
+                     {"sourceId": 1, "destId": 3, "cost": 0.25},
+                     {"sourceId": 2, "destId": 3, "cost": 0.25}]}
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_cli_bad_input_exit_2(capsys, tmp_path, small_input):
+    code, _, err = run_cli(capsys, "--graph", str(tmp_path / "nope.json"), "--objective",
+                           "throughput", "--method", "dp")
+    assert_user_error(code, err, "no such file")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run_cli(capsys, "--graph", str(bad), "--objective", "throughput",
+                           "--method", "dp")
+    assert_user_error(code, err, "not valid JSON")
+    bad.write_text(json.dumps({"maxFPGAs": 1, "maxCPUs": 1, "nodes": [], "edges": []}))
+    code, _, err = run_cli(capsys, "--graph", str(bad), "--objective", "throughput",
+                           "--method", "dp")
+    assert_user_error(code, err, "maxSizePerFPGA")
+    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "throughput",
+                           "--method", "magic")
+    assert_user_error(code, err, "unknown method")
+    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "fast",
+                           "--method", "dp")
+    assert_user_error(code, err, "invalid choice")
+    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "parallel",
+                           "--method", "dp")
+    assert_user_error(code, err, "does not solve the parallel")
+    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "sequential",
+                           "--method", "mincut")
+    assert_user_error(code, err, "two devices")
+    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "sequential",
+                           "--method", "milp", "--devices", "GPU9")
+    assert_user_error(code, err, "unknown device")
+
+
+def test_cli_solves_and_writes(capsys, tmp_path, small_input):
+    out = tmp_path / "placement.json"
+    code, text, _ = run_cli(capsys, "--graph", str(small_input), "--objective", "sequential",
+                            "--method", "mincut", "--devices", "CPU0,ACC0", "--out", str(out))
+    assert code == 0
+    assert "optimal" in text and "bound" in text and "solved in" in text
+    doc = json.loads(out.read_text())
+    assert set(doc["placement"].values()) <= {"CPU0", "ACC0"}
+    code, text, _ = run_cli(capsys, "--graph", str(small_input), "--objective", "throughput",
+                            "--method", "dp", "--json")
+    d = json.loads(text)
+    assert code == 0 and d["optimal"] and d["scope"] == "contiguous"
+
+
+def test_cli_subprocess_has_no_traceback(small_input):
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.solve", "--graph", str(small_input),
+                        "--objective", "throughput", "--method", "nope"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
