@@ -48,14 +48,20 @@ def test_simulator_run_writes_every_output(tmp_path):
 
 
 def test_real_openvino_run_end_to_end(tmp_path):
+    from hsdag_ray.profile import record
+
+    # a profile of the same devices: the exact solver's placement is computed on it
+    # and then measured on the devices like any other placement
+    record("tiny_cnn", ["CPU", "CPU_F32"], fit=6, progress=False).save(tmp_path / "p.json")
     cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=40,
                       episode_len=10, env_runners=1, repeats=5, wandb="disabled", out=str(tmp_path),
-                      name="real")
+                      name="real", profile=str(tmp_path / "p.json"))
     s = train(cfg, quiet=True)
     run = tmp_path / "real"
     assert s["backend"] == "openvino-auto" and s["objective"] == "measured"
     assert s["failures"] == 0 and s["measurements"] >= 3
-    assert set(s["baselines"]) >= {"CPU_only", "CPU_F32_only"}
+    assert set(s["baselines"]) == {"CPU_only", "CPU_F32_only", "optimum"}
+    assert 0 < s["baselines"]["optimum"] < 10 * s["baselines"]["CPU_only"]
     # re-measured within the noise (the best of many noisy samples is optimistic)
     assert 0.5 * s["best_latency_s"] < s["best_remeasured_s"] < 2.0 * s["best_latency_s"]
     for f in ("best_placement.json", "summary.json", "learning_curve.png", "placement.png"):
