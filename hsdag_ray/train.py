@@ -531,11 +531,12 @@ def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False,
             tracker.log(row, step=state["iteration"])
             if on_iteration is not None:
                 on_iteration(algo, row)
+            groups = f"groups {row['num_groups']:5.1f}  " if row["num_groups"] is not None else ""
+            best_ms = f"{best * 1e3:8.3f} ms" if best else "    none"
             say(f"iter {row['iteration']:>3}  placements {row['placements']:>4}/{cfg.budget} "
-                f"({row['measurements']} measured)  "
-                f"best {best * 1e3 if best else float('nan'):8.3f} ms  "
+                f"({row['measurements']} measured)  best {best_ms}  "
                 f"speedup vs {cpu_name} {(row['speedup_vs_cpu'] or 0) * 100:5.1f}%  "
-                f"groups {row['num_groups'] or 0:5.1f}  {row['measurements_per_s']:.1f} meas/s")
+                f"{groups}{row['measurements_per_s']:.1f} meas/s")
             state["wall_s"] = row["wall_s"]
             if state["iteration"] % cfg.checkpoint_every == 0:
                 _checkpoint(algo, store, run_dir, state)
