@@ -59,10 +59,10 @@ import networkx as nx
 import numpy as np
 
 from hsdag_ray.costgraph import CostGraph
-from policies.result import SolveResult, colocation_groups, finish, uniform_transfer
+from policies.result import (SolveResult, colocation_groups, device_classes, finish,
+                             uniform_transfer)
 
-__all__ = ["Contiguity", "contiguity", "device_classes", "enumerate_ideals", "solve_dp",
-           "MAX_IDEALS"]
+__all__ = ["Contiguity", "contiguity", "enumerate_ideals", "solve_dp", "MAX_IDEALS"]
 
 MAX_IDEALS = 60_000
 """Default cap on the number of ideals (the paper's code stops at 60,000 too)."""
@@ -184,21 +184,6 @@ def enumerate_ideals(num_groups: int, edges: np.ndarray, limit: int = MAX_IDEALS
                              "throughput DP; use milp-contig (time-limited) or coarsen the graph")
         out.append(level)
     return np.concatenate(out)
-
-
-def device_classes(graph: CostGraph) -> list[list[int]]:
-    """Devices grouped into classes of interchangeable devices (same compute, same memory)."""
-    classes: list[list[int]] = []
-    for d in range(graph.num_devices):
-        for cls in classes:
-            r = cls[0]
-            if np.array_equal(graph.compute_s[:, d], graph.compute_s[:, r]) and \
-                    graph.mem_capacity[d] == graph.mem_capacity[r]:
-                cls.append(d)
-                break
-        else:
-            classes.append([d])
-    return classes
 
 
 def _crossing(a_x: int, n_x: int, a_y: np.ndarray, n_y: np.ndarray, r: int) -> np.ndarray:

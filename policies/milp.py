@@ -18,6 +18,10 @@ so relaxing the indicators to lower bounds is exact.
     min sum c[i,d] x[i,d] + sum tr[t,a,d] w[t,a,d] + beta sum_i sum_d b[i,d],
     b[i, d] >= x[i, d] - x[i+1, d]             (sum_d b[i, d] = [p_i != p_{i+1}])
 
+Interchangeable devices of unlimited memory (e.g. the benchmark's CPU cores)
+are all but one left empty, which loses nothing for this objective
+(:func:`policies.result.redundant_for_sequential`).
+
 ``throughput`` (:func:`solve_milp_throughput`)::
 
     min z,  z >= sum_i c[i,a] x[i,a] + sum_{t,d} tr[t,a,d] w[t,a,d]     (sent by a)
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import networkx as nx
 import numpy as np
@@ -50,8 +54,9 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from hsdag_ray.costgraph import CostGraph
-from policies.ideals import contiguity, device_classes
-from policies.result import SolveResult, colocation_groups, finish, uniform_transfer
+from policies.ideals import contiguity
+from policies.result import (SolveResult, colocation_groups, device_classes, finish,
+                             redundant_for_sequential, uniform_transfer)
 
 __all__ = ["solve_milp_sequential", "solve_milp_throughput", "solve_milp_parallel",
            "PARALLEL_MAX_NODES"]
@@ -113,10 +118,13 @@ class _Model:
                     options=opts)
 
 
-def _placement_vars(m: _Model, graph: CostGraph) -> np.ndarray:
-    """``x`` with assignment, support, memory and co-location rows."""
+def _placement_vars(m: _Model, graph: CostGraph, unused: Sequence[int] = ()) -> np.ndarray:
+    """``x`` with assignment, support, memory and co-location rows; devices
+    ``unused`` are left empty."""
     n, D = graph.num_nodes, graph.num_devices
-    x = m.var((n, D), ub=np.where(np.isinf(graph.compute_s), 0.0, 1.0), integer=True)
+    ub = np.where(np.isinf(graph.compute_s), 0.0, 1.0)
+    ub[:, list(unused)] = 0.0
+    x = m.var((n, D), ub=ub, integer=True)
     m.rows(x, 1.0, 1.0, 1.0)
     for d in range(D):
         if np.isfinite(graph.mem_capacity[d]) and graph.mem_bytes.sum() > graph.mem_capacity[d]:
@@ -182,7 +190,8 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         raise ValueError(f"solve_milp_sequential solves the sequential objective, not {objective!r}")
     g = graph
     m = _Model()
-    x = _placement_vars(m, g)
+    unused = redundant_for_sequential(g)
+    x = _placement_vars(m, g, unused)
     m.cost[0] = np.where(np.isinf(g.compute_s), 0.0, g.compute_s).ravel()
     y = _receipt(m, g, x)
     uni = uniform_transfer(g)
@@ -197,7 +206,7 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         for d in range(g.num_devices):
             m.rows(np.stack([b[:, d], x[:-1, d], x[1:, d]], axis=1), [1.0, -1.0, 1.0], lb=0.0)
     res = m.solve(time_limit, rel_gap)
-    return _result(g, objective, "milp", res, x, t0)
+    return _result(g, objective, "milp", res, x, t0, info={"devices_left_empty": len(unused)})
 
 
 def solve_milp_throughput(graph: CostGraph, objective: str = "throughput", *,

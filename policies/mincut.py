@@ -28,13 +28,20 @@ are not in the cut; its value is then a lower bound, and the cut is optimal
 whenever its placement fits.
 
 Three or more devices: alpha-expansion (Boykov, Veksler & Zabih 2001). From
-the best co-location-respecting start, repeat over devices ``alpha``: the
-move "every node keeps its device or switches to ``alpha``" is one cut,
-exact when each tensor's transfer time does not depend on the pair of devices
-(otherwise an interaction that would lower the cost when the producer moves is
-dropped, which over-estimates the move). A move is kept only if the simulator
-confirms a lower value and it breaks no memory limit the current placement
-respects. A heuristic: it stops at a local optimum of expansion moves.
+the best single device that holds the whole graph (else each co-location
+class on its fastest device), repeat over devices ``alpha``: the move "every
+node keeps its device or switches to ``alpha``" is one cut, exact when each
+tensor's transfer time does not depend on the pair of devices (otherwise an
+interaction that would lower the cost when the producer moves is dropped,
+which over-estimates the move). The cut is memory-unaware; a move that would
+overflow ``alpha`` is replaced by the best fitting one among moves found by
+pricing memory (``lam * mem_i`` added to switching, ``lam`` searched by
+doubling and bisection) and windows of the move's nodes, consecutive in
+topological order, that fit. A move is kept only if the simulator confirms a
+lower value. Interchangeable devices of unlimited memory beyond the first are
+never expanded onto: they cannot help
+(:func:`policies.result.redundant_for_sequential`). A heuristic: it stops at
+a local optimum of expansion moves.
 """
 from __future__ import annotations
 
@@ -48,7 +55,7 @@ import numpy as np
 from envs.simulator import Simulator
 from hsdag_ray.costgraph import CostGraph
 from policies.bounds import lower_bound
-from policies.result import SolveResult, colocation_groups, finish
+from policies.result import SolveResult, colocation_groups, finish, redundant_for_sequential
 
 __all__ = ["expansion_move", "solve_mincut", "solve_alpha_expansion"]
 
@@ -130,12 +137,14 @@ class _Cut:
 
 
 def expansion_move(graph: CostGraph, old: np.ndarray, alpha: int,
-                   transfer: Optional[np.ndarray] = None) -> tuple[float, np.ndarray] | None:
+                   transfer: Optional[np.ndarray] = None,
+                   penalty: Optional[np.ndarray] = None) -> tuple[float, np.ndarray] | None:
     """Best move "every node keeps ``old`` or switches to ``alpha``" by one min cut.
 
     Returns ``(energy, new placement)`` or None when no move has finite cost.
     The energy is the sequential objective of the new placement when the
-    move is exact (see the module docstring); memory is ignored.
+    move is exact (see the module docstring) plus ``penalty[i]`` for every
+    node that switches; memory is ignored.
     """
     g = graph
     n = g.num_nodes
@@ -144,6 +153,8 @@ def expansion_move(graph: CostGraph, old: np.ndarray, alpha: int,
     cut = _Cut(n)
     cut.keep += g.compute_s[np.arange(n), old]
     cut.switch += g.compute_s[:, alpha]
+    if penalty is not None:
+        cut.switch += penalty
     fixed = old == alpha
     cut.switch[fixed] = INF
     # Potts boundary between consecutive nodes (a metric: the move is submodular)
@@ -219,31 +230,105 @@ def solve_mincut(graph: CostGraph, objective: str = "sequential", *,
                   status="minimum cut", info={"cut_energy_s": energy})
 
 
-def _start(graph: CostGraph) -> Optional[np.ndarray]:
-    """Each co-location class on the device with its least total compute."""
+def _start(graph: CostGraph, objective: str) -> Optional[np.ndarray]:
+    """The best single device that runs and holds everything, else each
+    co-location class on the device with its least total compute."""
+    sim = Simulator(graph)
+    best, best_v = None, np.inf
+    for d in range(graph.num_devices):
+        p = graph.single_device(d)
+        if np.isfinite(graph.compute_s[:, d]).all():
+            r = sim.evaluate(p, objective)
+            if r.feasible and r.value < best_v:
+                best, best_v = p, r.value
+    if best is not None:
+        return best
     grp = colocation_groups(graph)
     G = int(grp.max()) + 1
     total = np.zeros((G, graph.num_devices))
     np.add.at(total, grp, graph.compute_s)
-    best = total.argmin(axis=1)
-    if not np.isfinite(total[np.arange(G), best]).all():
+    dev = total.argmin(axis=1)
+    if not np.isfinite(total[np.arange(G), dev]).all():
         return None
-    return best[grp]
+    return dev[grp]
+
+
+def _fitting_move(graph: CostGraph, p: np.ndarray, q: np.ndarray, alpha: int, tr: np.ndarray,
+                  sim: Simulator, scale: float, steps: int = 8, windows: int = 5):
+    """The best move onto ``alpha`` that fits its memory, by simulator value, or None.
+
+    ``q`` is the unconstrained best move. Candidates: (1) Lagrangian moves,
+    ``lam * mem_i`` added to switching, ``lam`` doubled until the move fits
+    then bisected; (2) windows of ``q``'s switched nodes that are consecutive
+    in topological order and fit, the ``windows`` of them that save the most
+    compute (co-location classes cut by a window go back whole).
+    """
+    mem = graph.mem_bytes
+    cap = graph.mem_capacity[alpha]
+    cands: list[np.ndarray] = []
+
+    def fits(x: np.ndarray) -> bool:
+        return graph.memory_use(x)[alpha] <= cap
+
+    lo, lam = 0.0, scale / max(float(mem.max()), 1e-300)
+    for _ in range(30):
+        res = expansion_move(graph, p, alpha, tr, lam * mem)
+        if res is not None and fits(res[1]):
+            cands.append(res[1])
+            break
+        lo, lam = lam, 2 * lam
+    hi = lam
+    for _ in range(steps if cands else 0):
+        mid = 0.5 * (lo + hi)
+        res = expansion_move(graph, p, alpha, tr, mid * mem)
+        if res is not None and fits(res[1]):
+            hi = mid
+            cands.append(res[1])
+        else:
+            lo = mid
+    moved = np.flatnonzero((q == alpha) & (p != alpha))
+    base = graph.memory_use(p)[alpha]
+    n = graph.num_nodes
+    saving = graph.compute_s[moved, p[moved]] - graph.compute_s[moved, alpha]
+    csum = np.concatenate([[0.0], np.cumsum(mem[moved])])
+    ssum = np.concatenate([[0.0], np.cumsum(saving)])
+    ends = np.searchsorted(csum, csum[:-1] + (cap - base), side="right") - 1
+    gain = ssum[ends] - ssum[:-1]
+    grp = colocation_groups(graph)
+    for s in np.argsort(-gain, kind="stable")[:windows]:
+        if ends[s] <= s:
+            continue
+        keep = np.zeros(n, dtype=bool)
+        keep[moved[s:ends[s]]] = True
+        cut_cls = np.unique(grp[moved[~keep[moved]]])
+        keep[np.isin(grp, cut_cls)] = False
+        x = np.where(keep, alpha, p)
+        if fits(x):
+            cands.append(x)
+    best = None
+    for x in cands:
+        r = sim.evaluate(x, "sequential")
+        if r.feasible and (best is None or r.value < best[0].value):
+            best = (r, x)
+    return best
 
 
 def solve_alpha_expansion(graph: CostGraph, objective: str = "sequential", *,
                           time_limit: float | None = 60.0, max_rounds: int = 50) -> SolveResult:
     """Alpha-expansion heuristic for the sequential objective on any number of devices.
 
-    Memory-unaware moves (see the module docstring); a move that would break
-    a memory limit the current placement respects is rejected. The bound is
-    :func:`policies.bounds.lower_bound` (every node on its fastest device).
+    The cut itself ignores memory. The search starts from the best single
+    device that holds everything (when one does), and a move that overflows
+    ``alpha``'s memory (the only device a move can fill) is replaced by the
+    best fitting move found with a Lagrangian price on memory, so a feasible
+    start stays feasible. The bound is :func:`policies.bounds.lower_bound`
+    (every node on its fastest device).
     """
     t0 = time.perf_counter()
     if objective != "sequential":
         raise ValueError("alpha-expansion solves the sequential objective only; for "
                          f"{objective!r} use another method")
-    p = _start(graph)
+    p = _start(graph, objective)
     bound = lower_bound(graph, objective)
     if p is None:
         return finish(graph, objective, "alpha-expansion", None, t0, bound=bound,
@@ -251,12 +336,14 @@ def solve_alpha_expansion(graph: CostGraph, objective: str = "sequential", *,
     sim = Simulator(graph)
     tr = graph.transfer_s()
     cur = sim.evaluate(p, objective)
+    skip = set(redundant_for_sequential(graph))
+    targets = [d for d in range(graph.num_devices) if d not in skip]
     moves, rounds, stopped = 0, 0, ""
     improved = True
     while improved and rounds < max_rounds:
         improved = False
         rounds += 1
-        for alpha in range(graph.num_devices):
+        for alpha in targets:
             if time_limit is not None and time.perf_counter() - t0 > time_limit:
                 stopped = f"; stopped at the time limit of {time_limit:g} s"
                 improved = False
@@ -264,9 +351,14 @@ def solve_alpha_expansion(graph: CostGraph, objective: str = "sequential", *,
             res = expansion_move(graph, p, alpha, tr)
             if res is None:
                 continue
-            cand = sim.evaluate(res[1], objective)
+            q, cand = res[1], sim.evaluate(res[1], objective)
+            if cur.feasible and not cand.feasible and cand.value < cur.value:
+                fit = _fitting_move(graph, p, q, alpha, tr, sim, cur.value)
+                if fit is None:
+                    continue
+                cand, q = fit
             if cand.value < cur.value * (1 - 1e-12) and (cand.feasible or not cur.feasible):
-                p, cur = res[1], cand
+                p, cur = q, cand
                 moves += 1
                 improved = True
     return finish(graph, objective, "alpha-expansion", p, t0, bound=bound,

@@ -18,8 +18,8 @@ import numpy as np
 from envs.simulator import Simulator
 from hsdag_ray.costgraph import CostGraph
 
-__all__ = ["SolveResult", "finish", "colocation_groups", "uniform_transfer", "rel_gap",
-           "TOL"]
+__all__ = ["SolveResult", "finish", "colocation_groups", "device_classes", "uniform_transfer",
+           "redundant_for_sequential", "rel_gap", "TOL"]
 
 TOL = 1e-9
 """Relative tolerance under which a value counts as equal to its bound."""
@@ -99,14 +99,18 @@ def finish(graph: CostGraph, objective: str, method: str, placement: Optional[np
                            bound, float("inf"), False, solve_s, method, objective,
                            status or "no placement found", scope, info or {})
     p = np.asarray(placement, dtype=np.int64)
-    res = Simulator(graph).evaluate(p, objective)
-    value = float(res.value)
-    feasible = res.feasible
+    sim = Simulator(graph)
+    if np.isinf(graph.compute_s[np.arange(graph.num_nodes), p]).any():
+        # a node on a device that cannot run it: no objective is finite
+        value, feasible, violation = float("inf"), False, sim.check(p)
+    else:
+        res = sim.evaluate(p, objective)
+        value, feasible, violation = float(res.value), res.feasible, res.violation
     gap = rel_gap(value, bound)
     optimal = feasible and (proven or gap <= 1e-7 or value <= bound + TOL)
     if not feasible:
-        status = f"{status}; placement infeasible: {res.violation}" if status else \
-            f"placement infeasible: {res.violation}"
+        status = f"{status}; placement infeasible: {violation}" if status else \
+            f"placement infeasible: {violation}"
     return SolveResult(p, value, feasible, float(bound), gap, optimal, solve_s, method,
                        objective, status or ("optimal" if optimal else "feasible"), scope,
                        info or {})
@@ -139,3 +143,33 @@ def uniform_transfer(graph: CostGraph) -> Optional[np.ndarray]:
     if np.allclose(vals, vals[:, :1], rtol=1e-12, atol=0.0):
         return vals[:, 0].copy()
     return None
+
+
+def device_classes(graph: CostGraph) -> list[list[int]]:
+    """Devices grouped into classes of interchangeable devices (same compute, same memory)."""
+    classes: list[list[int]] = []
+    for d in range(graph.num_devices):
+        for cls in classes:
+            r = cls[0]
+            if np.array_equal(graph.compute_s[:, d], graph.compute_s[:, r]) and \
+                    graph.mem_capacity[d] == graph.mem_capacity[r]:
+                cls.append(d)
+                break
+        else:
+            classes.append([d])
+    return classes
+
+
+def redundant_for_sequential(graph: CostGraph) -> list[int]:
+    """Devices the sequential objective never needs.
+
+    Among interchangeable devices (one class of :func:`device_classes`, with
+    transfer times that do not depend on the pair of devices) of unlimited
+    memory, moving every node of the others onto the first changes no compute
+    time and can only remove transfers and stage boundaries; so all but the
+    first can stay empty at no loss.
+    """
+    if graph.num_devices < 2 or uniform_transfer(graph) is None:
+        return []
+    return [d for cls in device_classes(graph) for d in cls[1:]
+            if np.isinf(graph.mem_capacity[d])]

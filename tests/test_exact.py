@@ -26,11 +26,12 @@ OBJ = ("sequential", "throughput", "parallel")
 
 def random_dag(seed: int, n: int = 8, D: int = 2, mem: bool = False, boundary: float = 0.0,
                uniform: bool = True, coloc: bool = False, unsupported: bool = False,
-               fanout: bool = False) -> CostGraph:
+               fanout: bool = False, twin: bool = False) -> CostGraph:
     """A random DAG in topological order, one tensor per producing node.
 
     ``uniform``: one transfer time per tensor; otherwise asymmetric link
-    latency / bandwidth matrices (direction-dependent costs).
+    latency / bandwidth matrices (direction-dependent costs). ``twin``: the
+    last device is a copy of the one before (interchangeable devices).
     """
     rng = np.random.default_rng(seed)
     src, dst = [], []
@@ -48,6 +49,8 @@ def random_dag(seed: int, n: int = 8, D: int = 2, mem: bool = False, boundary: f
     if unsupported:
         comp[rng.random((n, D)) < 0.2] = np.inf
         comp[np.isinf(comp).all(axis=1), 0] = 1.0
+    if twin:
+        comp[:, -1] = comp[:, -2]
     kw: dict = {}
     if uniform:
         kw["tensor_transfer_s"] = rng.uniform(0.0, 1.5, len(producers))
@@ -57,6 +60,8 @@ def random_dag(seed: int, n: int = 8, D: int = 2, mem: bool = False, boundary: f
     if mem:
         kw["mem_bytes"] = rng.uniform(0.0, 1.0, n)
         kw["mem_capacity"] = np.array([np.inf] + [0.3 * n] * (D - 1))
+        if twin:
+            kw["mem_capacity"][-1] = kw["mem_capacity"][-2]
     if coloc:
         c = np.full(n, -1)
         c[rng.choice(n, 3, replace=False)] = 0
@@ -122,20 +127,23 @@ def close(a: float, b: float) -> bool:
     return a == b or bool(np.isclose(a, b, rtol=1e-7, atol=1e-9))
 
 
-CASES = [dict(seed=s, n=n, D=D, mem=mem, boundary=b, uniform=u, coloc=c, unsupported=us, fanout=f)
-         for s, (n, D, mem, b, u, c, us, f) in enumerate([
-             (6, 2, False, 0.0, True, False, False, False),
-             (8, 2, False, 0.3, True, False, False, False),
-             (10, 2, True, 0.0, True, False, False, False),
-             (9, 2, False, 0.2, False, False, False, False),
-             (8, 2, True, 0.4, False, True, False, False),
-             (8, 2, False, 0.0, True, False, True, True),
-             (10, 2, True, 0.1, True, True, True, False),
-             (6, 3, False, 0.0, True, False, False, False),
-             (7, 3, True, 0.3, True, False, False, False),
-             (7, 3, False, 0.2, False, False, False, True),
-             (8, 3, True, 0.0, True, True, False, True),
-             (7, 3, False, 0.5, False, True, True, False),
+CASES = [dict(seed=s, n=n, D=D, mem=mem, boundary=b, uniform=u, coloc=c, unsupported=us,
+              fanout=f, twin=tw)
+         for s, (n, D, mem, b, u, c, us, f, tw) in enumerate([
+             (6, 2, False, 0.0, True, False, False, False, False),
+             (8, 2, False, 0.3, True, False, False, False, False),
+             (10, 2, True, 0.0, True, False, False, False, False),
+             (9, 2, False, 0.2, False, False, False, False, False),
+             (8, 2, True, 0.4, False, True, False, False, False),
+             (8, 2, False, 0.0, True, False, True, True, False),
+             (10, 2, True, 0.1, True, True, True, False, False),
+             (6, 3, False, 0.0, True, False, False, False, False),
+             (7, 3, True, 0.3, True, False, False, False, False),
+             (7, 3, False, 0.2, False, False, False, True, False),
+             (8, 3, True, 0.0, True, True, False, True, False),
+             (7, 3, False, 0.5, False, True, True, False, False),
+             (7, 3, False, 0.3, True, False, False, True, True),     # twins, unlimited memory
+             (7, 3, True, 0.2, True, False, False, False, True),     # twins with a memory limit
          ])]
 
 
