@@ -1,0 +1,37 @@
+"""Several measuring machines, simulated with several raylets on this one."""
+import ray
+import pytest
+from ray.cluster_utils import Cluster
+
+from hsdag_ray.train import MEASURE_RESOURCE, TrainConfig, train
+
+
+@pytest.fixture
+def lab_cluster():
+    """A head without a measuring slot and two 'machines' with one slot each."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_one_measuring_env_runner_per_machine(lab_cluster, tmp_path):
+    head = ray.get_runtime_context().get_node_id()
+    placed = []
+
+    def where(algo, row):
+        if not placed:
+            placed.extend(algo.env_runner_group.foreach_env_runner(
+                lambda r: ray.get_runtime_context().get_node_id(), local_env_runner=False))
+
+    # three EnvRunners asked for, two machines measure: one runner per machine
+    cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=40,
+                      episode_len=10, env_runners=3, repeats=3, wandb="disabled", out=str(tmp_path),
+                      name="lab")
+    s = train(cfg, quiet=True, on_iteration=where)
+    assert len(placed) == 2 and len(set(placed)) == 2 and head not in placed
+    assert s["measurements"] >= 3 and s["failures"] == 0
