@@ -6,9 +6,10 @@
 
 Inputs of ``throughput-inputs/`` are solved for the ``throughput`` objective
 (DP, contiguous and non-contiguous MILP, baselines, and the human-expert split
-when there is one); inputs of ``latency-inputs/`` for ``sequential`` (MILP,
-alpha-expansion, baselines, and the two-device min cut on CPU0 + ACC0) and
-``parallel`` (HEFT and its lower bound). Values are the simulator's, in ms;
+of the layer graphs when there is one); inputs of ``latency-inputs/`` for
+``sequential`` (MILP, alpha-expansion, baselines, and the two-device min cut on
+CPU0 + ACC0) and ``parallel`` (HEFT and its lower bound). ``--methods`` takes
+method names and ``human-expert``. Values are the simulator's, in ms;
 the bound is each method's proven lower bound over its scope (``c`` marks
 contiguous splits). The DP must finish each throughput OperatorGraphs
 inference input within 60 s: the table flags any that does not.
@@ -93,8 +94,10 @@ def main() -> None:
                         "inference" in f.name and r.solve_s > 60:
                     print(f"  !! the DP took {r.solve_s:.1f} s, over the 60 s target", flush=True)
                 out.append({"input": g.name, **r.to_dict()})
+            # the expert splits are of the layer graphs
             expert = args.bench / "human-experts" / f.name.replace(".json", "_expert.json")
-            if obj == "throughput" and expert.exists() and (not keep or "expert" in keep):
+            if obj == "throughput" and f.parent.name == "LayerGraphs" and expert.exists() \
+                    and (not keep or "human-expert" in keep):
                 t0 = time.perf_counter()
                 p = load_expert_split(expert, g)
                 res = Simulator(g).evaluate(p, obj)
