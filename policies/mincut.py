@@ -28,8 +28,9 @@ are not in the cut; its value is then a lower bound, and the cut is optimal
 whenever its placement fits.
 
 Three or more devices: alpha-expansion (Boykov, Veksler & Zabih 2001). From
-the best single device that holds the whole graph (else each co-location
-class on its fastest device), repeat over devices ``alpha``: the move "every
+the better of the best single device that holds the whole graph and a
+contiguous fill (nodes in topological order fill the fastest device's memory,
+then the next device's), repeat over devices ``alpha``: the move "every
 node keeps its device or switches to ``alpha``" is one cut, exact when each
 tensor's transfer time does not depend on the pair of devices (otherwise an
 interaction that would lower the cost when the producer moves is dropped,
@@ -230,17 +231,44 @@ def solve_mincut(graph: CostGraph, objective: str = "sequential", *,
                   status="minimum cut", info={"cut_energy_s": energy})
 
 
+def _fill(graph: CostGraph) -> Optional[np.ndarray]:
+    """Co-location classes in topological order (of their first node) fill the
+    devices one after another, fastest device first, each up to its memory."""
+    grp = colocation_groups(graph)
+    G = int(grp.max()) + 1
+    comp = np.zeros((G, graph.num_devices))
+    np.add.at(comp, grp, graph.compute_s)
+    mem = np.bincount(grp, weights=graph.mem_bytes, minlength=G)
+    order = np.argsort(graph.compute_s.sum(axis=0), kind="stable")
+    used = np.zeros(graph.num_devices)
+    dev = np.full(G, -1, dtype=np.int64)
+    k = 0
+    for c in range(G):                      # group ids follow first-node order
+        for j in range(k, len(order)):
+            d = order[j]
+            if np.isfinite(comp[c, d]) and used[d] + mem[c] <= graph.mem_capacity[d]:
+                dev[c], k = d, j
+                used[d] += mem[c]
+                break
+        else:
+            return None
+    return dev[grp]
+
+
 def _start(graph: CostGraph, objective: str) -> Optional[np.ndarray]:
-    """The best single device that runs and holds everything, else each
-    co-location class on the device with its least total compute."""
+    """The better of: the best single device that runs and holds everything,
+    and :func:`_fill`; else each co-location class on its fastest device."""
     sim = Simulator(graph)
+    cands = [graph.single_device(d) for d in range(graph.num_devices)
+             if np.isfinite(graph.compute_s[:, d]).all()]
+    filled = _fill(graph)
+    if filled is not None:
+        cands.append(filled)
     best, best_v = None, np.inf
-    for d in range(graph.num_devices):
-        p = graph.single_device(d)
-        if np.isfinite(graph.compute_s[:, d]).all():
-            r = sim.evaluate(p, objective)
-            if r.feasible and r.value < best_v:
-                best, best_v = p, r.value
+    for p in cands:
+        r = sim.evaluate(p, objective)
+        if r.feasible and r.value < best_v:
+            best, best_v = p, r.value
     if best is not None:
         return best
     grp = colocation_groups(graph)
@@ -317,8 +345,8 @@ def solve_alpha_expansion(graph: CostGraph, objective: str = "sequential", *,
                           time_limit: float | None = 60.0, max_rounds: int = 50) -> SolveResult:
     """Alpha-expansion heuristic for the sequential objective on any number of devices.
 
-    The cut itself ignores memory. The search starts from the best single
-    device that holds everything (when one does), and a move that overflows
+    The cut itself ignores memory. The search starts from a feasible
+    placement when it finds one (see :func:`_start`), and a move that overflows
     ``alpha``'s memory (the only device a move can fill) is replaced by the
     best fitting move found with a Lagrangian price on memory, so a feasible
     start stays feasible. The bound is :func:`policies.bounds.lower_bound`
