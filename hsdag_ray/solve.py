@@ -5,7 +5,10 @@
         --devices CPU0,ACC0,ACC1 --time-limit 30 --out placement.json --json
 
 ``--graph`` takes an input of the public dnn-partitioning benchmark
-(:mod:`hsdag_ray.dnnpart`). ``--devices N`` keeps the graph's first ``N``
+(:mod:`hsdag_ray.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
+model's graph with the costs of a profile (:mod:`hsdag_ray.profile`), and
+``--out`` then keys the placement by OpenVINO op name, ready for
+``python -m hsdag_ray.measure --placement``. ``--devices N`` keeps the graph's first ``N``
 devices (CPUs first, then accelerators), ``--devices A,B`` keeps the named
 ones. The output gives the simulator value of the placement, the method's
 lower bound and gap, whether it is proven optimal, and the solve time.
@@ -75,6 +78,8 @@ def _select_devices(graph: CostGraph, spec: Optional[str]) -> CostGraph:
 
 def load_graph(args: argparse.Namespace) -> CostGraph:
     """The problem named on the command line (one branch per kind of input)."""
+    if args.model:
+        return _select_devices(model_cost_graph(args)[1], args.devices)
     path = Path(args.graph)
     if not path.is_file():
         raise UsageError(f"--graph {args.graph}: no such file; give a dnn-partitioning "
@@ -84,6 +89,17 @@ def load_graph(args: argparse.Namespace) -> CostGraph:
     except ValueError as e:
         raise UsageError(f"--graph: {e}") from None
     return _select_devices(graph, args.devices)
+
+
+def model_cost_graph(args: argparse.Namespace):
+    """``(placement graph, cost graph)`` of ``--model`` under ``--profile``."""
+    from hsdag_ray.graph import build_graph
+    from hsdag_ray.profile import Profile, cost_graph
+
+    if not args.profile:
+        raise UsageError("--model needs --profile FILE (record one with python -m hsdag_ray.profile)")
+    _, _, comp, _ = build_graph(args.model, args.coarsen)
+    return comp, cost_graph(comp, Profile.load(args.profile))
 
 
 def _ms(x: float) -> str:
@@ -117,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m hsdag_ray.solve", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", help="dnn-partitioning input file (.json)")
+    ap.add_argument("--model", help="or a model (zoo name, .xml, .onnx), with --profile")
+    ap.add_argument("--profile", help="with --model: the profile JSON its costs come from")
+    ap.add_argument("--coarsen", default="colocation", choices=("none", "colocation", "openvino"),
+                    help="with --model: the graph placed (default colocation)")
     ap.add_argument("--objective", choices=OBJECTIVES, help="objective to minimise")
     ap.add_argument("--method", help="method name (see --list)")
     ap.add_argument("--devices", help="keep the first N devices, or a comma-separated list")
@@ -141,7 +161,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for name, s in SOLVERS.items():
             print(f"{name:16s} {', '.join(s.objectives):34s} {s.summary}")
         return 0
-    for flag in ("graph", "objective", "method"):
+    if bool(args.graph) == bool(args.model):
+        raise UsageError("give one of --graph FILE or --model M (see --help)")
+    for flag in ("objective", "method"):
         if not getattr(args, flag):
             raise UsageError(f"--{flag} is required (see --help)")
     if args.method not in SOLVERS:
@@ -168,6 +190,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"hsdag_ray.solve: {e}", file=sys.stderr)
         return 1
     doc = result.to_dict(graph)
+    if args.model:
+        # keyed by OpenVINO op name, as hsdag_ray.measure --placement takes it
+        comp = model_cost_graph(args)[0]
+        doc["placement"] = comp.expand_placement(doc["placement"])
     if args.out:
         try:
             Path(args.out).write_text(json.dumps(doc, indent=1))

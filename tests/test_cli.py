@@ -77,3 +77,28 @@ def test_measure_and_graph_commands_work(tmp_path):
     assert res["measurement"]["ok"] and res["measurement"]["latency_s"] > 0
     assert res["nodes_per_device"] == {"CPU": 11, "CPU_F32": 11}
     assert any("virtual" in d for d in res["devices"])
+
+
+def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path):
+    from hsdag_ray.profile import Profile, add_modeled_device
+
+    _, fine, _, _ = build_graph("tiny_cnn", "none")
+    prof = Profile("tiny_cnn", {}, {})
+    add_modeled_device(prof, fine, "CPU_MODEL")
+    add_modeled_device(prof, fine, "GPU_MODEL")
+    prof.save(tmp_path / "p.json")
+    out = tmp_path / "opt.json"
+    code, text, err = cli("hsdag_ray.solve", "--model", "tiny_cnn", "--profile", str(tmp_path / "p.json"),
+                          "--objective", "sequential", "--method", "mincut", "--out", str(out))
+    assert code == 0, err
+    assert "optimal" in text
+    placement = json.loads(out.read_text())["placement"]
+    assert set(placement) == {op for n in fine.nodes for op in n.ops}
+    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--backend", "simulator",
+                          "--profile", str(tmp_path / "p.json"), "--placement", str(out), "--json")
+    assert code == 0, err
+    solved = json.loads(out.read_text())["value_s"]
+    assert json.loads(text)["measurement"]["latency_s"] == pytest.approx(solved)
+    code, _, err = cli("hsdag_ray.solve", "--model", "tiny_cnn", "--objective", "sequential",
+                       "--method", "mincut")
+    assert_user_error(code, err, "--profile")
