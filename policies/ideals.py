@@ -34,7 +34,8 @@ column, same memory). With ``u`` the number of devices of each class used::
 
 (``I' = I`` leaves a device empty.) ``OPT_dp = f(n, V)``.
 
-**Vectorisation.** ``load_k(I \\ I')`` for all pairs is a matrix: compute and
+**Vectorisation.** ``I' ⊆ I`` holds iff ``I`` contains the maximal groups of
+``I'`` (a handful). ``load_k(I \\ I')`` for all pairs is a matrix: compute and
 memory are differences of per-ideal sums; a tensor's crossing indicator is a
 function of the pair of per-ideal labels ``(src in I, #consumer groups in I)``,
 and any function ``h(x(I), y(I'))`` of finite labels is the bilinear form
@@ -186,6 +187,22 @@ def enumerate_ideals(num_groups: int, edges: np.ndarray, limit: int = MAX_IDEALS
     return np.concatenate(out)
 
 
+def _maximal_elements(A: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``[N, W]`` the maximal groups of each ideal (an ideal is the down-set of
+    them), padded with the index ``G``; ``W`` is the widest antichain met."""
+    N, G = A.shape
+    has_succ_in = np.zeros((N, G), dtype=bool)
+    for u, v in edges:
+        has_succ_in[:, u] |= A[:, v]
+    top = A & ~has_succ_in
+    W = max(int(top.sum(axis=1).max()), 1)
+    out = np.full((N, W), G, dtype=np.int64)
+    rows, cols = np.nonzero(top)
+    rank = np.arange(rows.size) - np.searchsorted(rows, rows)
+    out[rows, rank] = cols
+    return out
+
+
 def _crossing(a_x: int, n_x: int, a_y: np.ndarray, n_y: np.ndarray, r: int) -> np.ndarray:
     """Crossing indicator of one tensor for S = I \\ I' from the labels of I and I'."""
     s_src = a_x - a_y                 # producer in S
@@ -252,7 +269,8 @@ def solve_dp(graph: CostGraph, objective: str = "throughput", *,
     K = len(classes)
     grp = cg.group
     Af = A.astype(np.float64)
-    size = A.sum(axis=1)
+    tops = _maximal_elements(A, cg.edges)
+    member = np.concatenate([A, np.ones((N, 1), dtype=bool)], axis=1)   # column G: padding
     # per-ideal sums for each class: finite compute, unsupported count, memory
     reps = [cls[0] for cls in classes]
     comp = graph.compute_s[:, reps]
@@ -274,21 +292,29 @@ def solve_dp(graph: CostGraph, objective: str = "throughput", *,
     arg_k = np.full((len(states), N), -1, dtype=np.int64)
     arg_j = np.zeros((len(states), N), dtype=np.int64)
     rows = max(1, chunk_elems // N)
-    Af32 = A.astype(np.float32)
     for r0 in range(0, N, rows):
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             raise TimeoutError(f"the throughput DP passed its time limit of {time_limit:g} s "
                                f"({N} ideals); raise --time-limit or use milp-contig")
         r1 = min(N, r0 + rows)
         R = slice(r0, r1)
-        subset = (Af32[R] @ Af32[:r1].T) == size[None, :r1]
+        rows_in = np.ascontiguousarray(member[R].T)     # [G + 1, rows]
+        subset_t = np.ones((r1, r1 - r0), dtype=bool)
+        for w in range(tops.shape[1]):                  # I' ⊆ I iff I holds I''s tops
+            subset_t &= rows_in[tops[:r1, w]]
+        subset = subset_t.T
         comm = Phi[R] @ Psi[:r1].T
+        outside = ~subset
         load = []
         for k in range(K):
-            L = WI[R, k, None] - WI[None, :r1, k] + comm
-            bad = ~subset | (UI[R, k, None] - UI[None, :r1, k] > 0.5) \
-                | (MI[R, None] - MI[None, :r1] > caps[k])
-            L[bad] = np.inf
+            L = np.subtract.outer(WI[R, k], WI[:r1, k])
+            L += comm
+            bad = outside
+            if U[:, k].any():                           # a node this class cannot run
+                bad = bad | (np.subtract.outer(UI[R, k], UI[:r1, k]) > 0.5)
+            if np.isfinite(caps[k]):                    # over this class's memory
+                bad = bad | (np.subtract.outer(MI[R], MI[:r1]) > caps[k])
+            np.putmask(L, bad, np.inf)
             load.append(L)
         for s in states:
             if not any(s):

@@ -54,6 +54,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from hsdag_ray.costgraph import CostGraph
+from policies.bounds import lower_bound
 from policies.ideals import contiguity
 from policies.result import (SolveResult, colocation_groups, device_classes, finish,
                              redundant_for_sequential, uniform_transfer)
@@ -105,17 +106,25 @@ class _Model:
         self.row_ub.append(np.broadcast_to(np.asarray(ub, dtype=np.float64), (R,)).copy())
         self.nrow += R
 
-    def solve(self, time_limit: Optional[float], rel_gap: float):
+    def solve(self, time_limit: Optional[float], rel_gap: float, magnitude: float):
+        """Solve; the objective is scaled to about 1000 for the solver (HiGHS stops
+        at an *absolute* gap of 1e-6, coarse for values of a few ms in seconds)
+        and unscaled in the result (``fun``, ``mip_dual_bound``)."""
+        scale = 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
         A = sp.csr_array((np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
                          shape=(self.nrow, self.nvar))
         opts = {"disp": False, "mip_rel_gap": rel_gap}
         if time_limit is not None:
             opts["time_limit"] = float(time_limit)
-        return milp(np.concatenate(self.cost), integrality=np.concatenate(self.integer),
-                    bounds=Bounds(np.concatenate(self.lb), np.concatenate(self.ub)),
-                    constraints=[LinearConstraint(A, np.concatenate(self.row_lb),
-                                                  np.concatenate(self.row_ub))],
-                    options=opts)
+        res = milp(scale * np.concatenate(self.cost), integrality=np.concatenate(self.integer),
+                   bounds=Bounds(np.concatenate(self.lb), np.concatenate(self.ub)),
+                   constraints=[LinearConstraint(A, np.concatenate(self.row_lb),
+                                                 np.concatenate(self.row_ub))],
+                   options=opts)
+        for key in ("fun", "mip_dual_bound"):
+            if res.get(key) is not None:
+                res[key] = res[key] / scale
+        return res
 
 
 def _placement_vars(m: _Model, graph: CostGraph, unused: Sequence[int] = ()) -> np.ndarray:
@@ -205,7 +214,7 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         b = m.var((g.num_nodes - 1, g.num_devices), cost=g.boundary_s)
         for d in range(g.num_devices):
             m.rows(np.stack([b[:, d], x[:-1, d], x[1:, d]], axis=1), [1.0, -1.0, 1.0], lb=0.0)
-    res = m.solve(time_limit, rel_gap)
+    res = m.solve(time_limit, rel_gap, lower_bound(g, objective))
     return _result(g, objective, "milp", res, x, t0, info={"devices_left_empty": len(unused)})
 
 
@@ -257,7 +266,7 @@ def solve_milp_throughput(graph: CostGraph, objective: str = "throughput", *,
             m.rows(np.stack([x[rep[ge[:, 0]], a], x[rep[ge[:, 1]], b],
                              np.full(len(ge), o[a, b])], axis=1), [1.0, 1.0, -1.0], ub=1.0)
         info["groups"] = cg.num_groups
-    res = m.solve(time_limit, rel_gap)
+    res = m.solve(time_limit, rel_gap, lower_bound(g, objective))
     return _result(g, objective, method, res, x, t0,
                    scope="contiguous" if contiguous else "all", info=info)
 
@@ -314,5 +323,5 @@ def solve_milp_parallel(graph: CostGraph, objective: str = "parallel", *,
                                    x[fj]], axis=1),
                    np.concatenate([np.tile([1.0, -1.0, H, -H, -H], (len(free), 1)),
                                    -comp[fj]], axis=1), lb=-2 * H)
-    res = m.solve(time_limit, rel_gap)
+    res = m.solve(time_limit, rel_gap, lower_bound(g, objective))
     return _result(g, objective, "milp", res, x, t0, info={"horizon_s": horizon})

@@ -167,7 +167,7 @@ def test_training_split_infers_backward_nodes(benchmarks_dir):
 
 def _dp_vs_ips(path, max_accs, time_limit, ip_time_limit):
     g = load_dnnpart(path, max_cpus=1, max_accs=max_accs)
-    dp = solve(g, "throughput", "dp")
+    dp = solve(g, "throughput", "dp", time_limit=None)
     ipc = solve(g, "throughput", "milp-contig", time_limit=time_limit)
     ip = solve(g, "throughput", "milp", time_limit=ip_time_limit)
     assert dp.feasible and ipc.feasible
