@@ -149,7 +149,10 @@ class Simulator:
         g = self.graph
         p = placement.tolist()
         n, D = g.num_nodes, g.num_devices
-        cost = g.compute_s[np.arange(n), placement].tolist()
+        costs = g.compute_s[np.arange(n), placement]
+        if not np.isfinite(costs).all():  # a node on a device that cannot run it
+            return SimResult(float("inf"))
+        cost = costs.tolist()
         transfer = self.transfer
         ptr, succ, succ_t = self._succ_ptr.tolist(), self._succ_dst.tolist(), self._succ_tensor.tolist()
         remaining = self._indeg.tolist()

@@ -89,6 +89,8 @@ def test_unsupported_device_and_colocation():
     r = sim.evaluate([0, 0, 1, 0], "throughput")
     assert not r.feasible and "co-location" in r.violation
     assert sim.evaluate([0, 0, 0, 1], "parallel").feasible
+    r = sim.evaluate([0, 1, 0, 0], "parallel")  # node b on B, which cannot run it
+    assert not r.feasible and r.value == float("inf")
 
 
 def test_backend_by_name_and_bad_placements():
