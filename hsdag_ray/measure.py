@@ -11,10 +11,15 @@ Examples::
     # the simulator on a recorded profile
     python -m hsdag_ray.measure --model resnet50 --backend simulator --profile r50.json \\
         --placement random:0
+    # the trivial baseline: OpenVINO's AUTO device picks one real device for the whole model
+    python -m hsdag_ray.measure --model resnet50 --devices CPU,CPU_F32 --placement auto
 
 Devices are OpenVINO names (``CPU``, ``GPU``...) or virtual devices made from a
 second instance of the CPU plugin (``CPU_F32``, or ``NAME=CPU:precision=f32``);
-the output says which is which.
+the output says which is which. ``--placement auto`` compiles the whole model
+on OpenVINO's AUTO device over the real devices behind ``--devices`` (virtual
+CPU devices count as ``CPU``: ``AUTO:CPU`` here, ``AUTO:GPU,CPU`` with a GPU)
+and says which device AUTO executed on.
 """
 from __future__ import annotations
 
@@ -80,8 +85,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="comma-separated devices (default CPU,CPU_F32); with the simulator: "
                          "devices of the profile to use (default all)")
     ap.add_argument("--placement", default="all:CPU",
-                    help="placement file (op name -> device) or all:DEVICE, split:F, random:SEED "
-                         "(default all:CPU)")
+                    help="placement file (op name -> device) or all:DEVICE, split:F, random:SEED, "
+                         "or auto (the whole model on OpenVINO's AUTO device over the real devices "
+                         "behind --devices) (default all:CPU)")
     ap.add_argument("--backend", choices=BACKENDS, default="auto",
                     help="auto (HETERO, stage pipeline if HETERO fails), hetero, pipeline, simulator")
     ap.add_argument("--profile", help="profile JSON for --backend simulator")
@@ -97,6 +103,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     timing = timing_from_args(args, args.validate)
+    auto = args.placement.lower() == "auto"
+    if auto and args.backend == "simulator":
+        raise UsageError("--placement auto measures OpenVINO's AUTO device on real devices, "
+                         "which the simulator cannot do; leave out --backend simulator")
+    if auto and args.backend in ("hetero", "pipeline"):
+        raise UsageError(f"--placement auto compiles the whole model on OpenVINO's AUTO device, "
+                         f"not with --backend {args.backend}; leave out --backend")
     model, _, graph, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape))
     specs = [d for d in (args.devices or "").split(",") if d]
     profile = None
@@ -115,24 +128,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         specs = specs or ["CPU", "CPU_F32"]
         names = resolve_devices(specs, timing.threads)
         described = describe_devices(specs, timing.threads)
-    placement = parse_placement(args.placement, graph, names)
-    backend = make_backend(args.backend, graph, model, names, timing, profile, args.objective)
-    m = backend.measure(placement)
-    counts = Counter(placement.values())
+    if auto:
+        from envs.openvino_backend import AUTO_BACKEND, measure_auto
+
+        backend_name = AUTO_BACKEND
+        m = measure_auto(model, specs, timing)
+        counts = Counter({str(m.info.get("auto_device", "AUTO")): graph.num_nodes})
+    else:
+        placement = parse_placement(args.placement, graph, names)
+        backend = make_backend(args.backend, graph, model, names, timing, profile, args.objective)
+        backend_name = backend.name
+        m = backend.measure(placement)
+        counts = Counter(placement.values())
     if args.json:
-        out = {"model": args.model, "backend": backend.name, "devices": described,
+        out = {"model": args.model, "backend": backend_name, "devices": described,
                "nodes_per_device": dict(counts), "measurement": m.to_dict()}
         print(json.dumps(out, indent=1))
     else:
         for line in described:
             print(f"device {line}")
-        print(f"model {args.model}: {graph.num_nodes} nodes; placement "
-              + ", ".join(f"{d} {c}" for d, c in counts.items()))
+        if auto:
+            print(f"model {args.model}: {graph.num_nodes} nodes; placement: the whole model on "
+                  f"{m.info.get('auto_device', 'AUTO')}, where OpenVINO picks the device")
+        else:
+            print(f"model {args.model}: {graph.num_nodes} nodes; placement "
+                  + ", ".join(f"{d} {c}" for d, c in counts.items()))
         if m.ok:
             path = m.info.get("path", "")
             stages = m.info.get("stages")
+            if auto:
+                ran_on = m.info.get("execution_devices")
+                path = (f"{m.info['auto_device']} executed on {', '.join(ran_on)}" if ran_on
+                        else f"{m.info['auto_device']}, execution device not reported by OpenVINO")
             print(f"latency {m.latency_s * 1e3:.3f} ms (median of {len(m.samples_s)} samples, "
-                  f"{m.runs} runs, relative spread {m.spread:.1%}) via {backend.name}"
+                  f"{m.runs} runs, relative spread {m.spread:.1%}) via {backend_name}"
                   + (f" [{path}]" if path else "") + (f", {stages} stage(s)" if stages else ""))
         else:
             print(f"FAILED at {m.stage}: {m.error}")

@@ -1,5 +1,6 @@
 """Command lines: bad input gives exit code 2 and one sentence, never a traceback."""
 import json
+import re
 import subprocess
 import sys
 
@@ -78,6 +79,28 @@ def test_measure_and_graph_commands_work(tmp_path):
     assert res["nodes_per_device"] == {"CPU": 11, "CPU_F32": 11}
     assert any("virtual" in d for d in res["devices"])
 
+
+def test_measure_openvino_auto_device():
+    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,CPU_F32",
+                          "--placement", "auto", "--repeats", "3")
+    assert code == 0, err
+    assert "placement: the whole model on AUTO:CPU" in text
+    latency = re.search(r"latency ([0-9.]+) ms .* via openvino-auto-device \[AUTO:CPU executed on CPU\]", text)
+    assert latency and float(latency.group(1)) > 0, text
+    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+                          "--repeats", "3", "--json")
+    assert code == 0, err
+    res = json.loads(text)["measurement"]
+    assert res["ok"] and res["latency_s"] > 0 and res["info"]["execution_devices"] == ["CPU"]
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+                       "--backend", "simulator")
+    assert_user_error(code, err, "AUTO", "simulator")
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+                       "--backend", "hetero")
+    assert_user_error(code, err, "AUTO", "--backend hetero")
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+                       "--devices", "CPU,NPU9")
+    assert_user_error(code, err, "NPU9")
 
 def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path):
     from hsdag_ray.profile import Profile, add_modeled_device

@@ -7,6 +7,7 @@ well under a minute on 2 cores.
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -17,16 +18,20 @@ from openvino import opset13 as ops
 
 from envs.base import Backend, TimingConfig
 from envs.openvino_backend import (
+    AUTO_BACKEND,
     STRUCTURAL_OPS,
     DeviceSet,
     DeviceSpec,
     OpenVINOBackend,
+    auto_candidates,
     check_devices,
     complete_affinity,
     find_plugin_library,
+    measure_auto,
     plan_stages,
     split_stages,
 )
+from hsdag_ray.models import load_model
 
 FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1)
 CHECKED = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, validate_outputs=True)
@@ -315,3 +320,46 @@ def test_complete_affinity_places_structural_ops_with_their_users(net: ov.Model)
     assert full["logits"] == compute["fc"] and full["fc_w"] == compute["fc"]
     partial = complete_affinity(net, {k: v for k, v in compute.items() if k != "b0_c1"})
     assert "b0_c1" not in partial
+
+
+# ----------------------------------------------------------------------------- OpenVINO AUTO
+
+
+def test_auto_device_measures_the_whole_model_on_a_real_device() -> None:
+    model = load_model("tiny_cnn")
+    timing = TimingConfig(warmup=2, repeats=5, block=4, timeout_s=60.0, threads=1)
+    auto = measure_auto(model, DEVICES, timing)
+    assert auto.ok, auto.error
+    assert auto.backend == AUTO_BACKEND and auto.runs == 20
+    assert math.isfinite(auto.latency_s) and auto.latency_s > 0
+    # the virtual CPU_F32 is the CPU: AUTO chooses among the real devices only
+    assert auto.info["auto_device"] == "AUTO:CPU" and auto.info["candidates"] == ["CPU"]
+    assert auto.info["execution_devices"] == ["CPU"]
+    cpu = OpenVINOBackend(model, ["CPU"], timing=timing).measure_ops(everything_on(model, "CPU"))
+    assert cpu.ok, cpu.error
+    # the same model on the same device at the plugin defaults: the same latency up to the
+    # noise of a shared machine on a model that runs in a fraction of a millisecond
+    assert cpu.latency_s / 4 < auto.latency_s < cpu.latency_s * 4, (auto.latency_s, cpu.latency_s)
+    # a zoo name works too
+    assert measure_auto("tiny_cnn", ["CPU"], FAST).ok
+
+
+def test_auto_device_failures_are_measurements_with_a_sentence() -> None:
+    bad = measure_auto("tiny_cnn", ["CPU", "NPU9"], FAST)
+    assert not bad.ok and bad.stage == "validate" and "NPU9" in bad.error
+    meta = measure_auto("tiny_cnn", ["AUTO"], FAST)
+    assert not meta.ok and meta.stage == "validate" and "meta device" in meta.error
+    missing = measure_auto("no_such_model", ["CPU"], FAST)
+    assert not missing.ok and missing.stage == "validate" and "unknown model" in missing.error
+    late = measure_auto("tiny_cnn", ["CPU"], TimingConfig(timeout_s=1e-6))
+    assert not late.ok and late.stage == "timeout" and "timeout_s" in late.error
+
+
+def test_auto_candidates_are_real_devices_in_auto_priority_order() -> None:
+    kinds = {"GPU.0": "Type.INTEGRATED", "GPU.1": "Type.DISCRETE"}
+    assert auto_candidates(["CPU", "CPU_F32", "CPU2=CPU:precision=f32"], ["CPU"]) == (["CPU"], [])
+    assert auto_candidates(["CPU", "GPU"], ["CPU", "GPU"]) == (["GPU", "CPU"], [])
+    assert auto_candidates(["NPU", "CPU", "GPU.0", "GPU.1"], ["CPU", "GPU.0", "GPU.1", "NPU"],
+                           kinds.get) == (["GPU.1", "GPU.0", "CPU", "NPU"], [])
+    _, problems = auto_candidates(["CPU", "GPU"], ["CPU"])
+    assert len(problems) == 1 and "'GPU'" in problems[0]
