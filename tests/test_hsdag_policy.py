@@ -117,9 +117,21 @@ def test_pool_exact_groups_scores_and_pooled_graph():
 
     node_score = torch.sigmoid(torch.tensor([4.0, 4.0, 1.0, 4.0, 4.0, 3.0, 3.0, 1.5]))
     assert torch.allclose(grouping.node_score, node_score)
-    weighted = EIGHT_Z * node_score.unsqueeze(-1)
-    expected_x = torch.stack([weighted[0:3].sum(0), weighted[3:5].sum(0), weighted[5:8].sum(0)])
+    # Pooled = score-gated mean of each group's rows, written out by hand
+    # (s(x) = sigmoid(x)): g0 = {0, 1, 2}, g1 = {3, 4}, g2 = {5, 6, 7}.
+    s1, s15, s3, s4 = (torch.sigmoid(torch.tensor(v)) for v in (1.0, 1.5, 3.0, 4.0))
+    expected_x = torch.stack([
+        torch.stack([(2 * s4 + 2 * s4 + 0.5 * s1) / 3, (0.3 * s4 - 1.0 * s4 + 2 * s1) / 3]),
+        torch.stack([(-2 * s4 - 2 * s4) / 2, (0 * s4 + 5 * s4) / 2]),
+        torch.stack([(-1 * s3 - 3 * s3 - 0.5 * s15) / 3, (1 * s3 - 2 * s3 + 0.7 * s15) / 3]),
+    ])
     assert torch.allclose(pooled.x, expected_x)
+    assert torch.allclose(pooled.x[1], torch.tensor([-1.96403, 2.45504]), atol=1e-5)  # -2 s(4), 2.5 s(4)
+    # GPN's plain sum (reduce="sum") is the mean times the group size.
+    summed = linear_dot_pool()
+    summed.reduce = "sum"
+    _, pooled_sum = summed(EIGHT_Z, EIGHT_EDGES)
+    assert torch.allclose(pooled_sum.x, expected_x * torch.tensor([[3.0], [2.0], [3.0]]))
 
     # A' = S^T A S with the directed edges: e0,e1 in g0; e2: g0->g1; e3 in g1;
     # e4: g1->g2; e5,e6 in g2; e7 (1->5): g0->g2.
@@ -178,6 +190,150 @@ def test_given_assignment_is_used_and_scores_still_get_gradients():
     assert pool.score_mlp[0].weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="spans two graphs"):
         pool(EIGHT_Z, EIGHT_EDGES, batch=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), assignment=given)
+
+
+def test_mean_pooling_does_not_grow_with_the_group():
+    # Path 0-1-...-7 split by hand into groups of 2 and 6 nodes with equal states:
+    # both pool to the same vector (the mean), a sum would be 3x larger for the big one.
+    edges = torch.tensor([list(range(7)), list(range(1, 8))])
+    z = torch.tensor([[1.0, 2.0]]).repeat(8, 1)
+    given = torch.tensor([0, 0, 1, 1, 1, 1, 1, 1])
+    grouping, pooled = linear_dot_pool()(z, edges, assignment=given)
+    s1 = torch.sigmoid(torch.tensor(1.0))  # every edge scores sigmoid(1 * 1)
+    assert torch.allclose(grouping.node_score, s1.expand(8))
+    assert torch.allclose(pooled.x, (s1 * torch.tensor([1.0, 2.0])).expand(2, 2))
+
+
+def test_self_loops_let_a_node_stay_alone():
+    # Path 0-1-2-3-4, score = sigmoid(z_u * z_v) on the first coordinate; a loop
+    # scores sigmoid(z_v^2). Node 0's loop (9) beats its edge (-0.6) and node 1
+    # prefers its own loop (0.04) to both edges (-0.6, -0.4), so nobody's dominant
+    # edge reaches 0 or 1: two single-node groups. Node 2 ties its loop with
+    # edge (2,3) (both 4): the lower index, the edge, wins.
+    edges = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    z = torch.tensor([[3.0, 0.0], [-0.2, 0.0], [2.0, 0.0], [2.0, 0.0], [0.1, 0.0]])
+    pool = linear_dot_pool()
+    pool.self_loops = True
+    grouping, pooled = pool(z, edges)
+    assert grouping.assignment.tolist() == [0, 1, 2, 2, 2]
+    assert grouping.dominant_edge.tolist() == [4 + 0, 4 + 1, 2, 2, 3]  # E + v = v's loop
+    assert grouping.edge_score.shape == (4,)
+    s = torch.sigmoid
+    assert torch.allclose(grouping.node_score,
+                          s(torch.tensor([9.0, 0.04, 4.0, 4.0, 0.2])))
+    assert torch.allclose(pooled.x[0], z[0] * s(torch.tensor(9.0)))
+    # Without loops GPN's parsing joins everything and the no-collapse rule
+    # drops the weakest dominant edge (0,1): node 0 alone, the rest one group.
+    pool.self_loops = False
+    assert pool(z, edges)[0].assignment.tolist() == [0, 1, 1, 1, 1]
+    # A node that chose its loop still joins a neighbour whose dominant edge
+    # reaches it: 0 and 3 choose loops, 1 and 2 pick edges to them.
+    z2 = torch.tensor([[2.0, 0.0], [1.0, 0.0], [-1.0, 0.0], [-2.0, 0.0]])
+    pool.self_loops = True
+    g2, _ = pool(z2, torch.tensor([[0, 1, 2], [1, 2, 3]]))
+    assert g2.dominant_edge.tolist() == [3 + 0, 0, 2, 3 + 3]
+    assert g2.assignment.tolist() == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_self_loop_parsing_keeps_the_grouping_properties(seed):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    net = HSDAGNet(4, num_devices=2, config=HSDAGConfig(hidden_dim=8, self_loops=True))
+    x, edges = torch.randn(30, 4, generator=gen), random_dag(30, 10, gen)
+    for noise in (0.0, 1.0):
+        g = net(x, edges, grouping_noise=noise).grouping
+        assert g.num_groups >= 2
+        assert sorted(set(g.assignment.tolist())) == list(range(g.num_groups))
+        for k in range(g.num_groups):
+            assert connected_in(edges, (g.assignment == k).nonzero().view(-1).tolist())
+    # a single edge whose two loops beat it: two groups, never fewer
+    pair = net(torch.randn(2, 4, generator=gen), torch.tensor([[0], [1]])).grouping
+    assert pair.num_groups == 2
+
+
+def test_grouping_noise_explores_groupings_only_when_sampling():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(3)
+    net = HSDAGNet(4, num_devices=2, config=HSDAGConfig(hidden_dim=8))
+    x, edges = torch.randn(30, 4, generator=gen), random_dag(30, 10, gen)
+    plain = net(x, edges).grouping.assignment
+    assert torch.equal(net(x, edges, grouping_noise=0.0).grouping.assignment, plain)
+    noisy = [net(x, edges, grouping_noise=1.0) for _ in range(10)]
+    assert len({tuple(o.grouping.assignment.tolist()) for o in noisy}) >= 3
+    for out in noisy:
+        g = out.grouping
+        assert g.num_groups >= 2
+        for k in range(g.num_groups):  # still connected groups of dominant edges
+            assert connected_in(edges, (g.assignment == k).nonzero().view(-1).tolist())
+        # Re-pooling the sampled grouping without noise gives the same logits.
+        again = net(x, edges, assignment=g.assignment)
+        assert torch.allclose(again.node_logits, out.node_logits, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_adam_step_does_not_make_the_placer_deterministic(seed):
+    """The collapse: with sum pooling and no normalisation one REINFORCE step
+    (Adam, the paper's lr 1e-3) moved group logit gaps by 1.5-5.5."""
+    from policies.reinforce import advantages
+
+    def max_gap_change(config: HSDAGConfig) -> float:
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        x, edges = torch.rand(40, 12, generator=gen) * 3, random_dag(40, 20, gen)
+        net = HSDAGNet(12, 2, config)
+        optim = torch.optim.Adam(net.parameters(), lr=1e-3)
+        out = net(x, edges)
+        dist = torch.distributions.Categorical(logits=out.group_logits)
+        actions = torch.stack([dist.sample() for _ in range(20)])
+        adv = advantages(torch.rand(20, generator=gen), torch.ones(20))
+        loss = -(dist.log_prob(actions).sum(-1) * adv).mean()
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        after = net(x, edges, assignment=out.grouping.assignment).group_logits.detach()
+        before = out.group_logits.detach()
+        return float(((after[:, 1] - after[:, 0]) - (before[:, 1] - before[:, 0])).abs().max())
+
+    assert max_gap_change(HSDAGConfig()) < 1.0
+    assert max_gap_change(HSDAGConfig(pooling="sum", graph_norm=False, group_norm=False,
+                                       self_loops=False)) > 1.5
+
+
+def test_graph_norm_keeps_node_embeddings_apart():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    x, edges = torch.rand(40, 12, generator=gen) * 3, random_dag(40, 20, gen)
+
+    def mean_cosine(config: HSDAGConfig) -> float:
+        torch.manual_seed(0)
+        z = HSDAGNet(12, 2, config).embed(x, edges).detach()
+        z = z / z.norm(dim=1, keepdim=True)
+        c = z @ z.t()
+        return float(c[~torch.eye(40, dtype=torch.bool)].mean())
+
+    assert abs(mean_cosine(HSDAGConfig())) < 0.3
+    assert mean_cosine(HSDAGConfig(graph_norm=False)) > 0.8
+
+
+def test_rank_advantages_by_hand():
+    from policies.reinforce import advantages
+
+    rewards = torch.tensor([[1.0, 3.0, 3.0, 2.0], [0.5, 9.0, 1.0, 7.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    # Valid rewards sorted: 0.5, 1, 1, 2, 3, 3, 9 -> ranks 0, 1.5, 1.5, 3, 4.5, 4.5, 6;
+    # centred: rank / 6 - 0.5; then divided by their std.
+    centred = torch.tensor([[-0.25, 0.25, 0.25, 0.0], [-0.5, 0.5, -0.25, 0.0]])
+    std = torch.sqrt((centred[mask > 0] ** 2).mean())
+    assert torch.allclose(advantages(rewards, mask), centred / std)
+    # Any monotone change of the rewards (e.g. a harsher failure penalty) changes nothing.
+    assert torch.allclose(advantages(torch.exp(rewards) - 100.0, mask), centred / std)
+    normalized = advantages(rewards, mask, "normalized")
+    valid = rewards[mask > 0]
+    assert torch.allclose(normalized[mask > 0], (valid - valid.mean()) / valid.std(unbiased=False))
+    assert torch.equal(advantages(torch.ones(2, 3), torch.ones(2, 3)), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="unknown advantages"):
+        advantages(rewards, mask, "median")
 
 
 # ----------------------------------------------------------------------------------
@@ -272,10 +428,16 @@ def test_node_state_changes_the_grouping_inputs():
 def test_reset_parameters_reinitialises():
     torch.manual_seed(0)
     net = HSDAGNet(4, num_devices=2, config=HSDAGConfig(hidden_dim=8, pooled_gcn=True))
-    before = [p.detach().clone() for p in net.parameters()]
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)
+    before = {n: p.detach().clone() for n, p in net.named_parameters()}
     net.reset_parameters()
-    changed = [not torch.equal(a, b) for a, b in zip(before, net.parameters())]
-    assert sum(changed) >= len(changed) // 2
+    # Every parameter is reset (norm layers to their constants, weights at random).
+    for name, p in net.named_parameters():
+        assert not torch.equal(before[name], p), name
+    assert torch.equal(net.graph_norms[0].weight, torch.ones(8))
+    assert torch.equal(net.group_norm.bias, torch.zeros(8))
 
 
 # ----------------------------------------------------------------------------------
@@ -433,11 +595,22 @@ def test_stepwise_state_matches_the_learners_sequence_pass():
             out = module.forward_exploration({Columns.OBS: obs, Columns.STATE_IN: state})
             steps.append(out[Columns.ACTION_DIST_INPUTS])
             state = out[Columns.STATE_OUT]
-        # What the learner does: a [B, T] sequence from the initial state.
+        # What the learner does: a [B, T] sequence from the initial state, with the
+        # distribution inputs stored at sampling time (they carry the sampled,
+        # noise-perturbed groupings).
         seq_obs = {k: v.unsqueeze(1).expand(-1, 3, *v.shape[1:]) for k, v in obs.items()}
-        seq = module.forward_train({Columns.OBS: seq_obs})
+        stored = torch.stack(steps, 1)
+        seq = module.forward_train({Columns.OBS: seq_obs, Columns.ACTION_DIST_INPUTS: stored})
+        # Without noise (inference) the learner's own parsing gives the same groups.
+        inference, state = [], {"node_state": torch.zeros(2, 10, 16)}
+        for _ in range(3):
+            out = module.forward_inference({Columns.OBS: obs, Columns.STATE_IN: state})
+            inference.append(out[Columns.ACTION_DIST_INPUTS])
+            state = out[Columns.STATE_OUT]
+        reparsed = module.forward_train({Columns.OBS: seq_obs})
     assert seq[Columns.ACTION_DIST_INPUTS].shape == (2, 3, 30)
-    assert torch.allclose(seq[Columns.ACTION_DIST_INPUTS], torch.stack(steps, 1), atol=1e-5)
+    assert torch.allclose(seq[Columns.ACTION_DIST_INPUTS], stored, atol=1e-5)
+    assert torch.allclose(reparsed[Columns.ACTION_DIST_INPUTS], torch.stack(inference, 1), atol=1e-5)
     assert not torch.allclose(steps[0], steps[1])  # the node-state update matters
 
     stateless = make_module(node_state_update=False)
