@@ -63,11 +63,19 @@ class TrainConfig:
         episodes_per_iteration: episodes per policy update.
         env_runners: measuring actors (0 = sample in the driver).
         lr: Adam learning rate (the paper: 1e-3).
-        entropy_coeff: entropy bonus weight.
+        entropy_coeff: entropy bonus weight (keeps the policy moving when a
+            whole batch fails; see policies/reinforce.py).
+        advantages: rank (fitness shaping, default), normalized or centered
+            (see policies/reinforce.py).
         reward: inverse (1/latency, the paper), speedup, neg_log.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
-        no_fractal / no_shape / position / no_cost / no_op_type / no_degree:
-            feature ablations (position: id, sin or none).
+        grouping_noise: Gumbel noise on the edge scores when sampling groupings
+            (0 = the deterministic parsing of inference).
+        self_loops: a node may choose its own loop in graph parsing and stay
+            a group of its own (off: it slowed learning; see policies/hsdag.py).
+        no_fractal / no_shape / no_cost / no_op_type / no_degree: feature
+            ablations (leave that feature group out).
+        position: node position feature: id, sin or none.
         seed: random seed.
         wandb: offline, online or disabled.
         wandb_project: W&B project name.
@@ -95,11 +103,14 @@ class TrainConfig:
     episodes_per_iteration: int = 1
     env_runners: int = 1
     lr: float = 1e-3
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = 0.01
+    advantages: str = "rank"
     reward: str = "inverse"
     hidden_dim: int = 64
     gcn_layers: int = 2
     node_state_update: bool = True
+    grouping_noise: float = 0.3
+    self_loops: bool = False
     no_fractal: bool = False
     no_shape: bool = False
     no_op_type: bool = False
@@ -123,6 +134,7 @@ class TrainConfig:
         from envs.placement_env import REWARDS
         from envs.simulator import OBJECTIVES
         from hsdag_ray.graph import COARSENINGS
+        from policies.reinforce import ADVANTAGES
 
         checks = [
             (self.method == "hsdag", f"unknown method {self.method!r}; this command trains hsdag"),
@@ -133,6 +145,10 @@ class TrainConfig:
              f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}"),
             (self.coarsen in COARSENINGS,
              f"unknown coarsening {self.coarsen!r}; choose one of {', '.join(COARSENINGS)}"),
+            (self.advantages in ADVANTAGES,
+             f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
+            (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
+             "entropy_coeff and grouping_noise must be 0 or more"),
             (self.reward in REWARDS, f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
@@ -326,7 +342,8 @@ def algo_config(cfg: TrainConfig, env_cfg: dict, real: bool, slots: int):
     from policies.reinforce import REINFORCEConfig
 
     model_config = {"hidden_dim": cfg.hidden_dim, "num_gcn_layers": cfg.gcn_layers,
-                    "node_state_update": cfg.node_state_update, "max_seq_len": cfg.episode_len}
+                    "node_state_update": cfg.node_state_update, "max_seq_len": cfg.episode_len,
+                    "grouping_noise": cfg.grouping_noise, "self_loops": cfg.self_loops}
     if cfg.algo == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig
 
@@ -336,6 +353,7 @@ def algo_config(cfg: TrainConfig, env_cfg: dict, real: bool, slots: int):
             minibatch_size=cfg.episode_len, num_epochs=4)
     else:
         ac = REINFORCEConfig().training(lr=cfg.lr, entropy_coeff=cfg.entropy_coeff,
+                                        advantages=cfg.advantages,
                                         episodes_per_iteration=cfg.episodes_per_iteration)
     ac = (ac.environment(PlacementEnv, env_config=env_cfg)
           .rl_module(rl_module_spec=RLModuleSpec(module_class=HSDAGRLModule, model_config=model_config))
@@ -403,13 +421,23 @@ def exact_method(graph, objective: str) -> Optional[str]:
 
 
 def compute_baselines(env, objective: str, say, time_limit: float = 120.0) -> dict[str, float]:
-    """Single-device latencies and, where an exact solver applies to the
-    profile, the latency of its optimal placement (``optimum``), measured by
-    the run's own backend (so on hardware with a real backend)."""
+    """Single-device latencies; with a real backend, OpenVINO AUTO's
+    (``openvino_auto``: the whole model on the device AUTO picks); and, where an
+    exact solver applies to the profile, the latency of its optimal placement
+    (``optimum``), measured by the run's own backend (so on hardware with a
+    real backend)."""
     from hsdag_ray.profile import Profile, cost_graph
     from policies.exact import solve
 
     baselines = {f"{d}_only": v for d, v in env.single_device_s.items()}
+    if env.config.backend != "simulator":
+        from envs.openvino_backend import measure_auto
+
+        m = measure_auto(env.config.model, env.devices, env.config.timing)
+        baselines["openvino_auto"] = m.latency_s if m.ok else math.inf
+        ran_on = ",".join(m.info.get("execution_devices") or []) or "?"
+        say(f"OpenVINO AUTO ({m.info.get('auto_device', 'AUTO')}, ran on {ran_on}): "
+            + (f"{m.latency_s * 1e3:.3f} ms" if m.ok else f"failed: {m.error}"))
     if env.config.profile is None:
         return baselines
     prof = Profile.from_json(env.config.profile)

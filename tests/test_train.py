@@ -60,8 +60,10 @@ def test_real_openvino_run_end_to_end(tmp_path):
     run = tmp_path / "real"
     assert s["backend"] == "openvino-auto" and s["objective"] == "measured"
     assert s["failures"] == 0 and s["measurements"] >= 3
-    assert set(s["baselines"]) == {"CPU_only", "CPU_F32_only", "optimum"}
+    assert set(s["baselines"]) == {"CPU_only", "CPU_F32_only", "openvino_auto", "optimum"}
     assert 0 < s["baselines"]["optimum"] < 10 * s["baselines"]["CPU_only"]
+    # AUTO over CPU + CPU_F32 can only pick the real CPU: about the CPU-only latency
+    assert 0.25 < s["baselines"]["openvino_auto"] / s["baselines"]["CPU_only"] < 4
     # re-measured within the noise (the best of many noisy samples is optimistic)
     assert 0.5 * s["best_latency_s"] < s["best_remeasured_s"] < 2.0 * s["best_latency_s"]
     for f in ("best_placement.json", "summary.json", "learning_curve.png", "placement.png"):

