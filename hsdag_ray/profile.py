@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -291,6 +292,22 @@ def fit_link_costs(graph: CompGraph, profile: Profile, placements: Sequence[np.n
 
 
 # ===================================================================== CLI
+def busy_note(threshold: float = 0.5) -> Optional[str]:
+    """A sentence when the machine is busy (1-minute load average above
+    ``threshold`` per core), else None. Per-op times recorded then are
+    inflated, unevenly across ops (2-8x on some ops of Inception-V3 with two
+    other jobs on 2 cores), and the simulator's optimum moves with them."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not available on this platform
+        return None
+    cores = os.cpu_count() or 1
+    if load <= threshold * cores:
+        return None
+    return (f"the machine is busy (load {load:.1f} on {cores} cores), so per-op times may be "
+            "inflated; record profiles on an idle machine")
+
+
 def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (), fit: int = 12,
            timing=None, input_shapes=None, progress: bool = True) -> Profile:
     """Record a profile: OpenVINO per-op times on every real device, modeled
@@ -308,8 +325,13 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
     backend = None
     if devices:
         backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
+        busy = busy_note()
+        if busy:
+            print(f"warning: {busy}", file=sys.stderr)
         for line, name in zip(backend.ov.device_set.describe(), backend.devices):
             profile.devices[name] = {"kind": "measured", "description": line}
+            if busy:
+                profile.devices[name]["note"] = busy
             profile.op_time_s[name] = backend.ov.profile_ops(name)
     for name in modeled:
         add_modeled_device(profile, fine, name)

@@ -71,3 +71,11 @@ def test_record_real_profile_and_round_trip(tmp_path):
     (tmp_path / "bad.json").write_text('{"model": "m"}')
     with pytest.raises(GraphError, match="not a profile"):
         Profile.load(tmp_path / "bad.json")
+
+
+def test_busy_note_says_when_the_machine_is_loaded():
+    from hsdag_ray.profile import busy_note
+
+    assert busy_note(threshold=1e9) is None
+    note = busy_note(threshold=-1.0)  # any load is above a negative threshold
+    assert note is not None and "busy" in note and "idle machine" in note
