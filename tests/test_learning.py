@@ -11,20 +11,30 @@ over three seeds of at most 1.05x the optimum.
 With an unlimited accelerator (``GPU_MODEL``) all three paper models meet it
 on every profile recorded so far. With the 64 MB accelerator (``GPU_SMALLMEM``)
 no single accelerator placement fits and the optimum packs the accelerator to
-within a few percent of its memory; the result then depends on the recorded
-CPU profile. On profiles recorded on a quiet machine all three models meet
-1.05x (medians 1.025 ResNet-50, 1.033 Inception-V3, 1.024 BERT-base); on
-profiles recorded while other jobs loaded both cores (per-op outliers of 2-8x)
-ResNet-50 ended at 1.06-1.09x and Inception-V3 at 1.12-1.14x. Their limits
-below are those figures plus a margin, kept so a regression shows; they are
-not the criterion. Two reasons these cases are hard:
+within a few percent of its memory; BERT-base meets 1.05x there on every
+profile (1.019-1.029), while ResNet-50 and Inception-V3 depend on the recorded
+CPU profile. Medians, seeds 0-4 unless noted, default settings:
+
+==============  =================  ====================  ==================
+model           quiet profile A    quiet profile B       busy profile [1]_
+==============  =================  ====================  ==================
+ResNet-50       1.025 (seeds 0-2)  1.071                 1.057
+Inception-V3    1.033 (seeds 0-2)  1.023                 1.138
+BERT-base       1.024 (seeds 0-2)  1.019 (seeds 0-2)     1.019 (seeds 0-2)
+==============  =================  ====================  ==================
+
+.. [1] recorded while two other jobs loaded both cores: some ops 2-8x slower.
+
+The limits below for those two are these figures plus a margin, kept so a
+regression shows; they are not the criterion. Two reasons these cases are
+hard:
 
 * ResNet-50's optimum can leave single nodes alone on their device (the stem
   on the accelerator, the last Add+FC on the CPU). Every group of HSDAG's
   Graph Parsing has at least two connected nodes, so such a placement cannot
-  be sampled; the best one a grouping can express is then 1.05-1.06x the
-  optimum (``self_loops=True`` lifts the limit but learns worse, see
-  :mod:`policies.hsdag`).
+  be sampled; the best expressible placement HSDAG found is 1.036x the
+  optimum, with 1500 placements (``self_loops=True`` lifts the limit but
+  learns worse, see :mod:`policies.hsdag`).
 * Inception-V3's optimum is a knapsack at the memory edge (63.9 of 64 MB with
   a dozen nodes scattered on the CPU).
 
@@ -32,8 +42,9 @@ Every test also checks that the best placement is feasible: re-measured by
 ``python -m hsdag_ray.measure`` on the simulator it gives the reported
 latency, so no placement that breaks the memory limit is reported as best.
 
-The fast tests take about a minute each; the full grid (three models, both
-accelerators, three seeds) is ``-m slow``.
+The fast tests train BERT-base (the one paper model whose optimum is a real
+split with either accelerator) for about a minute each; the full grid (three
+models, both accelerators, three seeds) is ``-m slow``.
 """
 from __future__ import annotations
 
@@ -131,20 +142,26 @@ def shared_ray():
         ray.shutdown()
 
 
-def test_hsdag_finds_the_memory_split_on_resnet50(tmp_path, shared_ray):
-    """ResNet-50, CPU + 64 MB accelerator: a real split, found within 500 placements."""
-    profile = record_profile("resnet50", ("GPU_SMALLMEM",), tmp_path)
-    results = train_seeds("resnet50", profile, "GPU_SMALLMEM", [0, 1, 2], tmp_path)
-    check("resnet50", "GPU_SMALLMEM", results)
-    # the split beats the CPU (the only device that holds the model) by a wide margin
-    assert statistics.median(r["best"] / r["best_single"] for r in results) < 0.9
+@pytest.fixture(scope="module")
+def bert_profile(tmp_path_factory):
+    return record_profile("bert_base", ("GPU_MODEL", "GPU_SMALLMEM"),
+                          tmp_path_factory.mktemp("bert-profile"))
 
 
-def test_hsdag_finds_the_split_on_bert_base(tmp_path, shared_ray):
+def test_hsdag_finds_the_memory_split_on_bert_base(bert_profile, tmp_path, shared_ray):
+    """BERT-base, CPU + 64 MB accelerator (BERT's weights are about 440 MB): the
+    optimum is a real split; within 1.05x of the memory-limited MILP optimum,
+    median of 3 seeds, and the best placement fits."""
+    results = train_seeds("bert_base", bert_profile, "GPU_SMALLMEM", [0, 1, 2], tmp_path)
+    check("bert_base", "GPU_SMALLMEM", results)
+    # the split beats the CPU (the only device that holds the model)
+    assert statistics.median(r["best"] / r["best_single"] for r in results) < 0.95
+
+
+def test_hsdag_finds_the_split_on_bert_base(bert_profile, tmp_path, shared_ray):
     """BERT-base, CPU + unlimited accelerator: the optimum is a real split
     (not everything on the accelerator); within 1.05x of it, median of 3 seeds."""
-    profile = record_profile("bert_base", ("GPU_MODEL",), tmp_path)
-    results = train_seeds("bert_base", profile, "GPU_MODEL", [0, 1, 2], tmp_path)
+    results = train_seeds("bert_base", bert_profile, "GPU_MODEL", [0, 1, 2], tmp_path)
     check("bert_base", "GPU_MODEL", results)
     assert all(r["optimum"] < r["best_single"] * (1 - 1e-3) for r in results)
 
