@@ -58,7 +58,9 @@ class TrainConfig:
         objective: simulator objective: sequential, parallel or throughput.
         coarsen: graph coarsening before learning: none, colocation, openvino.
         budget: placements the policy proposes, each measured or (when proposed
-            before) read from the cache (the paper: about 500).
+            before) read from the cache (the paper: about 500); training stops
+            after the iteration that reaches it, so it rounds up to whole
+            iterations (episode_len x episodes_per_iteration placements each).
         episode_len: placements per episode (the paper: 20).
         episodes_per_iteration: episodes per policy update.
         env_runners: measuring actors (0 = sample in the driver).
