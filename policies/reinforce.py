@@ -47,8 +47,6 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-ADVANTAGES = ("rank", "normalized", "centered")
-
 import torch
 from ray.rllib.algorithms import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
@@ -63,6 +61,9 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, ENV_RUNNER
                                      TIMERS)
 
 __all__ = ["REINFORCEConfig", "REINFORCE", "REINFORCETorchLearner", "ADVANTAGES", "advantages"]
+
+#: advantage estimators of :func:`advantages` (see the module docstring)
+ADVANTAGES = ("rank", "normalized", "centered")
 
 
 def _centred_ranks(values: torch.Tensor) -> torch.Tensor:
