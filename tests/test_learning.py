@@ -20,7 +20,7 @@ model           quiet profile A    quiet profile B       busy profile [1]_
 ==============  =================  ====================  ==================
 ResNet-50       1.025 (seeds 0-2)  1.071                 1.057
 Inception-V3    1.033 (seeds 0-2)  1.023                 1.138
-BERT-base       1.024 (seeds 0-2)  1.019 (seeds 0-2)     1.019 (seeds 0-2)
+BERT-base       1.024 (seeds 0-2)  1.022                 1.019 (seeds 0-2)
 ==============  =================  ====================  ==================
 
 .. [1] recorded while two other jobs loaded both cores: some ops 2-8x slower.
