@@ -1,0 +1,116 @@
+"""How close HSDAG gets to the exact optimum: models x accelerators x seeds.
+
+    python bench/bench_learning.py                                  # the full grid, 3 seeds
+    python bench/bench_learning.py --models resnet50 --accelerators GPU_SMALLMEM \\
+        --seeds 0,1,2,3,4 --set lr=0.003 --profiles prof/
+
+For each model the local CPU is profiled once by OpenVINO (saved in
+``--profiles`` as ``prof_<model>.json`` and reused, so several settings can be
+compared on the same costs) and the accelerators are modeled. Each run trains
+HSDAG on the simulator (sequential objective) for ``--budget`` placements and
+prints its best latency over the exact optimum of the profile (min cut, or the
+MILP with the memory limit), over the best single device, and the number of
+distinct placements measured; then the median per case. ``--set key=value``
+overrides any ``TrainConfig`` field (``python -m hsdag_ray.train --help``).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+
+
+def load_or_record(model: str, folder: Path) -> Path:
+    from hsdag_ray.graph import build_graph
+    from hsdag_ray.profile import add_modeled_device, record
+
+    path = folder / f"prof_{model}.json"
+    if not path.exists():
+        profile = record(model, ["CPU"], [], fit=0, progress=False)
+        _, fine, _, _ = build_graph(model, "none")
+        for name in ("GPU_MODEL", "GPU_SMALLMEM"):
+            add_modeled_device(profile, fine, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        profile.save(path)
+    return path
+
+
+def parse_overrides(items: list[str]) -> dict:
+    from hsdag_ray.train import TrainConfig
+
+    defaults = TrainConfig()
+    known = {f.name for f in fields(TrainConfig)}
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise ValueError(f"--set takes KEY=VALUE with KEY a setting of "
+                             f"python -m hsdag_ray.train --help (without dashes), got {item!r}")
+        kind = type(getattr(defaults, key))
+        out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="resnet50,inception_v3,bert_base")
+    ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--budget", type=int, default=500)
+    ap.add_argument("--profiles", default="bench/.cache/learning",
+                    help="folder of the recorded profiles (made when missing)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="TrainConfig override, repeatable")
+    args = ap.parse_args()
+    try:
+        overrides = parse_overrides(args.set)
+    except ValueError as e:
+        ap.error(str(e))
+
+    import ray
+
+    from hsdag_ray.train import TrainConfig, train
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    medians = []
+    with tempfile.TemporaryDirectory() as out:
+        for model in args.models.split(","):
+            profile = load_or_record(model, Path(args.profiles))
+            for acc in args.accelerators.split(","):
+                ratios = []
+                for seed in seeds:
+                    t0 = time.time()
+                    cfg = TrainConfig(**{
+                        "model": model, "backend": "simulator", "profile": str(profile),
+                        "devices": ["CPU", acc], "budget": args.budget, "env_runners": 0,
+                        "wandb": "disabled", "out": out, "name": f"{model}-{acc}-{seed}",
+                        "seed": seed, **overrides})
+                    s = train(cfg, quiet=True)
+                    b = s["baselines"]
+                    singles = [v for k, v in b.items() if k.endswith("_only") and math.isfinite(v)]
+                    best = s["best_latency_s"]
+                    if best is None or "optimum" not in b:
+                        print(f"{model:13s} {acc:13s} seed {seed}: no feasible placement "
+                              f"or no optimum ({b})", flush=True)
+                        ratios.append(math.inf)
+                        continue
+                    ratios.append(best / b["optimum"])
+                    print(f"{model:13s} {acc:13s} seed {seed}: {ratios[-1]:.4f}x optimum, "
+                          f"{best / min(singles):.3f}x best single, {s['measurements']} distinct, "
+                          f"{time.time() - t0:.0f} s", flush=True)
+                medians.append((model, acc, statistics.median(ratios)))
+    ray.shutdown()
+    print(f"\nmedian best/optimum over seeds {args.seeds}"
+          + (f" with {', '.join(args.set)}" if args.set else ""))
+    for model, acc, med in medians:
+        print(f"  {model:13s} {acc:13s} {med:.4f}")
+
+
+if __name__ == "__main__":
+    main()
