@@ -4,9 +4,10 @@
     python bench/bench_learning.py --models resnet50 --accelerators GPU_SMALLMEM \\
         --seeds 0,1,2,3,4 --set lr=0.003 --profiles prof/
 
-For each model the local CPU is profiled once by OpenVINO (saved in
-``--profiles`` as ``prof_<model>.json`` and reused, so several settings can be
-compared on the same costs) and the accelerators are modeled. Each run trains
+For each model the local CPU is profiled once by OpenVINO and the
+accelerators are modeled (saved in ``--profiles`` as ``profile_<model>.json``
+and reused, by ``bench_solvers.py`` too, so settings and methods are compared
+on the same costs). Each run trains
 HSDAG on the simulator (sequential objective) for ``--budget`` placements and
 prints its best latency over the exact optimum of the profile (min cut, or the
 MILP with the memory limit), over the best single device, and the number of
@@ -25,18 +26,12 @@ from pathlib import Path
 
 
 def load_or_record(model: str, folder: Path) -> Path:
-    from hsdag_ray.graph import build_graph
-    from hsdag_ray.profile import add_modeled_device, record
+    """The profile file bench_solvers.py uses (recorded there when missing)."""
+    from bench_solvers import model_profile
 
-    path = folder / f"prof_{model}.json"
-    if not path.exists():
-        profile = record(model, ["CPU"], [], fit=0, progress=False)
-        _, fine, _, _ = build_graph(model, "none")
-        for name in ("GPU_MODEL", "GPU_SMALLMEM"):
-            add_modeled_device(profile, fine, name)
-        folder.mkdir(parents=True, exist_ok=True)
-        profile.save(path)
-    return path
+    _, how = model_profile(model, folder)
+    print(f"{model}: profile {how}", flush=True)
+    return folder / f"profile_{model}.json"
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -62,8 +57,9 @@ def main() -> None:
     ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--budget", type=int, default=500)
-    ap.add_argument("--profiles", default="bench/.cache/learning",
-                    help="folder of the recorded profiles (made when missing)")
+    ap.add_argument("--profiles", default="bench/.cache",
+                    help="folder of the recorded profiles, shared with bench_solvers.py "
+                         "(recorded when missing)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="TrainConfig override, repeatable")
     args = ap.parse_args()

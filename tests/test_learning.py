@@ -68,15 +68,10 @@ MIN_DISTINCT = 150
 
 def record_profile(model: str, accelerators: tuple[str, ...], folder: Path) -> Path:
     """The local CPU profiled by OpenVINO plus modeled accelerators, saved as JSON."""
-    from hsdag_ray.graph import build_graph
-    from hsdag_ray.profile import add_modeled_device, record
+    from hsdag_ray.profile import record
 
-    profile = record(model, ["CPU"], [], fit=0, progress=False)
-    _, fine, _, _ = build_graph(model, "none")
-    for name in accelerators:
-        add_modeled_device(profile, fine, name)
     path = folder / f"{model}-profile.json"
-    profile.save(path)
+    record(model, ["CPU"], accelerators, fit=0, progress=False).save(path)
     return path
 
 
