@@ -25,7 +25,8 @@ BERT-base       1.024 (seeds 0-2)  1.022                 1.019 (seeds 0-2)
 
 .. [1] recorded while two other jobs loaded both cores: some ops 2-8x slower.
 
-The limits below for those two are these figures plus a margin, kept so a
+The limits below for those two are the worst medians seen (ResNet-50 1.092
+on a third quiet profile, Inception-V3 1.138) plus a margin, kept so a
 regression shows; they are not the criterion. Two reasons these cases are
 hard:
 
@@ -60,7 +61,7 @@ import pytest
 from hsdag_ray.train import TrainConfig, train
 
 #: best/optimum allowed (median of 3 seeds) per (model, accelerator); see the module docstring
-RATIO_LIMIT = {("resnet50", "GPU_SMALLMEM"): 1.10, ("inception_v3", "GPU_SMALLMEM"): 1.20}
+RATIO_LIMIT = {("resnet50", "GPU_SMALLMEM"): 1.15, ("inception_v3", "GPU_SMALLMEM"): 1.20}
 DEFAULT_RATIO_LIMIT = 1.05
 #: before the normalisation fix a run measured 20-70 distinct placements of its 500
 MIN_DISTINCT = 150
