@@ -896,18 +896,17 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
 
     @override(TorchRLModule)
     def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        dist_inputs, _, state_out = self._run(batch, reuse_grouping=False)
-        out = {Columns.ACTION_DIST_INPUTS: dist_inputs}
-        if state_out is not None:
-            out[Columns.STATE_OUT] = state_out
-        return out
+        return self._act(batch, grouping_noise=0.0)
 
     @override(TorchRLModule)
     def _forward_exploration(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
         # Sampling: the grouping is parsed with exploration noise (HSDAGConfig.grouping_noise).
-        dist_inputs, _, state_out = self._run(
-            batch, reuse_grouping=False, grouping_noise=self.hsdag_config.grouping_noise
-        )
+        return self._act(batch, grouping_noise=self.hsdag_config.grouping_noise)
+
+    def _act(self, batch: Dict[str, Any], grouping_noise: float) -> Dict[str, Any]:
+        """Distribution inputs (and the next node state) for choosing actions."""
+        dist_inputs, _, state_out = self._run(batch, reuse_grouping=False,
+                                              grouping_noise=grouping_noise)
         out = {Columns.ACTION_DIST_INPUTS: dist_inputs}
         if state_out is not None:
             out[Columns.STATE_OUT] = state_out
