@@ -2,7 +2,7 @@
 
     python bench/bench_learning.py                                  # the full grid, 3 seeds
     python bench/bench_learning.py --models resnet50 --accelerators GPU_SMALLMEM \\
-        --seeds 0,1,2,3,4 --set lr=0.003 --profiles prof/
+        --seeds 0,1,2,3,4 --profiles prof/ -- --lr 0.003 --no-self-loops
 
 For each model the local CPU is profiled once by OpenVINO and the
 accelerators are modeled (saved in ``--profiles`` as ``profile_<model>.json``
@@ -11,8 +11,10 @@ on the same costs). Each run trains
 HSDAG on the simulator (sequential objective) for ``--budget`` placements and
 prints its best latency over the exact optimum of the profile (min cut, or the
 MILP with the memory limit), over the best single device, and the number of
-distinct placements measured; then the median per case. ``--set key=value``
-overrides any ``TrainConfig`` field (``python -m hsdag_ray.train --help``).
+distinct placements measured; then the median per case. Flags after ``--``
+are ``python -m hsdag_ray.train`` flags (its ``--help``), read by its own
+parser, for every run; the bench sets the model, devices, profile, budget,
+seed and output itself.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import math
 import statistics
 import tempfile
 import time
-from dataclasses import fields
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -34,22 +36,6 @@ def load_or_record(model: str, folder: Path) -> Path:
     return folder / f"profile_{model}.json"
 
 
-def parse_overrides(items: list[str]) -> dict:
-    from hsdag_ray.train import TrainConfig
-
-    defaults = TrainConfig()
-    known = {f.name for f in fields(TrainConfig)}
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or key not in known:
-            raise ValueError(f"--set takes KEY=VALUE with KEY a setting of "
-                             f"python -m hsdag_ray.train --help (without dashes), got {item!r}")
-        kind = type(getattr(defaults, key))
-        out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,17 +46,20 @@ def main() -> None:
     ap.add_argument("--profiles", default="bench/.cache",
                     help="folder of the recorded profiles, shared with bench_solvers.py "
                          "(recorded when missing)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="TrainConfig override, repeatable")
+    ap.add_argument("train_flags", nargs=argparse.REMAINDER,
+                    help="after --: python -m hsdag_ray.train flags for every run")
     args = ap.parse_args()
+    train_flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
+
+    from hsdag_ray.cli import UsageError
+    from hsdag_ray.train import config_from_args, train
+
     try:
-        overrides = parse_overrides(args.set)
-    except ValueError as e:
+        base, _ = config_from_args(train_flags)
+    except UsageError as e:
         ap.error(str(e))
 
     import ray
-
-    from hsdag_ray.train import TrainConfig, train
 
     seeds = [int(s) for s in args.seeds.split(",")]
     ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -82,11 +71,10 @@ def main() -> None:
                 ratios = []
                 for seed in seeds:
                     t0 = time.time()
-                    cfg = TrainConfig(**{
-                        "model": model, "backend": "simulator", "profile": str(profile),
-                        "devices": ["CPU", acc], "budget": args.budget, "env_runners": 0,
-                        "wandb": "disabled", "out": out, "name": f"{model}-{acc}-{seed}",
-                        "seed": seed, **overrides})
+                    cfg = replace(base, model=model, backend="simulator", profile=str(profile),
+                                  devices=["CPU", acc], budget=args.budget, env_runners=0,
+                                  wandb="disabled", out=out, name=f"{model}-{acc}-{seed}",
+                                  seed=seed)
                     s = train(cfg, quiet=True)
                     b = s["baselines"]
                     singles = [v for k, v in b.items() if k.endswith("_only") and math.isfinite(v)]
@@ -103,7 +91,7 @@ def main() -> None:
                 medians.append((model, acc, statistics.median(ratios)))
     ray.shutdown()
     print(f"\nmedian best/optimum over seeds {args.seeds}"
-          + (f" with {', '.join(args.set)}" if args.set else ""))
+          + (f" with {' '.join(train_flags)}" if train_flags else ""))
     for model, acc, med in medians:
         print(f"  {model:13s} {acc:13s} {med:.4f}")
 
