@@ -25,8 +25,9 @@ from scipy.stats import spearmanr
 from envs.base import TimingConfig
 from envs.graph_backend import OpenVINOGraphBackend
 from envs.simulator import Simulator
-from hsdag_ray.graph import build_graph
-from hsdag_ray.profile import Profile, cost_graph, fit_link_costs, split_placements
+from hsdag_ray.core.graph import build_graph
+from envs.profiling import fit_link_costs
+from hsdag_ray.core.profile import Profile, cost_graph, split_placements
 
 
 def kinds(n: int, count: int, seed: int) -> list[tuple[str, np.ndarray]]:

@@ -36,12 +36,15 @@ def run(model: str, runners: int, iterations: int) -> dict:
     import ray
 
     from envs.placement_env import EnvConfig, PlacementEnv
-    from hsdag_ray.train import TrainConfig, algo_config, env_config, resolve_backend
+    from hsdag_ray.algos import algo_config
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.resolve import env_config, resolve_backend
+    from policies.registry import get
 
-    cfg = TrainConfig(model=model, env_runners=runners, wandb="disabled")
+    cfg = TrainConfig(model=model, env_runners=runners, wandb="disabled", algo="reinforce")
     backend, devices, profile = resolve_backend(cfg, lambda m: None)
     ec = env_config(cfg, backend, devices, profile, "")
-    algo = algo_config(cfg, ec, False, runners).build_algo()
+    algo = algo_config(cfg, get(cfg.method), ec, False, cfg.episode_len).build_algo()
     out = {}
     if runners == 0:
         env = PlacementEnv(EnvConfig.from_dict(ec))

@@ -1,6 +1,6 @@
 """Measuring placements of a placement graph, on any backend.
 
-A placement here maps every *node* of a :class:`~hsdag_ray.graph.CompGraph`
+A placement here maps every *node* of a :class:`~hsdag_ray.core.graph.CompGraph`
 to a device. :func:`make_backend` returns a :class:`~envs.base.Backend` that
 takes such placements and measures them with real OpenVINO (HETERO, stage
 pipeline, or HETERO with the pipeline as fallback) or with the simulator on a
@@ -8,12 +8,12 @@ profile; the caller never needs to know which.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from envs.base import Measurement, TimingConfig
-from hsdag_ray.graph import CompGraph, GraphError
+from hsdag_ray.core.graph import CompGraph, GraphError
 
 __all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "parse_placement"]
 
@@ -51,12 +51,12 @@ def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str]
 
     ``kind`` is one of :data:`BACKENDS`: ``auto``/``hetero``/``pipeline``
     need the ``model`` and real ``devices``; ``simulator`` needs a
-    :class:`~hsdag_ray.profile.Profile` (``devices`` then selects among its
+    :class:`~hsdag_ray.core.profile.Profile` (``devices`` then selects among its
     devices, all of them by default).
     """
     if kind == "simulator":
         from envs.simulator import SimulatorBackend
-        from hsdag_ray.profile import cost_graph
+        from hsdag_ray.core.profile import cost_graph
 
         if profile is None:
             raise GraphError("the simulator backend needs a profile (--profile FILE); "

@@ -65,7 +65,7 @@ import openvino as ov
 from openvino import opset13
 
 from envs.base import Measurement, TimingConfig, summarize_times
-from hsdag_ray.models import openvino_error_text
+from hsdag_ray.core.models import openvino_error_text
 
 __all__ = [
     "AUTO_BACKEND",
@@ -968,7 +968,7 @@ def measure_auto(model: Union[ov.Model, str, Path], devices: Sequence[str],
 
     Args:
         model: an ``openvino.Model`` with static input shapes, or a zoo name /
-            ``.xml`` / ``.onnx`` path for :func:`hsdag_ray.models.load_model`.
+            ``.xml`` / ``.onnx`` path for :func:`hsdag_ray.core.models.load_model`.
         devices: the run's device specs (module doc).
         timing: warm-up, repeats, block, time budget and threads per device.
         seed: seed of the random input data.
@@ -986,7 +986,7 @@ def measure_auto(model: Union[ov.Model, str, Path], devices: Sequence[str],
     deadline = start + timing.timeout_s
     info: dict[str, object] = {"path": "auto"}
     if not isinstance(model, ov.Model):
-        from hsdag_ray.models import load_model
+        from hsdag_ray.core.models import load_model
 
         try:
             model = load_model(str(model))

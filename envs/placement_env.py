@@ -24,7 +24,7 @@ import numpy as np
 
 from envs.base import Measurement, TimingConfig
 from envs.store import StoreClient, placement_key
-from hsdag_ray.features import FeatureConfig
+from hsdag_ray.core.features import FeatureConfig
 
 __all__ = ["EnvConfig", "PlacementEnv", "REWARDS", "reward_of"]
 
@@ -111,7 +111,7 @@ class PlacementEnv(gym.Env):
     """A gymnasium environment over one computation graph.
 
     Observation: ``Dict(x, edge_index, node_mask, edge_mask)`` padded to
-    ``max_nodes`` / ``max_edges`` (see :func:`policies.hsdag.placement_spaces`).
+    ``max_nodes`` / ``max_edges`` (see :func:`envs.observation.placement_spaces`).
     Action: a device index per (padded) node; padded entries are ignored.
     ``info`` of every step has ``latency_s`` (NaN on failure), ``ok``,
     ``cached``, ``stage`` and ``error`` of a failure, and ``best_latency_s``.
@@ -121,10 +121,10 @@ class PlacementEnv(gym.Env):
 
     def __init__(self, config: Optional[Mapping[str, Any] | EnvConfig] = None) -> None:
         from envs.graph_backend import make_backend
-        from hsdag_ray.graph import build_graph
-        from hsdag_ray.features import node_features
-        from hsdag_ray.profile import Profile, cost_graph
-        from policies.hsdag import pad_graph_observation, placement_spaces
+        from hsdag_ray.core.graph import build_graph
+        from hsdag_ray.core.features import node_features
+        from hsdag_ray.core.profile import Profile, cost_graph
+        from envs.observation import pad_graph_observation, placement_spaces
 
         self.config = cfg = EnvConfig.from_dict(config or {})
         model, _, graph, _ = build_graph(cfg.model, cfg.coarsen)
@@ -151,6 +151,11 @@ class PlacementEnv(gym.Env):
         self.store = StoreClient.connect(cfg.store or None)
         self._step = 0
         self.reference_s, self.single_device_s = self._reference()
+
+    @property
+    def steps_per_episode(self) -> int:
+        """Steps of one episode (what an algorithm samples per episode)."""
+        return self.config.episode_len
 
     # ------------------------------------------------------------ measuring
     def measure_array(self, placement: np.ndarray) -> tuple[Measurement, bool]:

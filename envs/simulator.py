@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from envs.base import Measurement
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["OBJECTIVES", "SimResult", "Simulator", "SimulatorBackend"]
 

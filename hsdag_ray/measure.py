@@ -29,52 +29,12 @@ import sys
 from collections import Counter
 from typing import Optional, Sequence
 
-from envs.base import TimingConfig
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
-from hsdag_ray.cli import UsageError, run
-from hsdag_ray.graph import COARSENINGS, build_graph, parse_input_shapes
+from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
+                           timing_from_args)
+from hsdag_ray.core.graph import COARSENINGS, build_graph, parse_input_shapes
 
-__all__ = ["main", "add_timing_args", "timing_from_args", "resolve_devices"]
-
-
-def add_timing_args(ap: argparse.ArgumentParser) -> None:
-    t = TimingConfig()
-    g = ap.add_argument_group("timing (real backends)")
-    g.add_argument("--warmup", type=int, default=t.warmup, help=f"untimed runs (default {t.warmup})")
-    g.add_argument("--repeats", type=int, default=t.repeats,
-                   help=f"timed blocks, the latency is their median (default {t.repeats})")
-    g.add_argument("--block", type=int, default=t.block, help=f"runs per timed block (default {t.block})")
-    g.add_argument("--threads", type=int, default=t.threads,
-                   help=f"inference threads per device, 0 = plugin default (default {t.threads})")
-    g.add_argument("--timeout", type=float, default=t.timeout_s,
-                   help=f"seconds allowed per measurement (default {t.timeout_s:g})")
-
-
-def timing_from_args(args: argparse.Namespace, validate: bool = False) -> TimingConfig:
-    for k in ("repeats", "block"):
-        if getattr(args, k) < 1:
-            raise UsageError(f"--{k} must be at least 1")
-    if args.warmup < 0 or args.threads < 0 or args.timeout <= 0:
-        raise UsageError("--warmup and --threads must be >= 0 and --timeout > 0")
-    return TimingConfig(warmup=args.warmup, repeats=args.repeats, block=args.block,
-                        timeout_s=args.timeout, threads=args.threads, validate_outputs=validate)
-
-
-def resolve_devices(specs: Sequence[str], threads: int) -> list[str]:
-    """Check real/virtual device specs; return the device names; say what each is."""
-    from envs.openvino_backend import check_devices
-
-    try:
-        infos = check_devices(list(specs), default_threads=threads)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    return [i.name for i in infos]
-
-
-def describe_devices(specs: Sequence[str], threads: int) -> list[str]:
-    from envs.openvino_backend import DeviceSet
-
-    return DeviceSet(list(specs), default_threads=threads).describe()
+__all__ = ["main"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -115,7 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     profile = None
     described: list[str] = []
     if args.backend == "simulator":
-        from hsdag_ray.profile import Profile
+        from hsdag_ray.core.profile import Profile
 
         if not args.profile:
             raise UsageError("--backend simulator needs --profile FILE (record one with "

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hsdag_ray.graph import CompGraph  # noqa: E402
+from hsdag_ray.core.graph import CompGraph  # noqa: E402
 
 __all__ = ["learning_curve", "placed_graph"]
 

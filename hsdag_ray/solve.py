@@ -5,8 +5,8 @@
         --devices CPU0,ACC0,ACC1 --time-limit 30 --out placement.json --json
 
 ``--graph`` takes an input of the public dnn-partitioning benchmark
-(:mod:`hsdag_ray.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
-model's graph with the costs of a profile (:mod:`hsdag_ray.profile`), and
+(:mod:`hsdag_ray.core.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
+model's graph with the costs of a profile (:mod:`hsdag_ray.core.profile`), and
 ``--out`` then keys the placement by OpenVINO op name, ready for
 ``python -m hsdag_ray.measure --placement``. ``--devices N`` keeps the graph's first ``N``
 devices (CPUs first, then accelerators), ``--devices A,B`` keeps the named
@@ -35,8 +35,8 @@ import numpy as np
 
 from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
-from hsdag_ray.costgraph import CostGraph
-from hsdag_ray.dnnpart import load_dnnpart
+from hsdag_ray.core.costgraph import CostGraph
+from hsdag_ray.core.dnnpart import load_dnnpart
 from policies.exact import SOLVERS, solve
 from policies.result import SolveResult
 
@@ -93,8 +93,8 @@ def load_graph(args: argparse.Namespace) -> CostGraph:
 
 def model_cost_graph(args: argparse.Namespace):
     """``(placement graph, cost graph)`` of ``--model`` under ``--profile``."""
-    from hsdag_ray.graph import build_graph
-    from hsdag_ray.profile import Profile, cost_graph
+    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.profile import Profile, cost_graph
 
     if not args.profile:
         raise UsageError("--model needs --profile FILE (record one with python -m hsdag_ray.profile)")

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from envs.simulator import Simulator
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 from policies.bounds import lower_bound
 from policies.result import SolveResult, colocation_groups, finish
 

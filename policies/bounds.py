@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["critical_path_s", "lower_bound"]
 

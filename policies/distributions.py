@@ -37,7 +37,7 @@ Rules:
   categorical quantity (the sampled group decisions are independent given the
   inputs). ``kl(other)`` is evaluated under *this* distribution's grouping,
   which is exact when both share the grouping (as RLlib's PPO does with
-  :class:`policies.hsdag.HSDAGRLModule`, which re-uses the sampled grouping in
+  :class:`policies.hsdag_module.HSDAGRLModule`, which re-uses the sampled grouping in
   ``forward_train``).
 * Padded nodes (group id ``-1``) take the fixed dummy action ``0`` and add
   nothing to ``logp``, ``entropy`` or ``kl``.

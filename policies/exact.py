@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from envs.simulator import OBJECTIVES
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 from policies.baselines import solve_random, solve_single
 from policies.heft import solve_heft
 from policies.ideals import solve_dp

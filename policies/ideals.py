@@ -59,7 +59,7 @@ from typing import Optional
 import networkx as nx
 import numpy as np
 
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 from policies.result import (SolveResult, colocation_groups, device_classes, finish,
                              uniform_transfer)
 

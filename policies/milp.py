@@ -53,7 +53,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 from policies.bounds import lower_bound
 from policies.ideals import contiguity
 from policies.result import (SolveResult, colocation_groups, device_classes, finish,

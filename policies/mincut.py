@@ -54,7 +54,7 @@ import networkx as nx
 import numpy as np
 
 from envs.simulator import Simulator
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 from policies.bounds import lower_bound
 from policies.result import SolveResult, colocation_groups, finish, redundant_for_sequential
 

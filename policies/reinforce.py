@@ -117,15 +117,17 @@ class REINFORCEConfig(AlgorithmConfig):
         self.episodes_per_iteration = 1
         self.entropy_coeff = 0.01
         self.advantages = "rank"
+        self.steps_per_episode = 20
         self.batch_mode = "complete_episodes"
         self.num_env_runners = 0
 
     @override(AlgorithmConfig)
     def training(self, *, episodes_per_iteration=NotProvided, entropy_coeff=NotProvided,
                  advantages=NotProvided, normalize_advantages=NotProvided,
-                 **kwargs) -> "REINFORCEConfig":
+                 steps_per_episode=NotProvided, **kwargs) -> "REINFORCEConfig":
         """``episodes_per_iteration``: complete episodes per update (over all
-        EnvRunners); ``entropy_coeff``: weight of the entropy bonus;
+        EnvRunners); ``steps_per_episode``: the environment's episode length
+        (its ``steps_per_episode``); ``entropy_coeff``: weight of the entropy bonus;
         ``advantages``: ``"rank"``, ``"normalized"`` or ``"centered"``;
         ``normalize_advantages`` (older switch): ``True`` = ``"normalized"``,
         ``False`` = ``"centered"``."""
@@ -134,6 +136,8 @@ class REINFORCEConfig(AlgorithmConfig):
             self.episodes_per_iteration = int(episodes_per_iteration)
         if entropy_coeff is not NotProvided:
             self.entropy_coeff = float(entropy_coeff)
+        if steps_per_episode is not NotProvided:
+            self.steps_per_episode = int(steps_per_episode)
         if normalize_advantages is not NotProvided:
             self.advantages = "normalized" if normalize_advantages else "centered"
         if advantages is not NotProvided:
@@ -145,7 +149,7 @@ class REINFORCEConfig(AlgorithmConfig):
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from policies.hsdag import HSDAGRLModule
+        from policies.hsdag_module import HSDAGRLModule
 
         return RLModuleSpec(module_class=HSDAGRLModule)
 
@@ -193,7 +197,7 @@ class REINFORCE(Algorithm):
     @override(Algorithm)
     def training_step(self) -> None:
         cfg = self.config
-        steps = cfg.episodes_per_iteration * max(1, int(cfg.env_config.get("episode_len", 20)))
+        steps = cfg.episodes_per_iteration * max(1, int(cfg.steps_per_episode))
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             episodes, runner_results = synchronous_parallel_sample(
                 worker_set=self.env_runner_group, max_env_steps=steps,

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from envs.simulator import Simulator
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["SolveResult", "finish", "colocation_groups", "device_classes", "uniform_transfer",
            "redundant_for_sequential", "rel_gap", "TOL"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.dnnpart import (MS, dnnpart_from_dict, expert_split_from_dict, load_dnnpart,
+from hsdag_ray.core.dnnpart import (MS, dnnpart_from_dict, expert_split_from_dict, load_dnnpart,
                                load_expert_split, node_ids)
 from policies.exact import solve
 

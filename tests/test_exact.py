@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 from hsdag_ray.solve import main as solve_main
 from policies.bounds import lower_bound
 from policies.exact import SOLVERS, solve

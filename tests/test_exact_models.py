@@ -1,8 +1,8 @@
 """The min cut and the MILP agree on the paper models' graphs with a modeled profile."""
 import pytest
 
-from hsdag_ray.graph import build_graph
-from hsdag_ray.profile import Profile, add_modeled_device, cost_graph
+from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph
 from policies.exact import solve
 
 

@@ -20,16 +20,9 @@ from policies.distributions import (
     pack_dist_inputs,
     representatives,
 )
-from policies.hsdag import (
-    GraphParsingPool,
-    HSDAGConfig,
-    HSDAGNet,
-    HSDAGRLModule,
-    dominant_edges,
-    pad_graph_observation,
-    placement_spaces,
-    unpad_graphs,
-)
+from envs.observation import pad_graph_observation, placement_spaces, unpad_graphs
+from policies.hsdag import GraphParsingPool, HSDAGConfig, HSDAGNet, dominant_edges
+from policies.hsdag_module import HSDAGRLModule
 
 # ----------------------------------------------------------------------------------
 # Helpers

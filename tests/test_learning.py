@@ -69,7 +69,7 @@ MIN_DISTINCT = 150
 
 def record_profile(model: str, accelerators: tuple[str, ...], folder: Path) -> Path:
     """The local CPU profiled by OpenVINO plus modeled accelerators, saved as JSON."""
-    from hsdag_ray.profile import record
+    from envs.profiling import record
 
     path = folder / f"{model}-profile.json"
     record(model, ["CPU"], accelerators, fit=0, progress=False).save(path)

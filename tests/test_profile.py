@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.graph import GraphError, from_ov_model
-from hsdag_ray.models import tiny_cnn
-from hsdag_ray.profile import (DeviceSpec, Profile, add_modeled_device, cost_graph, fit_link_costs,
-                               modeled_op_times, record, split_placements)
+from hsdag_ray.core.graph import GraphError, from_ov_model
+from hsdag_ray.core.models import tiny_cnn
+from envs.profiling import fit_link_costs, record
+from hsdag_ray.core.profile import (DeviceSpec, Profile, add_modeled_device, cost_graph,
+                                    modeled_op_times, split_placements)
 from tests.test_graph import small_model
 
 
@@ -74,7 +75,7 @@ def test_record_real_profile_and_round_trip(tmp_path):
 
 
 def test_busy_note_says_when_the_machine_is_loaded():
-    from hsdag_ray.profile import busy_note
+    from envs.profiling import busy_note
 
     assert busy_note(threshold=1e9) is None
     note = busy_note(threshold=-1.0)  # any load is above a negative threshold

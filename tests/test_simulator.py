@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator, SimulatorBackend
-from hsdag_ray.costgraph import CostGraph, InvalidCostGraph
+from hsdag_ray.core.costgraph import CostGraph, InvalidCostGraph
 
 
 def diamond(**kw) -> CostGraph:

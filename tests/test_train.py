@@ -39,7 +39,7 @@ def test_simulator_run_writes_every_output(tmp_path):
     assert rows[-1]["placements"] >= 60 and s["measurements"] == rows[-1]["measurements"]
     assert all(r["num_groups"] and r["num_groups"] >= 1 for r in rows)
     # the best placement names every op of the model, on the run's devices
-    from hsdag_ray.models import load_model
+    from hsdag_ray.core.models import load_model
 
     ops = {op.get_friendly_name() for op in load_model("resnet50").get_ordered_ops()}
     best = json.loads((run / "best_placement.json").read_text())
@@ -48,7 +48,7 @@ def test_simulator_run_writes_every_output(tmp_path):
 
 
 def test_real_openvino_run_end_to_end(tmp_path):
-    from hsdag_ray.profile import record
+    from envs.profiling import record
 
     # a profile of the same devices: the exact solver's placement is computed on it
     # and then measured on the devices like any other placement

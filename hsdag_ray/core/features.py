@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
-from hsdag_ray.graph import CompGraph
+from hsdag_ray.core.graph import CompGraph
 
 __all__ = ["FeatureConfig", "OP_VOCAB", "node_features", "fractal_dimension", "to_data"]
 

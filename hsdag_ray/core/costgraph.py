@@ -2,9 +2,9 @@
 
 A :class:`CostGraph` is what the simulator, the exact solvers and the learned
 methods' reward model share. It knows nothing of OpenVINO: it is built from a
-:class:`hsdag_ray.graph.CompGraph` plus a profile (:mod:`hsdag_ray.profile`), or
+:class:`hsdag_ray.core.graph.CompGraph` plus a profile (:mod:`hsdag_ray.core.profile`), or
 loaded from the public dnn-partitioning benchmark format
-(:mod:`hsdag_ray.dnnpart`).
+(:mod:`hsdag_ray.core.dnnpart`).
 
 Conventions (every consumer relies on them):
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["random_cost_graph"]
 

@@ -12,7 +12,7 @@ and human-expert splits (``human-experts/*.json``)::
 
     {"cpus": [{"load", "nodes": [id, ...]}], "fpgas": [{"load", "nodes": [...]}, ...]}
 
-Mapping onto :class:`~hsdag_ray.costgraph.CostGraph`:
+Mapping onto :class:`~hsdag_ray.core.costgraph.CostGraph`:
 
 * devices are ``CPU0..CPU{l-1}`` then ``ACC0..ACC{k-1}`` (the paper's "FPGA" is any
   accelerator; the layer graphs were in fact profiled on GPUs). ``max_cpus`` /
@@ -52,7 +52,7 @@ from typing import Any, Mapping, Optional
 import networkx as nx
 import numpy as np
 
-from hsdag_ray.costgraph import CostGraph
+from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["MS", "load_dnnpart", "dnnpart_from_dict", "load_expert_split",
            "expert_split_from_dict", "node_ids"]

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from hsdag_ray.graph import GraphError
+from hsdag_ray.core.errors import GraphError
 
 __all__ = ["ZOO", "load_model", "cache_dir", "tiny_cnn", "openvino_error_text"]
 

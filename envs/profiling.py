@@ -1,0 +1,121 @@
+"""Recording profiles on real devices: per-op times and fitted link costs.
+
+:func:`record` times every op of a model on each real device with OpenVINO's
+own profiling, adds modeled devices from their specs, and with two real
+devices fits the transfer and stage-boundary costs to real split placements
+(:func:`fit_link_costs`). The result is a :class:`~hsdag_ray.core.profile.Profile`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+from hsdag_ray.core.graph import CompGraph
+from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph, split_placements
+
+__all__ = ["record", "fit_link_costs", "busy_note"]
+
+
+def fit_link_costs(graph: CompGraph, profile: Profile, placements: Sequence[np.ndarray],
+                   measured_s: Sequence[float]) -> dict:
+    """Fit ``boundary_s``, link latency and bandwidth to real measurements.
+
+    Model: ``measured - sum of node times = boundary_s * boundaries +
+    latency * crossings + bytes_crossing / bandwidth``, solved by
+    non-negative least squares (``scipy.optimize.nnls``). Updates
+    ``profile`` and returns the fit figures (coefficients, mean relative
+    error, Spearman rank correlation of predicted vs measured).
+    """
+    from scipy.optimize import nnls
+    from scipy.stats import spearmanr
+
+    from envs.simulator import Simulator
+
+    base = cost_graph(graph, Profile(profile.model, profile.devices, profile.op_time_s))
+    sim = Simulator(base)
+    rows, rhs, compute_only = [], [], []
+    for p, y in zip(placements, measured_s):
+        r = sim.sequential(np.asarray(p))
+        t, _ = sim.crossings(np.asarray(p))
+        rows.append([r.breakdown["stages"] - 1, t.size, float(base.tensor_bytes[t].sum())])
+        compute_only.append(r.breakdown["compute_s"])
+        rhs.append(y - r.breakdown["compute_s"])
+    A, b = np.asarray(rows, dtype=np.float64), np.asarray(rhs)
+    scale = np.maximum(A.max(axis=0), 1e-12)
+    coef, _ = nnls(A / scale, b)
+    coef = coef / scale
+    profile.boundary_s, profile.link_latency_s = float(coef[0]), float(coef[1])
+    profile.link_bandwidth_Bps = float(1.0 / coef[2]) if coef[2] > 0 else float("inf")
+    pred = np.asarray(compute_only) + A @ coef
+    y = np.asarray(measured_s)
+    fit = {"placements": len(y), "boundary_s": profile.boundary_s,
+           "link_latency_s": profile.link_latency_s,
+           "link_bandwidth_Bps": None if coef[2] <= 0 else profile.link_bandwidth_Bps,
+           "mean_rel_error": float(np.mean(np.abs(pred - y) / y)),
+           "spearman_fitted": float(spearmanr(pred, y).statistic),
+           "spearman_compute_only": float(spearmanr(compute_only, y).statistic)}
+    profile.fit = fit
+    return fit
+
+
+def busy_note(threshold: float = 0.5) -> Optional[str]:
+    """A sentence when the machine is busy (1-minute load average above
+    ``threshold`` per core), else None. Per-op times recorded then are
+    inflated, unevenly across ops (2-8x on some ops of Inception-V3 with two
+    other jobs on 2 cores), and the simulator's optimum moves with them."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not available on this platform
+        return None
+    cores = os.cpu_count() or 1
+    if load <= threshold * cores:
+        return None
+    return (f"the machine is busy (load {load:.1f} on {cores} cores), so per-op times may be "
+            "inflated; record profiles on an idle machine")
+
+
+def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (), fit: int = 12,
+           timing=None, input_shapes=None, progress: bool = True) -> Profile:
+    """Record a profile: OpenVINO per-op times on every real device, modeled
+    devices from their specs, and (with two or more real devices) link and
+    boundary costs fitted to ``fit`` real split placements."""
+    from rich.progress import track
+
+    from envs.base import TimingConfig
+    from envs.graph_backend import OpenVINOGraphBackend
+    from hsdag_ray.core.graph import build_graph
+
+    model, fine, _, _ = build_graph(model_spec, "none", input_shapes)
+    timing = timing or TimingConfig()
+    profile = Profile(model=fine.name, devices={}, op_time_s={})
+    backend = None
+    if devices:
+        backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
+        busy = busy_note()
+        if busy:
+            print(f"warning: {busy}", file=sys.stderr)
+        for line, name in zip(backend.ov.device_set.describe(), backend.devices):
+            profile.devices[name] = {"kind": "measured", "description": line}
+            if busy:
+                profile.devices[name]["note"] = busy
+            profile.op_time_s[name] = backend.ov.profile_ops(name)
+    for name in modeled:
+        add_modeled_device(profile, fine, name)
+    real = list(profile.devices)[: len(devices)]
+    if backend is not None and len(real) >= 2 and fit > 0:
+        placements = split_placements(fine.num_nodes, 2, fit)
+        measured, kept = [], []
+        steps = track(placements, description="fitting link costs", disable=not progress,
+                      transient=True)
+        for p in steps:
+            m = backend.measure({nm: real[int(d)] for nm, d in zip(fine.names, p)})
+            if m.ok:
+                measured.append(m.latency_s)
+                kept.append(p)
+        if len(kept) >= 3:
+            fit_link_costs(fine, profile, kept, measured)
+            profile.fit["devices"] = real[:2]
+    return profile

@@ -1,0 +1,58 @@
+"""The RLlib algorithm of a learned method, built from the run's settings.
+
+:func:`algo_config` reads the method's entry in :mod:`policies.registry` (its
+RLModule, environment, learner and network settings) and the run's
+:class:`~hsdag_ray.config.TrainConfig`, and returns the RLlib config: REINFORCE
+(:mod:`policies.reinforce`, the paper's) or PPO, EnvRunners pinned one per
+measuring machine when a real backend measures, failed EnvRunners restarted.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
+from policies.registry import Method, load
+
+__all__ = ["algo_config"]
+
+
+def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
+                steps_per_episode: int):
+    """The RLlib ``AlgorithmConfig`` of ``method`` for this run; ``steps_per_episode``
+    is the environment's (an iteration samples ``episodes_per_iteration`` episodes)."""
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from policies.reinforce import REINFORCEConfig
+
+    settings: dict[str, Any] = asdict(cfg)
+    model_config = method.model_config(settings) if method.model_config else {}
+    algo = cfg.algo or method.algo
+    if algo == "ppo":
+        from ray.rllib.algorithms.ppo import PPOConfig
+
+        ac = PPOConfig().training(
+            lr=cfg.lr, entropy_coeff=cfg.entropy_coeff, gamma=0.0, lambda_=0.0,
+            train_batch_size_per_learner=steps_per_episode * cfg.episodes_per_iteration,
+            minibatch_size=steps_per_episode, num_epochs=4)
+    else:
+        extra = method.learner_config(settings) if method.learner_config else {}
+        ac = REINFORCEConfig().training(lr=cfg.lr, entropy_coeff=cfg.entropy_coeff,
+                                        episodes_per_iteration=cfg.episodes_per_iteration,
+                                        steps_per_episode=steps_per_episode, **extra)
+        if method.learner:
+            ac = ac.training(learner_class=load(method.learner))
+    ac = (ac.environment(load(method.env), env_config=env_cfg)
+          .rl_module(rl_module_spec=RLModuleSpec(module_class=load(method.module),
+                                                 model_config=model_config))
+          .env_runners(num_env_runners=cfg.env_runners, rollout_fragment_length=steps_per_episode,
+                       batch_mode="complete_episodes", num_cpus_per_env_runner=0 if real else 1,
+                       custom_resources_per_env_runner=(
+                           {MEASURE_RESOURCE: 1} if real and cfg.env_runners else {}))
+          .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=1.0)
+          .debugging(seed=cfg.seed))
+    import torch
+
+    if torch.cuda.is_available():
+        ac = ac.learners(num_gpus_per_learner=1)
+    return ac

@@ -1,0 +1,255 @@
+"""The settings of a training run, from the command line and YAML.
+
+:class:`TrainConfig` is the one typed config of ``python -m hsdag_ray.train``;
+:func:`build_parser` makes a flag of every field (with the field's docstring
+as its help) and :func:`config_from_args` fills it from ``--config run.yaml``,
+a resumed run's ``config.json`` and the flags, flags winning.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hsdag_ray.cli import UsageError
+
+__all__ = ["TrainConfig", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS", "build_parser",
+           "config_from_args"]
+
+
+#: the custom Ray resource a measuring machine advertises once (one measurement at a time)
+MEASURE_RESOURCE = "measure_slot"
+BACKEND_CHOICES = ("default", "simulator", "auto", "hetero", "pipeline")
+ALGOS = ("reinforce", "ppo")
+
+
+@dataclass
+class TrainConfig:
+    """One training run. The command line and a YAML file (``--config``) fill it.
+
+    Attributes:
+        model: zoo name (resnet50, inception_v3, bert_base, tiny_cnn) or .xml/.onnx file.
+        method: placement method; ``hsdag`` (the paper).
+        algo: ``reinforce`` (the paper's) or ``ppo``; empty = the method's own.
+        backend: ``default`` (real devices when the machine has two, else the
+            simulator), ``simulator``, ``auto``, ``hetero`` or ``pipeline``.
+        devices: device names; empty = chosen with the backend.
+        profile: profile JSON: the simulator's costs (empty = record the local
+            CPU and model an accelerator); with a real backend, the costs the
+            exact solver's placement is computed on before it is measured.
+        objective: simulator objective: sequential, parallel or throughput.
+        coarsen: graph coarsening before learning: none, colocation, openvino.
+        budget: placements the policy proposes, each measured or (when proposed
+            before) read from the cache (the paper: about 500); training stops
+            after the iteration that reaches it, so it rounds up to whole
+            iterations (episode_len x episodes_per_iteration placements each).
+        episode_len: placements per episode (the paper: 20).
+        episodes_per_iteration: episodes per policy update.
+        env_runners: measuring actors (0 = sample in the driver).
+        lr: Adam learning rate (the paper: 1e-3).
+        entropy_coeff: entropy bonus weight (keeps the policy moving when a
+            whole batch fails; see policies/reinforce.py).
+        advantages: rank (fitness shaping, default), normalized or centered
+            (see policies/reinforce.py).
+        reward: inverse (1/latency, the paper), speedup, neg_log.
+        hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
+        grouping_noise: Gumbel noise on the edge scores when sampling groupings
+            (0 = the deterministic parsing of inference).
+        self_loops: a node may choose its own loop in graph parsing and stay
+            a group of its own (off: it slowed learning; see policies/hsdag.py).
+        no_fractal / no_shape / no_cost / no_op_type / no_degree: feature
+            ablations (leave that feature group out).
+        position: node position feature: id, sin or none.
+        seed: random seed.
+        wandb: offline, online or disabled.
+        wandb_project: W&B project name.
+        out: folder of run folders.
+        name: run folder name (default: model-method-time).
+        checkpoint_every: iterations between checkpoints.
+        address: Ray address to join (``auto`` for a running cluster); empty = local Ray.
+        repeats / threads / timeout: timing of real measurements.
+        failure_factor: a failed placement counts as this many times the reference latency.
+        torch_threads: threads of every torch process (driver, learner, EnvRunners);
+            more than one on a small machine shared with Ray and OpenVINO makes
+            each update many times slower (threads spin waiting for each other).
+    """
+
+    model: str = "resnet50"
+    method: str = "hsdag"
+    algo: str = ""
+    backend: str = "default"
+    devices: list[str] = field(default_factory=list)
+    profile: str = ""
+    objective: str = "sequential"
+    coarsen: str = "colocation"
+    budget: int = 500
+    episode_len: int = 20
+    episodes_per_iteration: int = 1
+    env_runners: int = 1
+    lr: float = 1e-3
+    entropy_coeff: float = 0.01
+    advantages: str = "rank"
+    reward: str = "inverse"
+    hidden_dim: int = 64
+    gcn_layers: int = 2
+    node_state_update: bool = True
+    grouping_noise: float = 0.3
+    self_loops: bool = False
+    no_fractal: bool = False
+    no_shape: bool = False
+    no_op_type: bool = False
+    no_degree: bool = False
+    no_cost: bool = False
+    position: str = "id"
+    seed: int = 0
+    wandb: str = "offline"
+    wandb_project: str = "hsdag_ray"
+    out: str = "runs"
+    name: str = ""
+    checkpoint_every: int = 5
+    address: str = ""
+    repeats: int = 5
+    threads: int = 1
+    timeout: float = 120.0
+    failure_factor: float = 10.0
+    torch_threads: int = 1
+
+    def validate(self) -> None:
+        from envs.placement_env import REWARDS
+        from envs.simulator import OBJECTIVES
+        from hsdag_ray.core.graph import COARSENINGS
+        from policies.registry import METHODS
+        from policies.reinforce import ADVANTAGES
+
+        checks = [
+            (self.method in METHODS,
+             f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}"),
+            (self.algo in ALGOS + ("",),
+             f"unknown algo {self.algo!r}; choose {' or '.join(ALGOS)}"),
+            (self.backend in BACKEND_CHOICES,
+             f"unknown backend {self.backend!r}; choose one of {', '.join(BACKEND_CHOICES)}"),
+            (self.objective in OBJECTIVES,
+             f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}"),
+            (self.coarsen in COARSENINGS,
+             f"unknown coarsening {self.coarsen!r}; choose one of {', '.join(COARSENINGS)}"),
+            (self.advantages in ADVANTAGES,
+             f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
+            (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
+             "entropy_coeff and grouping_noise must be 0 or more"),
+            (self.reward in REWARDS, f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
+            (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
+            (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
+            (self.budget >= 1, "budget must be at least 1 placement"),
+            (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
+             "episode_len and episodes_per_iteration must be at least 1"),
+            (self.env_runners >= 0, "env_runners must be 0 or more"),
+            (self.lr > 0, "lr must be positive"),
+            (self.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
+            (self.torch_threads >= 1, "torch_threads must be at least 1"),
+            (self.repeats >= 1 and self.threads >= 0 and self.timeout > 0,
+             "repeats must be >= 1, threads >= 0 and timeout > 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise UsageError(msg)
+        if self.profile and not Path(self.profile).is_file():
+            raise UsageError(f"profile file {self.profile} does not exist; record one with "
+                             "python -m hsdag_ray.profile")
+
+    def features(self):
+        from hsdag_ray.core.features import FeatureConfig
+
+        return FeatureConfig(op_type=not self.no_op_type, shape=not self.no_shape,
+                             degree=not self.no_degree, fractal=not self.no_fractal,
+                             position=self.position, cost=not self.no_cost)
+
+    @classmethod
+    def from_yaml(cls, path: str) -> dict[str, Any]:
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise UsageError(f"config file {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"config file {path} must be a mapping of settings")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(f"unknown setting {unknown[0]!r} in {path}; settings are the "
+                             "long options of --help without dashes")
+        return data
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="YAML file with any of the settings below (flags win)")
+    ap.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
+    defaults = TrainConfig()
+    doc = _field_docs()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        help_text = doc.get(f.name, "")
+        if isinstance(default, bool):
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif isinstance(default, list):
+            ap.add_argument(flag, default=None, help=help_text + " (comma-separated)")
+        else:
+            ap.add_argument(flag, type=type(default), default=None,
+                            help=f"{help_text} (default: {default if default != '' else 'none'})")
+    return ap
+
+
+def _field_docs() -> dict[str, str]:
+    doc = TrainConfig.__doc__ or ""
+    out: dict[str, str] = {}
+    current: list[str] = []
+    text: list[str] = []
+    for line in doc.split("Attributes:")[-1].splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        head, _, rest = s.partition(":")
+        names = [h.strip() for h in head.split("/")]
+        if rest and all(n.isidentifier() for n in names):
+            for n in current:
+                out[n] = " ".join(text)
+            current, text = names, [rest.strip()]
+        else:
+            text.append(s)
+    for n in current:
+        out[n] = " ".join(text)
+    return out
+
+
+def config_from_args(argv: Optional[Sequence[str]]) -> tuple[TrainConfig, Optional[Path]]:
+    args = build_parser().parse_args(argv)
+    values: dict[str, Any] = {}
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None:
+        cfg_file = resume / "config.json"
+        if not cfg_file.is_file():
+            raise UsageError(f"{resume} is not a run folder (no config.json); pass the folder "
+                             "a previous run printed")
+        values.update(json.loads(cfg_file.read_text())["train"])
+    if args.config:
+        values.update(TrainConfig.from_yaml(args.config))
+    for f in fields(TrainConfig):
+        v = getattr(args, f.name)
+        if v is not None:
+            values[f.name] = v
+    if isinstance(values.get("devices"), str):
+        values["devices"] = [d for d in values["devices"].split(",") if d]
+    try:
+        cfg = TrainConfig(**values)
+    except TypeError as e:
+        raise UsageError(f"bad settings: {e}") from None
+    cfg.validate()
+    return cfg, resume

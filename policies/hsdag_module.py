@@ -1,0 +1,213 @@
+"""HSDAG as an RLlib ``TorchRLModule`` (new API stack).
+
+The network is :class:`policies.hsdag.HSDAGNet`; this module reads the padded
+placement observation (:mod:`envs.observation`), carries the node state
+between the steps of an episode as RLlib module state, and packs the grouped
+placement distribution's inputs (:mod:`policies.distributions`). See
+:mod:`policies.hsdag` for the method and the reasons behind its settings.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis import ValueFunctionAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.annotations import override
+from torch import Tensor
+
+from envs.observation import GraphBatch, pad_node_values, read_placement_spaces, unpad_graphs
+from policies.distributions import (
+    PADDED_GROUP,
+    GroupedPlacementDistribution,
+    pack_dist_inputs,
+    unpack_dist_inputs,
+)
+from policies.hsdag import HSDAGConfig, HSDAGNet
+from policies.layers import mlp
+
+__all__ = ["HSDAGRLModule", "NODE_STATE"]
+
+logger = logging.getLogger(__name__)
+
+NODE_STATE = "node_state"
+
+
+class _StepOut(NamedTuple):
+    dist_inputs: Tensor  # [B, N_max * (D + 1)]
+    embedding: Tensor  # [B, H]
+    next_state: Tensor  # [B, N_max, H]
+
+
+class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
+    """HSDAG as an RLlib ``TorchRLModule`` (new API stack), usable by REINFORCE-style
+    learners and by PPO (it implements ``ValueFunctionAPI``).
+
+    Spaces: see :func:`placement_spaces`. ``model_config`` keys: the fields of
+    :class:`HSDAGConfig`; RLlib's ``max_seq_len`` (default 20) sets how many
+    steps the learner back-propagates through the node-state recurrence.
+
+    Outputs of every forward pass:
+
+    - ``Columns.ACTION_DIST_INPUTS``: ``[B, (T,) N_max * (D + 1)]`` per-node group
+      logits then per-node group ids (layout in :mod:`policies.distributions`);
+    - ``Columns.STATE_OUT``: ``{"node_state": [B, N_max, H]}`` when stateful;
+    - ``Columns.EMBEDDINGS`` (``forward_train``): ``[B, (T,) H]`` graph embeddings,
+      re-used by :meth:`compute_values`.
+
+    Observations may come with a time axis (``x`` of rank 4, as RLlib sends them
+    to stateful modules) or without one (rank 3); ``Columns.STATE_IN`` may be
+    left out for zeros (the start of an episode).
+
+    Example::
+
+        obs_space, act_space = placement_spaces(max_nodes=64, max_edges=128,
+                                                num_features=16, num_devices=2)
+        spec = RLModuleSpec(module_class=HSDAGRLModule, observation_space=obs_space,
+                            action_space=act_space, model_config={"hidden_dim": 64})
+    """
+
+    @override(TorchRLModule)
+    def setup(self) -> None:
+        self._max_nodes, num_features, self._max_edges, self._num_devices = read_placement_spaces(
+            self.observation_space, self.action_space, type(self).__name__
+        )
+        GroupedPlacementDistribution.required_input_dim(self.action_space)  # checks equal nvec
+        self.hsdag_config = HSDAGConfig.from_model_config(self.model_config)
+        h = self.hsdag_config.hidden_dim
+        self.net = HSDAGNet(num_features, self._num_devices, self.hsdag_config)
+        self.value_head = mlp(h, h, 1, 2)
+        self.action_dist_cls = GroupedPlacementDistribution.for_devices(self._num_devices)
+        self._warned_regroup = False
+
+    @override(TorchRLModule)
+    def get_initial_state(self) -> Dict[str, np.ndarray]:
+        if not self.hsdag_config.node_state_update:
+            return {}
+        return {NODE_STATE: np.zeros((self._max_nodes, self.hsdag_config.hidden_dim), np.float32)}
+
+    @override(TorchRLModule)
+    def _forward(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        return self._act(batch, grouping_noise=0.0)
+
+    @override(TorchRLModule)
+    def _forward_exploration(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        # Sampling: the grouping is parsed with exploration noise (HSDAGConfig.grouping_noise).
+        return self._act(batch, grouping_noise=self.hsdag_config.grouping_noise)
+
+    def _act(self, batch: Dict[str, Any], grouping_noise: float) -> Dict[str, Any]:
+        """Distribution inputs (and the next node state) for choosing actions."""
+        dist_inputs, _, state_out = self._run(batch, reuse_grouping=False,
+                                              grouping_noise=grouping_noise)
+        out = {Columns.ACTION_DIST_INPUTS: dist_inputs}
+        if state_out is not None:
+            out[Columns.STATE_OUT] = state_out
+        return out
+
+    @override(TorchRLModule)
+    def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
+        dist_inputs, embeddings, state_out = self._run(
+            batch, reuse_grouping=self.hsdag_config.reuse_sampled_grouping
+        )
+        out = {Columns.ACTION_DIST_INPUTS: dist_inputs, Columns.EMBEDDINGS: embeddings}
+        if state_out is not None:
+            out[Columns.STATE_OUT] = state_out
+        return out
+
+    @override(ValueFunctionAPI)
+    def compute_values(self, batch: Dict[str, Any], embeddings: Optional[Any] = None) -> Tensor:
+        if embeddings is None:
+            _, embeddings, _ = self._run(batch, reuse_grouping=self.hsdag_config.reuse_sampled_grouping)
+        return self.value_head(embeddings).squeeze(-1)
+
+    # -- internals -------------------------------------------------------------------
+    def _run(
+        self, batch: Mapping[str, Any], reuse_grouping: bool, grouping_noise: float = 0.0
+    ) -> Tuple[Tensor, Tensor, Optional[Dict[str, Tensor]]]:
+        raw_obs = batch[Columns.OBS]
+        if not isinstance(raw_obs, Mapping):
+            raise ValueError(
+                "HSDAGRLModule needs the Dict observation (x, edge_index, node_mask, "
+                "edge_mask) as a dict of tensors; do not flatten it (no "
+                "FlattenObservations connector)."
+            )
+        obs = {k: torch.as_tensor(v) for k, v in raw_obs.items()}
+        has_time = obs["x"].dim() == 4
+        if not has_time:
+            obs = {k: v.unsqueeze(1) for k, v in obs.items()}
+        num_graphs, steps = obs["x"].shape[:2]
+        device = obs["x"].device
+
+        state = None
+        if self.is_stateful():
+            state_in = batch.get(Columns.STATE_IN)
+            if state_in is not None and NODE_STATE in state_in:
+                state = torch.as_tensor(state_in[NODE_STATE], device=device).float()
+            else:
+                state = torch.zeros(num_graphs, self._max_nodes, self.hsdag_config.hidden_dim, device=device)
+
+        stored = None
+        if reuse_grouping and batch.get(Columns.ACTION_DIST_INPUTS) is not None:
+            stored_inputs = torch.as_tensor(batch[Columns.ACTION_DIST_INPUTS], device=device)
+            if not has_time:
+                stored_inputs = stored_inputs.unsqueeze(1)
+            _, stored = unpack_dist_inputs(stored_inputs, self._num_devices)
+
+        dist_inputs, embeddings = [], []
+        for t in range(steps):
+            out = self._step(
+                {k: v[:, t] for k, v in obs.items()},
+                state,
+                stored[:, t] if stored is not None else None,
+                grouping_noise,
+            )
+            dist_inputs.append(out.dist_inputs)
+            embeddings.append(out.embedding)
+            if state is not None:
+                state = out.next_state
+        dist = torch.stack(dist_inputs, 1)
+        emb = torch.stack(embeddings, 1)
+        if not has_time:
+            dist, emb = dist.squeeze(1), emb.squeeze(1)
+        return dist, emb, ({NODE_STATE: state} if state is not None else None)
+
+    def _step(self, obs: Mapping[str, Tensor], state: Optional[Tensor], stored: Optional[Tensor],
+              grouping_noise: float = 0.0) -> _StepOut:
+        g = unpad_graphs(obs["x"].float(), obs["edge_index"], obs["node_mask"], obs["edge_mask"])
+        flat_valid = g.node_valid.reshape(-1)
+        node_state = None
+        if state is not None:
+            node_state = state.reshape(-1, state.size(-1))[flat_valid]
+        assignment = self._stored_assignment(stored, g) if stored is not None else None
+
+        out = self.net(g.x, g.edge_index, node_state=node_state, batch=g.batch,
+                       num_graphs=g.num_graphs, assignment=assignment, grouping_noise=grouping_noise)
+        groups_per_graph = torch.bincount(out.grouping.group_batch, minlength=g.num_graphs)
+        first_group = torch.cumsum(groups_per_graph, 0) - groups_per_graph
+        local = out.grouping.assignment - first_group[g.batch]
+        dist_inputs = pack_dist_inputs(
+            pad_node_values(out.node_logits, g.node_valid, 0.0),
+            pad_node_values(local, g.node_valid, PADDED_GROUP),
+        )
+        next_state = pad_node_values(out.next_node_state, g.node_valid, 0.0)
+        return _StepOut(dist_inputs, out.graph_embedding, next_state)
+
+    def _stored_assignment(self, stored: Tensor, g: GraphBatch) -> Optional[Tensor]:
+        """The union assignment of the sampled grouping, or ``None`` if it does not
+        fit these observations (then the grouping is parsed afresh)."""
+        local = stored[g.node_valid]
+        if local.numel() == 0:
+            return None
+        if bool((local < 0).any()) or bool((local >= self._max_nodes).any()):
+            if not self._warned_regroup:
+                logger.warning(
+                    "The stored action-distribution inputs do not match the observed "
+                    "graphs; re-grouping instead of re-using the sampled grouping."
+                )
+                self._warned_regroup = True
+            return None
+        _, union = torch.unique(g.batch * (self._max_nodes + 1) + local, return_inverse=True)
+        return union

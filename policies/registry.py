@@ -1,0 +1,112 @@
+"""Every placement method of the project, by name: what ``train --method`` runs.
+
+A method is one of three kinds:
+
+``rl``
+    a learned policy: its RLlib ``TorchRLModule``, the algorithm that trains
+    it (REINFORCE or PPO, and optionally its own learner class), the
+    environment it acts in, and the network settings it reads from the run's
+    settings;
+``search``
+    search without learning at the same measurement budget (a function that
+    proposes placements and reads their measurements);
+``solver``
+    an exact or algorithmic method that computes one placement from the
+    profile's costs, which is then measured like any other.
+
+Classes and functions are named as ``"package.module:attribute"`` and imported
+only when the method runs, so listing the methods imports nothing heavy.
+Adding a method is its own module plus one :func:`register` call below.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+__all__ = ["Method", "METHODS", "register", "get", "load"]
+
+KINDS = ("rl", "search", "solver")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One placement method.
+
+    Attributes:
+        name: the ``--method`` name.
+        kind: ``rl``, ``search`` or ``solver``.
+        description: one line for ``--help`` and tables.
+        module: ``rl``: ``"pkg.mod:Class"`` of its ``TorchRLModule``.
+        algo: ``rl``: its default algorithm, ``reinforce`` or ``ppo``.
+        learner: ``rl``: ``"pkg.mod:Class"`` of its REINFORCE learner
+            (empty: :class:`policies.reinforce.REINFORCETorchLearner`).
+        env: ``rl`` and ``search``: ``"pkg.mod:Class"`` of the environment.
+        model_config: ``rl``: the ``model_config`` of its RLModule from the
+            run's settings (a mapping of :class:`hsdag_ray.config.TrainConfig`'s fields).
+        learner_config: ``rl``: extra settings of its REINFORCE algorithm
+            config (e.g. which advantages), from the run's settings.
+        run: ``search`` / ``solver``: ``"pkg.mod:function"`` that does the work.
+        episode_len: ``rl``: the number of steps of one episode from the
+            settings and the environment's graph size (default: ``episode_len``).
+    """
+
+    name: str
+    kind: str
+    description: str
+    module: str = ""
+    algo: str = "reinforce"
+    learner: str = ""
+    env: str = "envs.placement_env:PlacementEnv"
+    model_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
+    learner_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
+    run: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"method {self.name}: kind must be one of {KINDS}")
+        if self.kind == "rl" and not self.module:
+            raise ValueError(f"method {self.name}: an rl method names its RLModule")
+        if self.kind != "rl" and not self.run:
+            raise ValueError(f"method {self.name}: a {self.kind} method names its run function")
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    if method.name in METHODS:
+        raise ValueError(f"method {method.name!r} is registered twice")
+    METHODS[method.name] = method
+    return method
+
+
+def get(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None
+
+
+def load(target: str) -> Any:
+    """Import ``"pkg.mod:attribute"``."""
+    mod, _, attr = target.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+# ----------------------------------------------------------------------- methods
+def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
+    return {"hidden_dim": s["hidden_dim"], "num_gcn_layers": s["gcn_layers"],
+            "node_state_update": s["node_state_update"], "max_seq_len": s["episode_len"],
+            "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"]}
+
+
+def _batch_advantages(s: Mapping[str, Any]) -> dict:
+    return {"advantages": s["advantages"]}
+
+
+register(Method(
+    name="hsdag", kind="rl",
+    description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
+    module="policies.hsdag_module:HSDAGRLModule", model_config=_hsdag_model_config,
+    learner_config=_batch_advantages))
