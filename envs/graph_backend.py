@@ -93,6 +93,9 @@ def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict
             frac = float(text[6:])
         except ValueError:
             raise GraphError(f"cannot read {text!r}; write split:0.5") from None
+        if not 0.0 < frac < 1.0:
+            raise GraphError(f"{text!r}: the fraction F of split:F must lie strictly between 0 "
+                             "and 1 (e.g. split:0.5); use all:DEVICE for one device")
         cut = int(round(frac * len(names)))
         placement = {nm: devices[0] if i < cut else devices[1] for i, nm in enumerate(names)}
     elif text.startswith("random:"):

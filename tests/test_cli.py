@@ -125,3 +125,41 @@ def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path):
     code, _, err = cli("hsdag_ray.solve", "--model", "tiny_cnn", "--objective", "sequential",
                        "--method", "mincut")
     assert_user_error(code, err, "--profile")
+
+
+@pytest.mark.parametrize("frac", ["7", "0", "1", "-0.5", "1.0"])
+def test_measure_split_outside_zero_one_is_refused(frac):
+    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", f"split:{frac}")
+    assert_user_error(code, err, f"split:{frac}", "between 0 and 1")
+
+
+def dynamic_ir(folder) -> str:
+    """A small conv net saved as OpenVINO IR with a dynamic input shape."""
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter(ov.PartialShape([-1, 3, -1, -1]), ov.Type.f32, name="x")
+    rng = np.random.default_rng(0)
+    h = x
+    for k, (cin, cout) in enumerate([(3, 8), (8, 8), (8, 16)]):
+        w = ops.constant(rng.normal(size=(cout, cin, 3, 3)).astype(np.float32))
+        h = ops.relu(ops.convolution(h, w, [1, 1], [1, 1], [1, 1], [1, 1]))
+    y = ops.reduce_mean(h, ops.constant(np.array([2, 3], dtype=np.int64)), keep_dims=False)
+    path = str(folder / "dyn.xml")
+    ov.save_model(ov.Model([y], [x], "dyn"), path)
+    return path
+
+
+def test_train_takes_input_shape_like_graph_and_profile(tmp_path):
+    # a dynamic model: without --input-shape train says to pass it, with it the run goes
+    model = dynamic_ir(tmp_path)
+    common = ("--model", model, "--backend", "simulator", "--devices", "CPU,GPU_MODEL",
+              "--wandb", "disabled", "--env-runners", "0", "--out", str(tmp_path / "runs"))
+    code, _, err = cli("hsdag_ray.train", *common, "--budget", "20")
+    assert_user_error(code, err, "--input-shape")
+    code, text, err = cli("hsdag_ray.train", *common, "--budget", "20", "--episode-len", "10",
+                          "--input-shape", "1,3,16,16", "--name", "dyn")
+    assert code == 0, err[-3000:]
+    summary = json.loads((tmp_path / "runs" / "dyn" / "summary.json").read_text())
+    assert summary["placements"] >= 20 and summary["best_latency_s"] > 0
