@@ -8,16 +8,22 @@ every step (the policy carries its node states from step to step itself).
 
 Rewards (``reward``): ``inverse`` = 1 / latency in seconds (the paper),
 ``speedup`` = reference latency / latency, ``neg_log`` = -log(latency in
-seconds). A failed measurement (does not compile, breaks a memory limit,
-times out) is counted and rewarded as a placement ``failure_factor`` times
-slower than the reference, never a crash.
+seconds). A failed measurement (does not compile, times out) is counted and
+rewarded as a placement ``failure_factor`` times slower than the reference,
+never a crash. A placement that breaks a device's memory limit is rewarded on
+a graded scale, ``failure_factor * (1 + over)`` times the reference with
+``over`` the bytes above capacity as a fraction of it (as Placeto penalises
+memory): when a whole batch overflows, the placements closer to fitting still
+rank higher and the policy moves toward feasibility instead of learning
+nothing.
 """
 from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -26,9 +32,41 @@ from envs.base import Measurement, TimingConfig
 from envs.store import StoreClient, placement_key
 from hsdag_ray.core.features import FeatureConfig
 
-__all__ = ["EnvConfig", "PlacementEnv", "REWARDS", "reward_of"]
+__all__ = ["EnvConfig", "PlacementEnv", "REWARDS", "TRANSIENT_STAGES", "reward_of",
+           "reporting_errors"]
 
 REWARDS = ("inverse", "speedup", "neg_log")
+#: failure stages that say nothing about the placement (measured again when proposed again)
+TRANSIENT_STAGES = ("timeout",)
+MEMORY_PENALTIES = ("graded", "flat")
+
+
+def _node_id() -> Optional[str]:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside Ray there is no node
+        return None
+
+
+@contextmanager
+def reporting_errors(store: str, doing: str) -> Iterator[None]:
+    """Re-raise any exception, after telling the run's store what it was: an
+    EnvRunner that fails is restarted by RLlib and its error would otherwise
+    stay in a worker's log; the driver quotes it when no EnvRunner can measure."""
+    try:
+        yield
+    except Exception as exc:
+        if store:
+            try:
+                import socket
+
+                text = f"{type(exc).__name__} while {doing} on {socket.gethostname()}: {exc}"
+                StoreClient.connect(store).report_error(text.splitlines()[0][:500])
+            except Exception:  # noqa: BLE001 - the original error matters, not this one
+                pass
+        raise
 
 
 @dataclass
@@ -52,6 +90,11 @@ class EnvConfig:
         timing: timing of real measurements.
         max_nodes / max_edges: padding of the observation (0 = the graph's size).
         store: name of the run's shared measurement store actor ("" = local).
+        input_shape: static input shape(s) of a dynamic file model (as ``--input-shape``).
+        measure_reference: measure every single device (the reference of rewards) when
+            built; ``False`` for a copy that only describes the graph and devices.
+        memory_penalty: ``graded`` (a placement over a memory limit is rewarded by how
+            far over it is) or ``flat`` (like any other failure).
     """
 
     model: str = "resnet50"
@@ -69,6 +112,9 @@ class EnvConfig:
     max_nodes: int = 0
     max_edges: int = 0
     store: str = ""
+    input_shape: str = ""
+    measure_reference: bool = True
+    memory_penalty: str = "graded"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EnvConfig":
@@ -90,6 +136,9 @@ class EnvConfig:
             raise ValueError(f"unknown reward {cfg.reward!r}; choose one of {', '.join(REWARDS)}")
         if cfg.episode_len < 1:
             raise ValueError("episode_len must be at least 1")
+        if cfg.memory_penalty not in MEMORY_PENALTIES:
+            raise ValueError(f"unknown memory_penalty {cfg.memory_penalty!r}; choose one of "
+                             f"{', '.join(MEMORY_PENALTIES)}")
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,15 +169,19 @@ class PlacementEnv(gym.Env):
     metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(self, config: Optional[Mapping[str, Any] | EnvConfig] = None) -> None:
+        self.config = cfg = EnvConfig.from_dict(config or {})
+        with reporting_errors(cfg.store, "building the environment"):
+            self._setup(cfg)
+
+    def _setup(self, cfg: EnvConfig) -> None:
         from envs.graph_backend import make_backend
-        from hsdag_ray.core.graph import build_graph
+        from hsdag_ray.core.graph import build_graph, parse_input_shapes
         from hsdag_ray.core.features import node_features
         from hsdag_ray.core.profile import Profile, cost_graph
         from envs.observation import pad_graph_observation, placement_spaces
 
-        self.config = cfg = EnvConfig.from_dict(config or {})
-        model, _, graph, _ = build_graph(cfg.model, cfg.coarsen)
-        self.graph = graph
+        model, _, graph, _ = build_graph(cfg.model, cfg.coarsen, parse_input_shapes(cfg.input_shape))
+        self.model, self.graph = model, graph
         profile = Profile.from_json(cfg.profile) if cfg.profile else None
         devices = list(cfg.devices) or (profile.device_names if profile else ["CPU"])
         self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, profile,
@@ -150,7 +203,10 @@ class PlacementEnv(gym.Env):
         self.graph_id = f"{graph.name}/{cfg.coarsen}/{cfg.backend}/{cfg.objective}/{','.join(self.devices)}"
         self.store = StoreClient.connect(cfg.store or None)
         self._step = 0
-        self.reference_s, self.single_device_s = self._reference()
+        self.reference_kind = ""
+        self.reference_s, self.single_device_s = math.nan, {}
+        if cfg.measure_reference:
+            self.reference_s, self.single_device_s = self._reference()
 
     @property
     def steps_per_episode(self) -> int:
@@ -165,12 +221,19 @@ class PlacementEnv(gym.Env):
         key = placement_key(self.graph_id, p)
         hit = self.store.get(key)
         if hit is not None:
+            extra = {k: hit["info"][k] for k in ("memory_over",) if k in hit["info"]}
             m = Measurement(ok=hit["ok"], latency_s=hit["latency_s"], backend=self.backend.name,
-                            stage=hit["info"].get("stage"), error=hit["info"].get("error"))
+                            stage=hit["info"].get("stage"), error=hit["info"].get("error"),
+                            info=extra)
             return m, True
         m = self.measure_untracked(p)
         info = {"stage": m.stage, "error": m.error} if not m.ok else {}
-        self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info)
+        if "memory_over" in m.info:
+            info["memory_over"] = m.info["memory_over"]
+        info["node"] = _node_id()
+        # a timeout says the machine was busy, not that the placement cannot run
+        self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info,
+                       cache=m.ok or m.stage not in TRANSIENT_STAGES)
         return m, False
 
     def measure_untracked(self, placement: np.ndarray) -> Measurement:
@@ -182,23 +245,48 @@ class PlacementEnv(gym.Env):
         return self.backend.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, p)})
 
     def _reference(self) -> tuple[float, dict[str, float]]:
-        singles = {}
+        """The reference latency of rewards and failures, and each device's latency.
+
+        The reference is the fastest single device (or the one named by
+        ``reference``); when no single device can run the model, a balanced
+        split (the first ``1/D`` of the nodes in topological order on the first
+        device, and so on); when that fails too, the simulator's latency of the
+        fastest single device with memory limits ignored (an estimate from the
+        profile); with no profile to estimate from, the run cannot be rewarded
+        and stops with a sentence saying why. ``reference_kind`` says which.
+        """
+        singles, errors = {}, {}
         for d, name in enumerate(self.devices):
             m = self.measure_untracked(np.full(self.graph.num_nodes, d))
             singles[name] = m.latency_s if m.ok else math.inf
+            if not m.ok:
+                errors[name] = m.error
         if self.config.reference == "best_single":
-            ref = min(singles.values())
+            ref, self.reference_kind = min(singles.values()), "best_single"
         elif self.config.reference in singles:
-            ref = singles[self.config.reference]
+            ref, self.reference_kind = singles[self.config.reference], self.config.reference
         else:
             raise ValueError(f"reference {self.config.reference!r} is neither best_single nor a device "
                              f"({', '.join(self.devices)})")
-        if not math.isfinite(ref):
-            # no single device can hold the model: measure relative to a balanced split
-            m = self.measure_untracked(np.arange(self.graph.num_nodes) * len(self.devices)
-                                       // self.graph.num_nodes)
-            ref = m.latency_s if m.ok else 1.0
-        return ref, singles
+        if math.isfinite(ref):
+            return ref, singles
+        # no single device can run the model: relative to a balanced split
+        balanced = np.arange(self.graph.num_nodes) * len(self.devices) // self.graph.num_nodes
+        m = self.measure_untracked(balanced)
+        if m.ok:
+            self.reference_kind = "balanced_split"
+            return m.latency_s, singles
+        sim = getattr(self.backend, "sim", None)
+        if sim is not None:
+            self.reference_kind = "estimate_without_memory_limits"
+            n = self.graph.num_nodes
+            return min(sim.sequential(np.full(n, d)).value for d in range(len(self.devices))), singles
+        from hsdag_ray.core.errors import GraphError
+
+        first = next(iter(errors.items()), ("", m.error))
+        raise GraphError(f"neither a single device nor a balanced split of {self.graph.name} runs on "
+                         f"{', '.join(self.devices)} ({first[0]}: {first[1]}), so placements have no "
+                         "reference latency; check the devices and the model")
 
     # -------------------------------------------------------------- gym API
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
@@ -206,15 +294,30 @@ class PlacementEnv(gym.Env):
         self._step = 0
         return self._obs, {}
 
+    def reward_latency(self, m: Measurement) -> float:
+        """The latency a measurement is rewarded as: its own when it ran, else
+        ``failure_factor`` times the reference, graded by how far a placement is
+        over the memory limit (see the module docstring)."""
+        if m.ok:
+            return m.latency_s
+        graded = m.stage == "memory" and self.config.memory_penalty == "graded"
+        over = float(m.info.get("memory_over", 0.0)) if graded else 0.0
+        return self.config.failure_factor * self.reference_s * (1.0 + over)
+
     def step(self, action):
+        with reporting_errors(self.config.store, "measuring a placement"):
+            return self._step_once(action)
+
+    def _step_once(self, action):
         t0 = time.perf_counter()
         m, cached = self.measure_array(np.asarray(action))
         self._step += 1
-        latency = m.latency_s if m.ok else self.config.failure_factor * self.reference_s
+        latency = self.reward_latency(m)
         reward = reward_of(latency, self.config.reward, self.reference_s)
         best = self.store.best()
         info = {"latency_s": m.latency_s if m.ok else math.nan, "ok": m.ok, "cached": cached,
                 "stage": m.stage, "error": m.error, "measure_s": time.perf_counter() - t0,
-                "best_latency_s": best["latency_s"] if best else math.nan}
+                "best_latency_s": best["latency_s"] if best else math.nan,
+                "memory_over": float(m.info.get("memory_over", 0.0))}
         terminated = self._step >= self.config.episode_len
         return self._obs, float(reward), terminated, False, info

@@ -240,9 +240,20 @@ class SimulatorBackend:
         info["eval_s"] = time.perf_counter() - t0
         if not res.feasible:
             stage = "memory" if "memory" in (res.violation or "") else "validate"
+            if stage == "memory":
+                info["memory_over"] = self.memory_over(placement)
             return Measurement.failure(self.name, stage, res.violation or "infeasible", **info)
         return Measurement(ok=True, latency_s=res.value, spread=0.0, runs=1,
                            backend=self.name, samples_s=[res.value], info=info)
+
+    def memory_over(self, placement: np.ndarray) -> float:
+        """How far ``placement`` is over the devices' memory: the sum over devices
+        of the bytes above capacity, as a fraction of that capacity (0 if it fits)."""
+        g = self.sim.graph
+        use = g.memory_use(np.asarray(placement))
+        cap = g.mem_capacity
+        limited = np.isfinite(cap) & (cap > 0)
+        return float((np.maximum(use[limited] - cap[limited], 0.0) / cap[limited]).sum())
 
     def measure(self, placement: Mapping[str, str]) -> Measurement:
         try:

@@ -1,9 +1,12 @@
 """Every measurement of a run in one place: the cache, the best, the log.
 
 A :class:`MeasurementStore` keys measurements by (graph, placement), so a
-placement already measured by any EnvRunner is never measured again, keeps
-the best feasible placement seen, and logs every new measurement for the
-driver to read incrementally. In a Ray run it lives in one named actor
+placement already measured by any EnvRunner is never measured again (a
+transient failure, such as a timeout on a busy machine, is logged but not
+cached: the placement is measured again when proposed again), keeps the best
+few feasible placements seen (the run's end times them again), logs every new
+measurement for the driver to read incrementally, and keeps the errors the
+measuring processes report (so a run whose every EnvRunner fails can say why). In a Ray run it lives in one named actor
 (:func:`store_actor`) shared by all EnvRunners; in tests and single-process
 use it is a plain object. Both expose the same methods.
 """
@@ -32,6 +35,12 @@ class _Entry:
     info: dict[str, Any]
 
 
+#: how many of the best distinct placements a store keeps
+TOP_K = 5
+#: how many reported errors a store keeps
+MAX_ERRORS = 20
+
+
 class MeasurementStore:
     """Cache, best-so-far and log of a run's measurements."""
 
@@ -39,7 +48,10 @@ class MeasurementStore:
         self._cache: dict[str, _Entry] = {}
         self._log: list[dict[str, Any]] = []
         self._best: Optional[dict[str, Any]] = None
+        self._top: list[dict[str, Any]] = []
+        self._errors: list[str] = []
         self.hits = 0
+        self.feasible_hits = 0
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         """The cached result for ``key`` (and count a hit), or None."""
@@ -47,20 +59,40 @@ class MeasurementStore:
         if e is None:
             return None
         self.hits += 1
+        self.feasible_hits += int(e.ok)
         return {"latency_s": e.latency_s, "ok": e.ok, "info": e.info}
 
     def put(self, key: str, latency_s: float, ok: bool, placement: list[int],
-            info: Optional[dict[str, Any]] = None) -> bool:
-        """Record a new measurement; return True if it is the best so far."""
+            info: Optional[dict[str, Any]] = None, cache: bool = True) -> bool:
+        """Record a new measurement; return True if it is the best so far.
+
+        ``cache=False`` logs it without caching it (a transient failure)."""
         info = dict(info or {})
-        self._cache[key] = _Entry(latency_s, ok, info)
+        if cache:
+            self._cache[key] = _Entry(latency_s, ok, info)
         self._log.append({"key": key, "latency_s": latency_s, "ok": ok, **{
-            k: v for k, v in info.items() if k in ("stage", "error", "runner")}})
-        if ok and math.isfinite(latency_s) and (self._best is None or latency_s < self._best["latency_s"]):
-            self._best = {"latency_s": latency_s, "placement": list(map(int, placement)), "key": key,
-                          "index": len(self._log) - 1}
+            k: v for k, v in info.items() if k in ("stage", "error", "runner", "node")}})
+        if not (ok and math.isfinite(latency_s)):
+            return False
+        entry = {"latency_s": latency_s, "placement": list(map(int, placement)), "key": key,
+                 "index": len(self._log) - 1}
+        if key not in {t["key"] for t in self._top}:
+            self._top = sorted(self._top + [entry], key=lambda t: t["latency_s"])[:TOP_K]
+        if self._best is None or latency_s < self._best["latency_s"]:
+            self._best = entry
             return True
         return False
+
+    def top(self) -> list[dict[str, Any]]:
+        """The best distinct feasible placements measured (at most :data:`TOP_K`), best first."""
+        return [dict(t) for t in self._top]
+
+    def report_error(self, text: str) -> None:
+        """Keep an error a measuring process hit (the last :data:`MAX_ERRORS`)."""
+        self._errors = (self._errors + [str(text)])[-MAX_ERRORS:]
+
+    def errors(self) -> list[str]:
+        return list(self._errors)
 
     def log_since(self, start: int) -> list[dict[str, Any]]:
         """Measurements recorded from index ``start`` on."""
@@ -73,17 +105,22 @@ class MeasurementStore:
         failures = sum(1 for e in self._log if not e["ok"])
         return {"measurements": len(self._log), "failures": failures, "cache_hits": self.hits,
                 "placements": len(self._log) + self.hits,
+                "feasible_placements": len(self._log) - failures + self.feasible_hits,
                 "best_latency_s": None if self._best is None else self._best["latency_s"]}
 
     def get_state(self) -> dict[str, Any]:
         return {"cache": {k: vars(e) for k, e in self._cache.items()}, "log": self._log,
-                "best": self._best, "hits": self.hits}
+                "best": self._best, "top": self._top, "errors": self._errors, "hits": self.hits,
+                "feasible_hits": self.feasible_hits}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._cache = {k: _Entry(**v) for k, v in state["cache"].items()}
         self._log = list(state["log"])
         self._best = state["best"]
+        self._top = list(state.get("top") or ([state["best"]] if state["best"] else []))
+        self._errors = list(state.get("errors", []))
         self.hits = int(state.get("hits", 0))
+        self.feasible_hits = int(state.get("feasible_hits", 0))
 
 
 def store_actor(name: str):
@@ -110,14 +147,25 @@ class StoreClient:
         return lambda *a, **k: ray.get(fn.remote(*a, **k))
 
     @classmethod
-    def connect(cls, name: Optional[str]) -> "StoreClient":
-        """The named actor when Ray runs and ``name`` is set, else a local store."""
+    def connect(cls, name: Optional[str], wait_s: float = 30.0) -> "StoreClient":
+        """The named actor when Ray runs and ``name`` is set, else a local store.
+
+        The run's driver creates the actor (:func:`store_actor`) before any
+        environment connects; a name not registered yet is waited for, never
+        created a second time (two actors racing for one name cancel one)."""
         if name:
+            import time
+
             import ray
 
             if ray.is_initialized():
-                try:
-                    return cls(ray.get_actor(name))
-                except ValueError:
-                    return cls(store_actor(name))
+                deadline = time.monotonic() + wait_s
+                while True:
+                    try:
+                        return cls(ray.get_actor(name))
+                    except ValueError:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"the run's measurement store {name!r} does not "
+                                               "exist; environments join a running training run")
+                        time.sleep(0.2)
         return cls(MeasurementStore())

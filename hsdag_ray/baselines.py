@@ -1,10 +1,52 @@
-"""The figures a run is compared with: single devices, OpenVINO AUTO, the exact optimum."""
+"""The figures a run is compared with: single devices, OpenVINO AUTO, the exact optimum.
+
+They are measured by a :class:`~envs.measuring.MeasuringService`, on a
+measuring machine with a real backend (the same kind of machine the run's
+placements are timed on), before the run's EnvRunners start. Each keeps the
+placement it was measured with, so the run's end can time it again next to
+the run's best (:func:`hsdag_ray.summary.remeasure_result`). An optimum whose
+solver stopped at its time limit is kept with ``proven: False`` and its gap:
+every table marks ratios against it as such.
+"""
 from __future__ import annotations
 
 import math
-from typing import Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
 
-__all__ = ["exact_method", "compute_baselines"]
+__all__ = ["Baselines", "exact_method", "compute_baselines"]
+
+
+@dataclass
+class Baselines:
+    """What a run is compared with.
+
+    Attributes:
+        latency_s: name (``<DEVICE>_only``, ``openvino_auto``, ``optimum``) ->
+            seconds (``inf`` when it did not run).
+        candidates: name -> the placement (device index per node) or ``"auto"``
+            it was measured with, for re-measurement.
+        optimum: ``method``, ``proven``, ``gap`` and ``profile_value_s`` (the
+            solver's value on the profile) of the exact placement; empty when
+            no exact solver applies.
+        measured_on: the Ray node that measured them (None for the simulator).
+        reference_s / reference_kind: the reference latency of rewards and how
+            it was obtained (see :class:`envs.placement_env.PlacementEnv`).
+    """
+
+    latency_s: dict[str, float] = field(default_factory=dict)
+    candidates: dict[str, Any] = field(default_factory=dict)
+    optimum: dict[str, Any] = field(default_factory=dict)
+    measured_on: Optional[str] = None
+    reference_s: float = math.nan
+    reference_kind: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Baselines":
+        return cls(**d)
 
 
 def exact_method(graph, objective: str) -> Optional[str]:
@@ -19,40 +61,48 @@ def exact_method(graph, objective: str) -> Optional[str]:
     return None
 
 
-def compute_baselines(env, objective: str, say, time_limit: float = 120.0) -> dict[str, float]:
+def compute_baselines(service, env, objective: str, say, time_limit: float = 120.0) -> Baselines:
     """Single-device latencies; with a real backend, OpenVINO AUTO's
     (``openvino_auto``: the whole model on the device AUTO picks); and, where an
-    exact solver applies to the profile, the latency of its optimal placement
-    (``optimum``), measured by the run's own backend (so on hardware with a
-    real backend)."""
+    exact solver applies to the profile, its placement's latency (``optimum``),
+    all measured by ``service`` (the run's backend on a measuring machine).
+    ``env`` is the driver's copy of the environment (graph, devices, profile)."""
+    from envs.measuring import AUTO, call
     from hsdag_ray.core.profile import Profile, cost_graph
     from policies.exact import solve
 
-    baselines = {f"{d}_only": v for d, v in env.single_device_s.items()}
+    n = env.graph.num_nodes
+    b = Baselines(measured_on=call(service, "node"), **call(service, "reference"))
+    for k, (name, t) in enumerate(call(service, "single_devices").items()):
+        b.latency_s[f"{name}_only"] = t
+        b.candidates[f"{name}_only"] = [k] * n
     if env.config.backend != "simulator":
-        from envs.openvino_backend import measure_auto
-
-        m = measure_auto(env.config.model, env.devices, env.config.timing)
-        baselines["openvino_auto"] = m.latency_s if m.ok else math.inf
-        ran_on = ",".join(m.info.get("execution_devices") or []) or "?"
-        say(f"OpenVINO AUTO ({m.info.get('auto_device', 'AUTO')}, ran on {ran_on}): "
-            + (f"{m.latency_s * 1e3:.3f} ms" if m.ok else f"failed: {m.error}"))
+        m = call(service, "measure", AUTO)
+        b.latency_s["openvino_auto"] = m["latency_s"] if m["ok"] else math.inf
+        b.candidates["openvino_auto"] = AUTO
+        ran_on = ",".join(m["info"].get("execution_devices") or []) or "?"
+        say(f"OpenVINO AUTO ({m['info'].get('auto_device', 'AUTO')}, ran on {ran_on}): "
+            + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
     if env.config.profile is None:
-        return baselines
+        return b
     prof = Profile.from_json(env.config.profile)
     if any(d not in prof.devices for d in env.devices):
-        return baselines
+        return b
     cg = cost_graph(env.graph, prof, env.devices)
     method = exact_method(cg, objective)
     if method is None:
-        return baselines
+        return b
     res = solve(cg, objective, method, time_limit=time_limit)
     if not res.feasible:
         say(f"exact solver {method}: {res.status}")
-        return baselines
-    m = env.measure_untracked(res.placement)
-    baselines["optimum"] = m.latency_s if m.ok else math.inf
-    gap = "" if res.optimal else f" (not proven optimal: gap {res.gap:.1%})"
+        return b
+    placement = [int(d) for d in res.placement]
+    m = call(service, "measure", placement)
+    b.latency_s["optimum"] = m["latency_s"] if m["ok"] else math.inf
+    b.candidates["optimum"] = placement
+    b.optimum = {"method": method, "proven": bool(res.optimal),
+                 "gap": None if res.optimal else float(res.gap), "profile_value_s": float(res.value)}
+    gap = "" if res.optimal else f" (NOT proven optimal: the solver stopped with a gap of {res.gap:.1%})"
     say(f"exact optimum on the profile ({method}): {res.value * 1e3:.3f} ms, measured "
-        f"{baselines['optimum'] * 1e3:.3f} ms{gap}")
-    return baselines
+        f"{b.latency_s['optimum'] * 1e3:.3f} ms{gap}")
+    return b

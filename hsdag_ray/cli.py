@@ -10,12 +10,16 @@ from envs.base import TimingConfig
 from hsdag_ray.core.costgraph import InvalidCostGraph
 from hsdag_ray.core.errors import GraphError
 
-__all__ = ["UsageError", "USER_ERRORS", "run", "add_timing_args", "timing_from_args",
+__all__ = ["UsageError", "RunError", "USER_ERRORS", "run", "add_timing_args", "timing_from_args",
            "resolve_devices", "describe_devices"]
 
 
 class UsageError(ValueError):
     """Bad input from the user: the message says what is wrong and how to fix it."""
+
+
+class RunError(RuntimeError):
+    """A run that cannot go on (e.g. no machine can measure): the message says why."""
 
 
 #: exceptions that mean the input was wrong, not the program
@@ -30,6 +34,9 @@ def run(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Sequence[
     except USER_ERRORS as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except RunError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

@@ -1,14 +1,171 @@
-"""What a command prints while it works."""
+"""What a command prints while it works: one line per event, a progress bar, a final table.
+
+By default a run's console reads like a tool's: what the libraries underneath
+(torch, Ray, RLlib, W&B, OpenVINO) print goes to the run's ``libraries.log``
+(:func:`libraries_to`), progress is a bar on a terminal and one line per
+iteration otherwise (:class:`Progress`), and the run ends with a short table
+(:func:`result_table`). ``--verbose`` leaves the libraries' output on the
+console.
+"""
 from __future__ import annotations
 
-from typing import Callable
+import math
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional
 
-__all__ = ["say"]
+__all__ = ["say", "libraries_to", "Progress", "result_table", "print_result"]
+
+
+#: where this process's own console output goes while the libraries' goes to a log
+_OUT = None
+
+
+def _console():
+    from rich.console import Console
+
+    if _OUT is not None:
+        return Console(file=_OUT, highlight=False, soft_wrap=True)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def say(quiet: bool) -> Callable[[str], None]:
     """A function printing one line to stderr (nothing when ``quiet``)."""
+    if quiet:
+        return lambda msg: None
+    return lambda msg: _console().print(msg)
+
+
+@contextmanager
+def libraries_to(path: Optional[Path]) -> Iterator[None]:
+    """Send everything printed on this process's stderr to the file ``path``,
+    while this module's own output (:func:`say`, :class:`Progress`) still
+    reaches the console.
+
+    The libraries underneath (torch's and torch-geometric's warnings, Ray's and
+    RLlib's Python logs and the C++ log lines of Ray's core worker, which no
+    Python setting reaches) all write to file descriptor 2; it is pointed at
+    ``path`` for the duration and restored after, so nothing they say is lost
+    and the console reads like a tool's. Processes started meanwhile (a local
+    Ray's) inherit the file. ``path=None`` changes nothing (``--verbose``).
+    """
+    global _OUT
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    _OUT = os.fdopen(os.dup(saved), "w", buffering=1)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        _OUT.close()
+        _OUT = None
+
+
+def _ms(seconds: Optional[float]) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    return f"{seconds * 1e3:.3f} ms"
+
+
+class Progress:
+    """Progress of a run in placements: a bar on a terminal, else one line per iteration.
+
+    ``update(row)`` takes a ``metrics.jsonl`` row (``placements``,
+    ``best_latency_s``, ``speedup_vs_cpu``, ``num_groups``,
+    ``measurements_per_s``...).
+    """
+
+    def __init__(self, total: int, done: int, quiet: bool, reference: str = "CPU",
+                 optimum_s: Optional[float] = None) -> None:
+        self.total, self.quiet, self.reference = total, quiet, reference
+        self.optimum_s = optimum_s if optimum_s and math.isfinite(optimum_s) else None
+        self.bar = None
+        if quiet:
+            return
+        self.console = _console()
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self.bar = RichProgress(TextColumn("placements"), BarColumn(), MofNCompleteColumn(),
+                                    TimeElapsedColumn(), TextColumn("{task.description}"),
+                                    console=self.console, transient=False)
+            self.task = self.bar.add_task("", total=total, completed=min(done, total))
+            self.bar.start()
+
+    def _text(self, row: Mapping[str, Any]) -> str:
+        best = row.get("best_latency_s")
+        parts = [f"best {_ms(best)}"
+                 + (f" ({best / self.optimum_s:.3f}x optimum)" if best and self.optimum_s else "")]
+        if row.get("speedup_vs_cpu") is not None:
+            parts.append(f"speedup vs {self.reference} {row['speedup_vs_cpu'] * 100:.1f}%")
+        if row.get("num_groups") is not None:
+            parts.append(f"groups {row['num_groups']:.1f}")
+        parts.append(f"measured {row['measurements']}"
+                     + (f" ({row['failures']} failed)" if row.get("failures") else ""))
+        return "  ".join(parts)
+
+    def update(self, row: Mapping[str, Any]) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=min(row["placements"], self.total),
+                            description=self._text(row))
+        else:
+            self.console.print(f"iter {row['iteration']:>3}  placements "
+                               f"{row['placements']:>4}/{self.total}  {self._text(row)}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def result_table(summary: Mapping[str, Any]) -> Any:
+    """The end of a run as a rich table: the run's best, every baseline, the speedups."""
+    from rich.table import Table
+
+    cpu = summary.get("baselines", {}).get("CPU_only")
+    table = Table(title=f"{summary['model']} / {summary['method']} / {summary['backend']}",
+                  title_justify="left", show_edge=False)
+    table.add_column("placement")
+    table.add_column("latency", justify="right")
+    table.add_column("vs CPU_only", justify="right")
+
+    def vs_cpu(v: Optional[float]) -> str:
+        if v is None or cpu is None or not math.isfinite(v) or not math.isfinite(cpu):
+            return "-"
+        return f"{(1 - v / cpu) * 100:.1f}% faster" if v <= cpu else f"{(v / cpu - 1) * 100:.1f}% slower"
+
+    source = summary.get("best_source", "learner")
+    label = f"best found ({summary['method']})" if source == "learner" else f"best: {source}"
+    best = summary.get("best_latency_s")
+    table.add_row(label, _ms(best), vs_cpu(best), style="bold")
+    for name, v in sorted(summary.get("baselines", {}).items(),
+                          key=lambda kv: kv[1] if kv[1] is not None else math.inf):
+        note = ""
+        if name == "optimum" and summary.get("optimum_proven") is False:
+            note = " (not proven)"
+        table.add_row(name + note, _ms(v), vs_cpu(v))
+    return table
+
+
+def print_result(summary: Mapping[str, Any], quiet: bool) -> None:
+    """The final table and where the outputs are, on stdout."""
+    if quiet:
+        return
     from rich.console import Console
 
-    out = Console(stderr=True, highlight=False, soft_wrap=True)
-    return (lambda msg: None) if quiet else (lambda msg: out.print(msg))
+    out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    out.print(result_table(summary))
+    out.print(f"{summary['placements']} placements ({summary['measurements']} measured, the "
+              f"others proposed before) in {summary['wall_s']:.0f} s; outputs in {summary['run_dir']}")

@@ -11,28 +11,83 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 
-__all__ = ["default_profile", "resolve_backend", "env_config"]
+__all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "env_config"]
 
 
-def default_profile(model: str, say) -> "Any":
-    """The local CPU profiled with OpenVINO plus a modeled accelerator, cached."""
-    from hsdag_ray.core.models import cache_dir
-    from envs.profiling import record
-    from hsdag_ray.core.profile import Profile
+#: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
+#: so ResNet-50 (98 MB of weights) must be split and the optimum is a real split
+DEFAULT_ACCELERATOR = "GPU_SMALLMEM"
 
-    path = cache_dir().parent / "profiles" / f"{Path(model).stem}-CPU-GPU_MODEL.json"
+
+def _content_tag(model: str) -> str:
+    """``""`` for a zoo model; for a file, a short hash of its content, so two
+    different files of the same name never share a cached profile."""
+    import hashlib
+
+    path = Path(model)
+    if not path.is_file():
+        return ""
+    h = hashlib.blake2b(path.read_bytes(), digest_size=6)
+    weights = path.with_suffix(".bin")
+    if weights.is_file():
+        h.update(str(weights.stat().st_size).encode())
+    return "-" + h.hexdigest()
+
+
+def default_profile(model: str, devices: Sequence[str], input_shape: str, threads: int,
+                    say) -> tuple[Any, Path]:
+    """The implicit profile of a simulator run, recorded once and cached.
+
+    ``devices`` are the run's devices: modeled ones (``GPU_MODEL``,
+    ``GPU_SMALLMEM``, ``CPU_MODEL``) come from their specs, the others are
+    profiled with OpenVINO here (default: the local CPU plus
+    :data:`DEFAULT_ACCELERATOR`). A profile recorded while the machine was
+    busy (which inflates some ops' times unevenly) is used for that run but
+    recorded again by the first run that finds the machine idle.
+    """
+    from envs.profiling import busy_note, record
+    from hsdag_ray.core.graph import parse_input_shapes
+    from hsdag_ray.core.models import ZOO, cache_dir, load_model
+    from hsdag_ray.core.profile import MODELED_DEVICES, Profile
+
+    devices = list(devices) or ["CPU", DEFAULT_ACCELERATOR]
+    modeled = [d for d in devices if d in MODELED_DEVICES]
+    measured = [d for d in devices if d not in MODELED_DEVICES]
+    if measured:
+        from hsdag_ray.cli import resolve_devices
+
+        measured = resolve_devices(measured, threads)
+    shape = "-" + input_shape.replace(",", "x").replace(":", "_").replace(";", "_") if input_shape else ""
+    path = (cache_dir().parent / "profiles"
+            / f"{Path(model).stem}{_content_tag(model)}{shape}-{'-'.join(measured + modeled)}.json")
     if path.is_file():
-        return Profile.load(path), path
-    say(f"profiling {model} on the local CPU with OpenVINO (once; cached in {path.parent})")
-    prof = record(model, ["CPU"], ["GPU_MODEL"], fit=0, progress=False)
-    # one stage boundary costs about half a millisecond on CPU devices (fitted on
-    # ResNet-50 splits); without it fine-grained placements look free
-    prof.boundary_s = 5e-4
+        prof = Profile.load(path)
+        busy_then = any("note" in d for d in prof.devices.values())
+        if not (busy_then and measured and busy_note() is None):
+            if busy_then:
+                say(f"the cached profile {path.name} was recorded on a busy machine; it is "
+                    "recorded again by the first run on an idle machine")
+            return prof, path
+        say(f"the cached profile {path.name} was recorded on a busy machine; recording it again "
+            "now that the machine is idle")
+    if model not in ZOO:  # a user's file: say what is wrong with it before profiling it
+        load_model(model, parse_input_shapes(input_shape))
+    what = ", ".join(measured) if measured else "no device"
+    say(f"profiling {model} on {what} with OpenVINO"
+        + (f", modeling {', '.join(modeled)}" if modeled else "")
+        + f" (once; cached in {path.parent})")
+    fit = 12 if len(measured) >= 2 else 0
+    prof = record(model, measured, modeled, fit=fit, input_shapes=parse_input_shapes(input_shape),
+                  progress=False)
+    if not prof.fit:
+        # one stage boundary costs about half a millisecond on CPU devices (fitted on
+        # ResNet-50 splits); without it fine-grained placements look free
+        prof.boundary_s = 5e-4
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.save(path)
     return prof, path
@@ -53,18 +108,19 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
         else:
             backend = "simulator"
             say(f"only {', '.join(real) or 'no device'} here: using the simulator with the CPU "
-                "profiled by OpenVINO and a modeled accelerator (GPU_MODEL); pass --backend auto "
-                "--devices CPU,CPU_F32 to measure on two CPU configurations instead")
+                f"profiled by OpenVINO and a modeled accelerator ({DEFAULT_ACCELERATOR}); pass "
+                "--backend auto --devices CPU,CPU_F32 to measure on two CPU configurations instead")
     if backend == "simulator":
         if cfg.profile:
             prof = Profile.load(cfg.profile)
         else:
-            prof, path = default_profile(cfg.model, say)
+            prof, _ = default_profile(cfg.model, devices, cfg.input_shape, cfg.threads, say)
         devices = devices or prof.device_names
         missing = [d for d in devices if d not in prof.devices]
         if missing:
-            raise UsageError(f"device {missing[0]} is not in the profile (it has "
-                             f"{', '.join(prof.device_names)})")
+            raise UsageError(f"device {missing[0]} is not in the profile {cfg.profile} (it has "
+                             f"{', '.join(prof.device_names)}); record one with it with "
+                             "python -m hsdag_ray.profile, or leave out --profile")
         return backend, devices, prof.to_json()
     from hsdag_ray.cli import resolve_devices
 
@@ -83,4 +139,5 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
     return {"model": cfg.model, "coarsen": cfg.coarsen, "backend": backend, "devices": devices,
             "profile": profile, "objective": cfg.objective, "reward": cfg.reward,
             "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
-            "features": asdict(cfg.features()), "timing": asdict(timing), "store": store}
+            "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
+            "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty}

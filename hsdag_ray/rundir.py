@@ -9,24 +9,37 @@ from typing import Any, Optional
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 
-__all__ = ["Run"]
+__all__ = ["Run", "absolute"]
+
+
+def absolute(path: str | Path) -> Path:
+    """``path`` with ``~`` expanded, made absolute and its symlinks resolved."""
+    return Path(path).expanduser().resolve()
 
 
 class Run:
-    """A run folder: config, metrics, checkpoints, outputs."""
+    """A run folder: config, metrics, checkpoints, outputs.
+
+    ``dir`` is always absolute, with ``~`` expanded and symlinks resolved,
+    whatever ``--out`` or ``--resume`` the user gave: Ray and RLlib take
+    paths as URIs and refuse relative ones, and Ray workers do not share the
+    driver's working folder.
+    """
 
     def __init__(self, cfg: TrainConfig, resume: Optional[Path]) -> None:
         if resume is not None:
-            self.dir = resume
+            self.dir = absolute(resume)
         else:
             name = cfg.name or f"{Path(cfg.model).stem}-{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
-            self.dir = Path(cfg.out) / name
+            self.dir = absolute(Path(cfg.out) / name)
             if self.dir.exists() and any(self.dir.iterdir()):
                 raise UsageError(f"run folder {self.dir} exists already; choose another --name or "
                                  f"continue it with --resume {self.dir}")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics = self.dir / "metrics.jsonl"
         self.state_file = self.dir / "state.json"
+        self.checkpoint = self.dir / "checkpoint"
+        self.store_file = self.dir / "store.json"
 
     def state(self) -> dict[str, Any]:
         if self.state_file.is_file():

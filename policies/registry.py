@@ -110,3 +110,12 @@ register(Method(
     description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
     module="policies.hsdag_module:HSDAGRLModule", model_config=_hsdag_model_config,
     learner_config=_batch_advantages))
+
+
+register(Method(
+    name="random", kind="search", run="policies.search:RandomSearch",
+    description="random search: uniform random placements, the best measured wins"))
+
+register(Method(
+    name="anneal", kind="search", run="policies.search:SimulatedAnnealing",
+    description="simulated annealing from the fastest single device over node and block moves"))

@@ -35,3 +35,31 @@ def test_one_measuring_env_runner_per_machine(lab_cluster, tmp_path):
     s = train(cfg, quiet=True, on_iteration=where)
     assert len(placed) == 2 and len(set(placed)) == 2 and head not in placed
     assert s["measurements"] >= 3 and s["failures"] == 0
+
+
+def test_baselines_and_the_final_remeasurement_run_on_a_measuring_machine(tmp_path):
+    """A head that measures nothing and one measuring machine: every timing of the
+    run, the baselines and the re-measurement of the result included, is made on
+    the measuring machine, never on the head where the driver runs."""
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    try:
+        head = ray.get_runtime_context().get_node_id()
+        [worker] = [n["NodeID"] for n in ray.nodes() if n["Resources"].get(MEASURE_RESOURCE)]
+        cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=20,
+                          episode_len=10, env_runners=1, repeats=3, remeasure_rounds=2,
+                          wandb="disabled", out=str(tmp_path), name="where")
+        s = train(cfg, quiet=True)
+        assert worker != head
+        assert s["measured_on"] == worker and s["remeasured"]["node"] == worker
+        import json
+
+        state = json.loads((tmp_path / "where" / "state.json").read_text())
+        assert state["baselines"]["measured_on"] == worker
+        store = json.loads((tmp_path / "where" / "store.json").read_text())
+        assert store["log"] and {e["node"] for e in store["log"]} == {worker}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -44,8 +44,15 @@ def test_env_api_rewards_cache_and_failures(profile):
     assert info["cached"] and r2 == r
     _, r3, term, _, info = env.step(np.ones(n, dtype=np.int64))  # breaks FAST's memory
     assert not info["ok"] and info["stage"] == "memory" and term
-    assert r3 == pytest.approx(reward_of(10 * env.reference_s, "speedup", env.reference_s))
+    # graded by how far over the memory limit the placement is
+    assert info["memory_over"] > 0
+    assert r3 == pytest.approx(reward_of(10 * env.reference_s * (1 + info["memory_over"]), "speedup",
+                                         env.reference_s))
     assert env.store.stats()["failures"] == 1 and env.store.stats()["placements"] == 3
+    flat = make_env(profile, reward="speedup", memory_penalty="flat")
+    flat.reset(seed=0)
+    _, r4, _, _, _ = flat.step(np.ones(n, dtype=np.int64))
+    assert r4 == pytest.approx(reward_of(10 * env.reference_s, "speedup", env.reference_s))
 
 
 def test_rewards():
@@ -66,8 +73,92 @@ def test_store_best_log_and_state():
     assert s.get(k1)["latency_s"] == 2.0 and s.get("g:none") is None
     assert s.best()["placement"] == [0, 1]
     assert s.stats() == {"measurements": 2, "failures": 1, "cache_hits": 1, "placements": 3,
-                         "best_latency_s": 2.0}
+                         "feasible_placements": 2, "best_latency_s": 2.0}
     assert [e["key"] for e in s.log_since(1)] == [k2]
     t = MeasurementStore()
     t.set_state(s.get_state())
     assert t.stats() == s.stats() and t.best() == s.best()
+
+
+def test_reference_without_any_feasible_single_device_or_split_is_estimated(profile):
+    """Both devices too small for the model and for half of it: the reference of
+    rewards is the simulator's single-device latency without memory limits, not
+    a silent 1.0 s, and the environment says so."""
+    _, fine, _, _ = build_graph("tiny_cnn", "none")
+    prof = Profile("tiny_cnn", {}, {})
+    tiny = sum(n.weight_bytes for n in fine.nodes) / 10
+    add_modeled_device(prof, fine, "A", DeviceSpec(1e9, 1e9, 1e-4, memory_bytes=tiny))
+    add_modeled_device(prof, fine, "B", DeviceSpec(1e11, 1e11, 1e-5, memory_bytes=tiny))
+    env = make_env(prof.to_json())
+    assert all(math.isinf(t) for t in env.single_device_s.values())
+    assert env.reference_kind == "estimate_without_memory_limits"
+    n = env.graph.num_nodes
+    expected = min(env.backend.sim.sequential(np.full(n, d)).value for d in range(2))
+    assert env.reference_s == pytest.approx(expected) and env.reference_s < 0.5
+
+
+class _Flaky:
+    """A backend that times out once per placement, then measures (a busy machine)."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.devices, self.seen = inner, inner.name, inner.devices, set()
+
+    def measure_array(self, p):
+        from envs.base import Measurement
+
+        key = tuple(int(x) for x in p)
+        if key not in self.seen:
+            self.seen.add(key)
+            return Measurement.failure(self.name, "timeout", "took longer than 0.1 s")
+        return self.inner.measure_array(p)
+
+
+def test_transient_failures_are_not_cached_deterministic_ones_are(profile):
+    env = make_env(profile)
+    env.backend = _Flaky(env.backend)
+    n = env.graph.num_nodes
+    p = np.zeros(n, dtype=np.int64)
+    m, cached = env.measure_array(p)
+    assert not m.ok and m.stage == "timeout" and not cached
+    m, cached = env.measure_array(p)  # measured again, not read from the cache
+    assert m.ok and not cached
+    m, cached = env.measure_array(p)
+    assert m.ok and cached
+    # a memory failure says something about the placement: cached
+    over = np.ones(n, dtype=np.int64)
+    env.backend.seen.add(tuple(over))
+    m1, c1 = env.measure_array(over)
+    m2, c2 = env.measure_array(over)
+    assert m1.stage == m2.stage == "memory" and not c1 and c2
+
+
+def test_errors_of_a_measuring_env_reach_the_run_store(profile):
+    import ray
+
+    from envs.store import StoreClient, store_actor
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, num_cpus=1)
+    try:
+        store = StoreClient(store_actor("test_errors_store"))
+        store.stats()  # registered before the environment connects
+        env = make_env(profile, store="test_errors_store")
+
+        def broken(p):
+            raise ZeroDivisionError("a bug in the measuring code")
+
+        env.backend.measure_array = broken
+        env.reset()
+        with pytest.raises(ZeroDivisionError):
+            env.step(np.zeros(env.graph.num_nodes, dtype=np.int64))
+        errors = store.errors()
+        assert errors and "ZeroDivisionError while measuring a placement" in errors[-1]
+        assert "a bug in the measuring code" in errors[-1]
+        # a bad configuration on a worker is reported too
+        with pytest.raises(Exception):
+            make_env(profile, store="test_errors_store", devices=("SLOW", "NOPE"))
+        assert "while building the environment" in store.errors()[-1]
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,4 +1,5 @@
 """End-to-end training runs: real Ray, a real RLlib training loop, real outputs."""
+import dataclasses
 import json
 import os
 import signal
@@ -7,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hsdag_ray.train import TrainConfig, train
@@ -18,7 +20,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def test_simulator_run_writes_every_output(tmp_path):
     cfg = TrainConfig(model="resnet50", budget=60, env_runners=0, wandb="offline", out=str(tmp_path),
-                      name="sim", seed=1)
+                      name="sim", seed=1, backend="simulator", devices=["CPU", "GPU_MODEL"])
     summary = train(cfg, quiet=True)
     run = tmp_path / "sim"
     for f in ("config.json", "metrics.jsonl", "best_placement.json", "learning_curve.png",
@@ -64,8 +66,25 @@ def test_real_openvino_run_end_to_end(tmp_path):
     assert 0 < s["baselines"]["optimum"] < 10 * s["baselines"]["CPU_only"]
     # AUTO over CPU + CPU_F32 can only pick the real CPU: about the CPU-only latency
     assert 0.25 < s["baselines"]["openvino_auto"] / s["baselines"]["CPU_only"] < 4
-    # re-measured within the noise (the best of many noisy samples is optimistic)
-    assert 0.5 * s["best_latency_s"] < s["best_remeasured_s"] < 2.0 * s["best_latency_s"]
+    # every figure is re-measured: the best few placements and every baseline timed again
+    # in interleaved rounds; the raw minimum over the run's noisy timings is a diagnostic
+    rem = s["remeasured"]
+    assert rem["rounds"] == 3 and rem["node"] == s["measured_on"]
+    cands = rem["candidates"]
+    assert {"CPU_only", "CPU_F32_only", "openvino_auto", "optimum", "method#1"} <= set(cands)
+    for c in cands.values():
+        assert c["ok"] and len(c["samples_s"]) == 3 and c["latency_s"] == pytest.approx(
+            sorted(c["samples_s"])[1])
+    assert s["baselines"] == {k: cands[k]["latency_s"] for k in s["baselines"]}
+    method = [c["latency_s"] for k, c in cands.items() if k.startswith("method#")]
+    assert s["method_best_latency_s"] == min(method)
+    if s["best_source"] == "learner":
+        assert s["best_latency_s"] == min(method)
+    else:
+        assert s["best_latency_s"] == s["baselines"][s["best_source"].split(":")[1]]
+    assert s["speedup_vs_cpu"] == pytest.approx(1 - s["best_latency_s"] / s["baselines"]["CPU_only"])
+    assert 0.5 * s["best_raw_latency_s"] < s["method_best_latency_s"] < 2.0 * s["best_raw_latency_s"]
+    assert s["best_spread"] is not None and s["best_spread"] >= 0
     for f in ("best_placement.json", "summary.json", "learning_curve.png", "placement.png"):
         assert (run / f).exists(), f
     # the placement file is what hsdag_ray.measure takes
@@ -130,3 +149,138 @@ def test_train_bad_input(tmp_path):
     assert r.returncode == 2 and "objective" in r.stderr
     r = run("--resume", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "not a run folder" in r.stderr
+
+
+def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--backend", "simulator",
+                        "--devices", "CPU,GPU_SMALLMEM", "--model", "tiny_cnn", "--budget", "20",
+                        "--episode-len", "10", "--env-runners", "0", "--wandb", "disabled",
+                        "--out", str(tmp_path), "--name", "m"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert s["devices"] == ["CPU", "GPU_SMALLMEM"] and "GPU_SMALLMEM_only" in s["baselines"]
+    # a device that is neither real nor modeled is refused with one sentence
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--backend", "simulator",
+                        "--devices", "CPU,GPU_NOPE", "--model", "tiny_cnn", "--wandb", "disabled",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "GPU_NOPE" in r.stderr and "Traceback" not in r.stderr
+
+
+def small_memory_profile(path: Path, model: str, capacity_fraction: float) -> Path:
+    """A modeled CPU and an accelerator that holds ``capacity_fraction`` of the
+    model's weights, so almost every random split overflows it."""
+    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+
+    _, fine, _, _ = build_graph(model, "none")
+    prof = Profile(model, {}, {})
+    add_modeled_device(prof, fine, "CPU_MODEL")
+    spec = dataclasses.replace(MODELED_DEVICES["GPU_MODEL"],
+                               memory_bytes=capacity_fraction * sum(n.weight_bytes for n in fine.nodes))
+    add_modeled_device(prof, fine, "GPU_TINY", spec)
+    prof.boundary_s = 5e-4
+    prof.save(path)
+    return path
+
+
+def test_memory_failures_are_graded_by_how_far_over_the_limit():
+    from envs.placement_env import EnvConfig, PlacementEnv
+    from hsdag_ray.core.profile import Profile
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        prof = Profile.load(small_memory_profile(Path(d) / "p.json", "resnet50", 0.1))
+    env = PlacementEnv(EnvConfig(model="resnet50", devices=("CPU_MODEL", "GPU_TINY"),
+                                 profile=prof.to_json()))
+    n = env.graph.num_nodes
+    weights = np.array([node.weight_bytes for node in env.graph.nodes])
+    heavy_last = np.argsort(weights)
+    a = np.zeros(n, dtype=np.int64)
+    a[heavy_last[-2:]] = 1  # the two heaviest nodes on the accelerator
+    b = np.zeros(n, dtype=np.int64)
+    b[heavy_last[-6:]] = 1  # six: further over its memory
+    rewards = []
+    for p in (a, b):
+        env.reset()
+        _, r, _, _, info = env.step(p)
+        assert not info["ok"] and info["stage"] == "memory"
+        rewards.append(r)
+    assert rewards[0] > rewards[1]
+    # a placement that fits is rewarded above both
+    env.reset()
+    _, r_ok, _, _, info = env.step(np.zeros(n, dtype=np.int64))
+    assert info["ok"] and r_ok > rewards[0]
+    # a cache hit gives the same graded reward again
+    env.reset()
+    _, r_again, _, _, info = env.step(b)
+    assert info["cached"] and r_again == rewards[1]
+
+
+def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
+    """BERT-base with an accelerator that holds 2% of its weights: every placement
+    of the first iterations overflows. With one flat failure reward every advantage
+    of such a batch is equal and the policy never found a feasible placement in 300
+    (measured, seeds 0 and 1); the graded memory reward leads it to feasibility."""
+    profile = small_memory_profile(tmp_path / "p.json", "bert_base", 0.02)
+    cfg = TrainConfig(model="bert_base", backend="simulator", devices=["CPU_MODEL", "GPU_TINY"],
+                      profile=str(profile), budget=300, env_runners=0, wandb="disabled",
+                      out=str(tmp_path), name="tiny", seed=0)
+    s = train(cfg, quiet=True)
+    rows = read_jsonl(tmp_path / "tiny" / "metrics.jsonl")
+    assert rows[0]["failures"] == rows[0]["measurements"], "the case must start all infeasible"
+    # the run ends with a feasible best placement, whoever found it, and says who
+    assert s["best_latency_s"] is not None and (tmp_path / "tiny" / "best_placement.json").is_file()
+    assert s["best_source"] in ("learner", "baseline:CPU_MODEL_only")
+    # the learner moves toward feasibility and finds feasible placements of its own
+    assert rows[0]["feasible_fraction"] == 0
+    assert min(r["feasible_fraction"] for r in rows[-3:]) > 0.5, [r["feasible_fraction"] for r in rows]
+    assert s["method_best_latency_s"] is not None
+
+
+def test_an_optimum_the_solver_did_not_prove_is_reported_as_such(tmp_path):
+    # the memory-limited MILP on Inception-V3's 216-node graph needs about 0.3 s to prove
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--model", "inception_v3",
+                        "--coarsen", "none", "--backend", "simulator",
+                        "--devices", "CPU,GPU_SMALLMEM", "--solver-time-limit", "0.01",
+                        "--budget", "20", "--episode-len", "10", "--env-runners", "0",
+                        "--wandb", "disabled", "--out", str(tmp_path), "--name", "u"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads((tmp_path / "u" / "summary.json").read_text())
+    assert s["optimum_method"] == "milp" and s["optimum_proven"] is False and s["optimum_gap"] > 0
+    assert "optimum (not proven)" in r.stdout
+    # what the method was told is part of its figures
+    assert s["cost_features"] is True and s["features"]["cost"] is True
+
+
+def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
+    """The model file disappears after the run started (a worker without it): the
+    restarted EnvRunners cannot build their environment, no placement is measured,
+    and the run stops with the workers' error instead of looping forever."""
+    import shutil
+
+    from hsdag_ray.core.models import load_model
+
+    import openvino as ov
+
+    model = tmp_path / "m.xml"
+    ov.save_model(load_model("tiny_cnn"), str(model))
+    cfg = TrainConfig(model=str(model), backend="simulator", devices=["CPU", "GPU_MODEL"],
+                      budget=200, episode_len=10, env_runners=1, wandb="disabled",
+                      out=str(tmp_path / "runs"), name="broken")
+
+    def remove_model(algo, row):
+        if row["iteration"] == 1:
+            shutil.move(str(model), str(tmp_path / "gone.xml"))
+            shutil.move(str(model.with_suffix(".bin")), str(tmp_path / "gone.bin"))
+            for pid in algo.env_runner_group.foreach_env_runner(lambda r: os.getpid(),
+                                                                 local_env_runner=False):
+                os.kill(pid, signal.SIGKILL)
+
+    from hsdag_ray.cli import RunError
+
+    t0 = time.time()
+    with pytest.raises(RunError, match="does not exist"):
+        train(cfg, quiet=True, on_iteration=remove_model)
+    assert time.time() - t0 < 300

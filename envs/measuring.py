@@ -1,0 +1,159 @@
+"""Measuring outside the training loop, on a measuring machine: baselines and the final re-measurement.
+
+A run's placements are timed by its EnvRunners on the machines that advertise
+a measuring slot. The figures they are compared with must be timed the same
+way: single devices, OpenVINO AUTO, the exact solver's placement, and at the
+end the best placements again. :class:`MeasuringService` holds a placement
+environment's measuring half (the graph and the backend, no store); with a
+real backend :func:`measuring_service` starts it as a Ray actor that takes a
+measuring slot, so it runs on a measuring machine and never while an
+EnvRunner of the run times something there (the run starts it before its
+EnvRunners and after they stopped).
+
+**Re-measurement** (:meth:`MeasuringService.remeasure`). One noisy timing per
+placement and the minimum over hundreds of them is biased low against
+baselines timed once. So a run's result is re-timed: the best few placements
+the method measured and every baseline are timed again, ``rounds`` times
+each, interleaved (round ``r`` times every candidate once, in an order rotated
+from round to round), so slow drifts of a shared machine hit all candidates
+alike; each candidate's figure is the median of its rounds (each round itself
+the median of ``TimingConfig.repeats`` blocks), with the relative spread
+``(max - min) / median`` of the rounds.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+__all__ = ["MeasuringService", "measuring_service", "AUTO"]
+
+#: the candidate name that stands for "the whole model on OpenVINO's AUTO device"
+AUTO = "auto"
+
+Candidate = Union[Sequence[int], str]
+
+
+def _node_id() -> Optional[str]:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside a Ray worker there is no node
+        return None
+
+
+class MeasuringService:
+    """The measuring half of a placement environment.
+
+    ``tracked=False`` (baselines, re-measurement): no cache and not the run's
+    store, so nothing measured here counts as the method's. ``tracked=True``
+    (a search method's measurements): through the run's store like an
+    EnvRunner's (:meth:`measure_batch`).
+    """
+
+    def __init__(self, env_config: Mapping[str, Any], tracked: bool = False) -> None:
+        from envs.placement_env import EnvConfig, PlacementEnv
+
+        cfg = dict(env_config)
+        if not tracked:
+            cfg["store"] = ""  # measurements made here are never the method's
+        self.env = PlacementEnv(EnvConfig.from_dict(cfg))
+
+    def measure_batch(self, placements: Sequence[Sequence[int]]) -> list[float]:
+        """Measure placements the method proposed, through the run's store (cached,
+        counted); return the latency each is rewarded as (a failure's is the
+        environment's failure latency)."""
+        out = []
+        for p in placements:
+            m, _ = self.env.measure_array(np.asarray(p, dtype=np.int64))
+            out.append(self.env.reward_latency(m))
+        return out
+
+    def node(self) -> Optional[str]:
+        """The Ray node this service measures on."""
+        return _node_id()
+
+    def single_devices(self) -> dict[str, float]:
+        """Latency of the whole model on each device (``inf`` when it does not run)."""
+        return dict(self.env.single_device_s)
+
+    def reference(self) -> dict[str, Any]:
+        return {"reference_s": self.env.reference_s, "reference_kind": self.env.reference_kind}
+
+    def measure(self, candidate: Candidate) -> dict[str, Any]:
+        """One timing of a placement (device index per node) or of :data:`AUTO`."""
+        if isinstance(candidate, str):
+            if candidate != AUTO:
+                raise ValueError(f"unknown candidate {candidate!r}; a placement or {AUTO!r}")
+            from envs.openvino_backend import measure_auto
+
+            m = measure_auto(self.env.model, self.env.devices, self.env.config.timing)
+        else:
+            m = self.env.measure_untracked(np.asarray(candidate, dtype=np.int64))
+        return m.to_dict() | {"node": _node_id()}
+
+    def remeasure(self, candidates: Mapping[str, Candidate], rounds: int = 3) -> dict[str, dict]:
+        """Time every candidate ``rounds`` times, interleaved; see the module docstring.
+
+        Returns, per candidate name: ``latency_s`` (median over rounds; ``inf``
+        if any round failed), ``spread`` (``(max - min) / median`` of the
+        rounds), ``samples_s`` (each round's figure), ``ok`` and ``error``.
+        """
+        names = list(candidates)
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        errors: dict[str, Optional[str]] = {n: None for n in names}
+        for r in range(max(1, rounds)):
+            order = names[r % len(names):] + names[: r % len(names)] if names else []
+            for name in order:
+                if errors[name] is not None:
+                    continue
+                m = self.measure(candidates[name])
+                if m["ok"]:
+                    samples[name].append(float(m["latency_s"]))
+                else:
+                    errors[name] = f"{m['stage']}: {m['error']}"
+        out = {}
+        for name in names:
+            s = samples[name]
+            if errors[name] is not None or not s:
+                out[name] = {"ok": False, "latency_s": math.inf, "spread": None, "samples_s": s,
+                             "error": errors[name]}
+                continue
+            med = float(np.median(s))
+            out[name] = {"ok": True, "latency_s": med,
+                         "spread": float((max(s) - min(s)) / med) if med > 0 else 0.0,
+                         "samples_s": s, "error": None}
+        return out
+
+
+def measuring_service(env_config: Mapping[str, Any], real: bool, resource: str,
+                      tracked: bool = False):
+    """A :class:`MeasuringService`: in this process for the simulator (exact and
+    instant), else a Ray actor holding one ``resource`` slot (a measuring
+    machine's). Call its methods through :func:`call`."""
+    if not real:
+        return MeasuringService(env_config, tracked)
+    import ray
+
+    actor = ray.remote(num_cpus=0, resources={resource: 1})(MeasuringService)
+    return actor.remote(env_config, tracked)
+
+
+def call(service, method: str, *args, **kwargs):
+    """Call ``method`` on a service, local or a Ray actor."""
+    fn = getattr(service, method)
+    if hasattr(fn, "remote"):
+        import ray
+
+        return ray.get(fn.remote(*args, **kwargs))
+    return fn(*args, **kwargs)
+
+
+def release(service) -> None:
+    """Stop a service started by :func:`measuring_service` (frees its measuring slot)."""
+    if hasattr(getattr(service, "measure", None), "remote"):
+        import ray
+
+        ray.kill(service)

@@ -1,0 +1,108 @@
+"""What moves a run forward one iteration, for each kind of method.
+
+Every driver has the same small interface, so :func:`hsdag_ray.train.train`
+runs the same loop (budget, metrics, checkpoints, outputs) whatever the
+method: ``iterate()`` proposes and measures one iteration's placements (they
+land in the run's measurement store) and returns the method's own metrics;
+``save(folder)`` / ``restore(folder)`` checkpoint it; ``stop()`` releases it;
+``handle`` is what ``on_iteration`` callbacks receive.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from hsdag_ray.algos import algo_config
+from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
+from policies.registry import Method, load
+
+__all__ = ["RLDriver", "SearchDriver", "make_driver"]
+
+
+def _num(v) -> Optional[float]:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+class RLDriver:
+    """A learned method: one RLlib training iteration per ``iterate()``."""
+
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
+        self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode).build_algo()
+
+    @property
+    def handle(self):
+        return self.algo
+
+    def iterate(self) -> dict[str, Optional[float]]:
+        result = self.algo.train()
+        learner = result.get("learners", {}).get("default_policy", {})
+        return {k: _num(learner.get(k)) for k in ("entropy", "num_groups", "policy_loss")}
+
+    def save(self, folder: Path) -> None:
+        # RLlib takes paths as URIs: an absolute path is a local file system path
+        self.algo.save_to_path(str(Path(folder).resolve()))
+
+    def restore(self, folder: Path) -> None:
+        self.algo.restore_from_path(str(Path(folder).resolve()))
+
+    def stop(self) -> None:
+        self.algo.stop()
+
+
+class SearchDriver:
+    """A search without learning (:mod:`policies.search`): ``episode_len``
+    placements per iteration, proposed one at a time and measured through the
+    run's store on a measuring machine (a Ray actor holding a measuring slot
+    with a real backend)."""
+
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
+        from envs.measuring import call, measuring_service
+
+        self.cfg = cfg
+        self.service = measuring_service(env_cfg, real, MEASURE_RESOURCE, tracked=True)
+        singles = call(self.service, "single_devices")
+        fastest = min(range(len(env.devices)), key=lambda k: singles[env.devices[k]])
+        start = np.full(env.graph.num_nodes, fastest, dtype=np.int64)
+        self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
+                                       seed=cfg.seed, start=start)
+
+    @property
+    def handle(self):
+        return self.search
+
+    def iterate(self) -> dict[str, Optional[float]]:
+        from envs.measuring import call
+
+        for _ in range(self.cfg.episode_len):
+            p = self.search.propose()
+            [latency] = call(self.service, "measure_batch", [p.tolist()])
+            self.search.observe(p, latency)
+        return {}
+
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "search.json").write_text(json.dumps(self.search.state_dict()))
+
+    def restore(self, folder: Path) -> None:
+        self.search.load_state_dict(json.loads((Path(folder) / "search.json").read_text()))
+
+    def stop(self) -> None:
+        from envs.measuring import release
+
+        release(self.service)
+
+
+def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env):
+    """The driver of ``method``'s kind."""
+    if method.kind == "rl":
+        return RLDriver(cfg, method, env_cfg, real, env)
+    if method.kind == "search":
+        return SearchDriver(cfg, method, env_cfg, real, env)
+    raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")
