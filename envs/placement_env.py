@@ -206,11 +206,20 @@ class PlacementEnv(gym.Env):
         self._step = 0
         return self._obs, {}
 
+    def reward_latency(self, m: Measurement) -> float:
+        """The latency a measurement is rewarded as: its own when it ran, else
+        ``failure_factor`` times the reference, graded by how far a placement is
+        over the memory limit (see the module docstring)."""
+        if m.ok:
+            return m.latency_s
+        over = float(m.info.get("memory_over", 0.0)) if m.stage == "memory" else 0.0
+        return self.config.failure_factor * self.reference_s * (1.0 + over)
+
     def step(self, action):
         t0 = time.perf_counter()
         m, cached = self.measure_array(np.asarray(action))
         self._step += 1
-        latency = m.latency_s if m.ok else self.config.failure_factor * self.reference_s
+        latency = self.reward_latency(m)
         reward = reward_of(latency, self.config.reward, self.reference_s)
         best = self.store.best()
         info = {"latency_s": m.latency_s if m.ok else math.nan, "ok": m.ok, "cached": cached,
