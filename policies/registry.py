@@ -110,3 +110,22 @@ register(Method(
     description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
     module="policies.hsdag_module:HSDAGRLModule", model_config=_hsdag_model_config,
     learner_config=_batch_advantages))
+
+
+def _placeto_model_config(s: Mapping[str, Any]) -> dict:
+    # rounds: PlacetoConfig's default (the paper's 8) until the run has a setting for it
+    return {"hidden_dim": s["hidden_dim"]}
+
+
+def _placeto_learner_config(s: Mapping[str, Any]) -> dict:
+    # undiscounted returns within an episode, as the paper (a gamma setting would go here)
+    return {"gamma": 1.0}
+
+
+register(Method(
+    name="placeto", kind="rl",
+    description="Placeto (Addanki et al., NeurIPS 2019): one node per step, DAG message passing, "
+                "REINFORCE on runtime improvements",
+    module="policies.placeto_module:PlacetoRLModule", learner="policies.placeto_learner:PlacetoTorchLearner",
+    env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
+    learner_config=_placeto_learner_config))
