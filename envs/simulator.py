@@ -31,14 +31,14 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from envs.base import Measurement
 from hsdag_ray.core.costgraph import CostGraph
 
-__all__ = ["OBJECTIVES", "SimResult", "Simulator", "SimulatorBackend"]
+__all__ = ["OBJECTIVES", "SimResult", "Schedule", "Simulator", "SimulatorBackend"]
 
 OBJECTIVES = ("sequential", "parallel", "throughput")
 
@@ -59,6 +59,17 @@ class SimResult:
     feasible: bool = True
     violation: str | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
+
+
+class Schedule(NamedTuple):
+    """A list schedule of the ``parallel`` objective: per node ``start`` and
+    ``finish`` ``[n]`` (seconds), per device ``busy`` ``[D]`` time, and the number
+    of (tensor, destination device) transfers."""
+
+    start: np.ndarray
+    finish: np.ndarray
+    busy: np.ndarray
+    crossings: int
 
 
 class Simulator:
@@ -147,16 +158,26 @@ class Simulator:
 
     def parallel(self, placement: np.ndarray) -> SimResult:
         g = self.graph
-        p = placement.tolist()
-        n, D = g.num_nodes, g.num_devices
-        costs = g.compute_s[np.arange(n), placement]
+        costs = g.compute_s[np.arange(g.num_nodes), placement]
         if not np.isfinite(costs).all():  # a node on a device that cannot run it
             return SimResult(float("inf"))
-        cost = costs.tolist()
+        sched = self._list_schedule(placement)
+        makespan = float(sched.finish.max()) if g.num_nodes else 0.0
+        bd = {f"busy_{g.devices[k]}_s": float(sched.busy[k]) for k in range(g.num_devices)}
+        bd["crossings"] = float(sched.crossings)
+        return SimResult(makespan, breakdown=bd)
+
+    def _list_schedule(self, placement: np.ndarray) -> Schedule:
+        """The event-driven list schedule of the ``parallel`` objective."""
+        g = self.graph
+        p = placement.tolist()
+        n, D = g.num_nodes, g.num_devices
+        cost = g.compute_s[np.arange(n), placement].tolist()
         transfer = self.transfer
         ptr, succ, succ_t = self._succ_ptr.tolist(), self._succ_dst.tolist(), self._succ_tensor.tolist()
         remaining = self._indeg.tolist()
         ready = [0.0] * n
+        start = [0.0] * n
         finish = [0.0] * n
         free = [0.0] * D
         busy = [0.0] * D
@@ -178,6 +199,7 @@ class Simulator:
                 raise RuntimeError("the graph has a cycle: list scheduling stalled")
             _, i = heapq.heappop(queues[best_d])
             f = best_start + cost[i]
+            start[i] = best_start
             finish[i] = f
             free[best_d] = f
             busy[best_d] += cost[i]
@@ -199,10 +221,51 @@ class Simulator:
                 remaining[j] -= 1
                 if remaining[j] == 0:
                     heapq.heappush(queues[pj], (ready[j], j))
-        makespan = max(finish) if n else 0.0
-        bd = {f"busy_{g.devices[k]}_s": busy[k] for k in range(D)}
-        bd["crossings"] = float(len(arrival))
-        return SimResult(makespan, breakdown=bd)
+        return Schedule(np.asarray(start), np.asarray(finish), np.asarray(busy), len(arrival))
+
+    def start_times(self, placement: Sequence[int] | np.ndarray,
+                    objective: str = "sequential") -> np.ndarray:
+        """``[n]`` time (seconds) each node starts in the schedule ``objective`` describes.
+
+        ``sequential``: nodes run one after another in index (topological)
+        order; node ``i`` starts after every earlier node's compute, every stage
+        boundary up to and including its own (``boundary_s`` each) and every
+        transfer whose first consumer on its destination device has index
+        ``<= i``, so the last node's start plus its compute is the sequential
+        value. ``parallel``: the list schedule's start times (the makespan is
+        the latest finish). ``throughput`` (a pipeline, no single schedule):
+        zeros. Nodes on a device that cannot run them make the times ``inf``
+        from there on (sequential) or all ``inf`` (parallel).
+        """
+        g = self.graph
+        p = np.asarray(placement, dtype=np.int64)
+        if p.shape != (g.num_nodes,):
+            raise ValueError(f"a placement needs one device per node ({g.num_nodes}), "
+                             f"got shape {p.shape}")
+        if objective == "throughput" or g.num_nodes == 0:
+            return np.zeros(g.num_nodes)
+        cost = g.compute_s[np.arange(g.num_nodes), p]
+        if objective == "parallel":
+            if not np.isfinite(cost).all():
+                return np.full(g.num_nodes, np.inf)
+            return self._list_schedule(p).start
+        if objective != "sequential":
+            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+        # waits that happen just before node i: its stage boundary and the transfers it is
+        # the first consumer of (per tensor and destination device)
+        before = np.zeros(g.num_nodes)
+        before[1:] += g.boundary_s * (p[1:] != p[:-1])
+        dst_dev = p[g.edge_dst]
+        cross = dst_dev != p[g.edge_src]
+        if cross.any():
+            key = g.edge_tensor[cross] * g.num_devices + dst_dev[cross]
+            first = np.full(int(key.max()) + 1, g.num_nodes, dtype=np.int64)
+            np.minimum.at(first, key, g.edge_dst[cross])
+            used = np.unique(key)
+            t, d = used // g.num_devices, used % g.num_devices
+            np.add.at(before, first[used], self.transfer[t, p[g.tensor_src[t]], d])
+        done = np.concatenate([[0.0], np.cumsum(cost)[:-1]])
+        return done + np.cumsum(before)
 
     def evaluate(self, placement: Sequence[int] | np.ndarray, objective: str = "sequential") -> SimResult:
         """Value of ``placement`` (device index per node) under ``objective``."""

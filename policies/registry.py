@@ -112,6 +112,25 @@ register(Method(
     learner_config=_batch_advantages))
 
 
+def _placeto_model_config(s: Mapping[str, Any]) -> dict:
+    # rounds: PlacetoConfig's default (the paper's 8) until the run has a setting for it
+    return {"hidden_dim": s["hidden_dim"]}
+
+
+def _placeto_learner_config(s: Mapping[str, Any]) -> dict:
+    # undiscounted returns within an episode, as the paper (a gamma setting would go here)
+    return {"gamma": 1.0}
+
+
+register(Method(
+    name="placeto", kind="rl",
+    description="Placeto (Addanki et al., NeurIPS 2019): one node per step, DAG message passing, "
+                "REINFORCE on runtime improvements",
+    module="policies.placeto_module:PlacetoRLModule", learner="policies.placeto_learner:PlacetoTorchLearner",
+    env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
+    learner_config=_placeto_learner_config))
+
+
 register(Method(
     name="random", kind="search", run="policies.search:RandomSearch",
     description="random search: uniform random placements, the best measured wins"))

@@ -159,7 +159,17 @@ class REINFORCEConfig(AlgorithmConfig):
 
 
 class REINFORCETorchLearner(TorchLearner):
-    """The policy-gradient loss with batch advantages (:func:`advantages`)."""
+    """The policy-gradient loss with batch advantages (:func:`advantages`).
+
+    A method with advantages of its own (e.g. returns over an episode's steps
+    minus a per-step baseline) overrides :meth:`step_advantages`.
+    """
+
+    def step_advantages(self, batch: Dict[str, Any], rewards: torch.Tensor, mask: torch.Tensor,
+                        config: REINFORCEConfig) -> torch.Tensor:
+        """``A_t`` of every step of the batch (shape of ``rewards``, 0 where
+        ``mask`` is 0): here the batch advantages of ``config.advantages``."""
+        return advantages(rewards, mask, config.advantages)
 
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id: str, config: REINFORCEConfig,
@@ -173,7 +183,7 @@ class REINFORCETorchLearner(TorchLearner):
         mask = torch.ones_like(rewards) if mask is None else mask.to(logp.dtype)
         count = mask.sum().clamp_min(1.0)
         mean = (rewards * mask).sum() / count
-        adv = advantages(rewards, mask, config.advantages)
+        adv = self.step_advantages(batch, rewards, mask, config)
         pg_loss = -(logp * adv * mask).sum() / count
         entropy = (dist.entropy() * mask).sum() / count
         loss = pg_loss - config.entropy_coeff * entropy

@@ -107,3 +107,34 @@ def test_cost_graph_rejects_non_topological_order():
     with pytest.raises(InvalidCostGraph, match="topological"):
         CostGraph(names=["a", "b"], devices=["A"], compute_s=[[1], [1]],
                   tensor_src=[1], tensor_bytes=[1], edge_src=[1], edge_dst=[0], edge_tensor=[0])
+
+
+def test_start_times_by_hand():
+    sim = Simulator(diamond())
+    # sequential, [A, B, A, A]: a [0,1]; boundary 0.1 + t0 to B 0.5 -> b at 1.6, runs 1;
+    # boundary 0.1 -> c at 2.7 (c is on A, t0 is there already), runs 3; t1 back to A
+    # (0.25, first consumer d) -> d at 5.95, ends at the sequential value 6.95
+    st = sim.start_times([0, 1, 0, 0], "sequential")
+    assert st == pytest.approx([0.0, 1.6, 2.7, 5.95])
+    assert st[-1] + 1 == pytest.approx(sim.evaluate([0, 1, 0, 0], "sequential").value)
+    # parallel: the list schedule of test_parallel_by_hand
+    assert sim.start_times([0, 1, 0, 0], "parallel") == pytest.approx([0.0, 1.5, 1.0, 4.0])
+    assert sim.start_times([0, 1, 0, 0], "throughput").tolist() == [0.0] * 4
+
+
+def test_start_times_end_at_the_objective_on_random_graphs():
+    from hsdag_ray.core.synthetic import random_cost_graph
+
+    g = random_cost_graph(60, devices=3, seed=4)
+    sim = Simulator(g)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        p = rng.integers(0, 3, g.num_nodes)
+        cost = g.compute_s[np.arange(g.num_nodes), p]
+        seq = sim.start_times(p, "sequential")
+        assert np.all(np.diff(seq) >= cost[:-1] - 1e-15)  # one node after another
+        assert seq[-1] + cost[-1] == pytest.approx(sim.evaluate(p, "sequential").value)
+        par = sim.start_times(p, "parallel")
+        assert (par + cost).max() == pytest.approx(sim.evaluate(p, "parallel").value)
+        for s, d in zip(g.edge_src, g.edge_dst):  # a node starts after its inputs finish
+            assert par[d] >= par[s] + cost[s] - 1e-12
