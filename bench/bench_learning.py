@@ -37,48 +37,31 @@ def load_or_record(model: str, folder: Path) -> Path:
     return folder / f"profile_{model}.json"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="resnet50,inception_v3,bert_base")
-    ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--methods", default="hsdag",
-                    help="learned methods to compare (comma-separated --method names)")
-    ap.add_argument("--budget", type=int, default=500)
-    ap.add_argument("--profiles", default="bench/.cache",
-                    help="folder of the recorded profiles, shared with bench_solvers.py "
-                         "(recorded when missing)")
-    ap.add_argument("train_flags", nargs=argparse.REMAINDER,
-                    help="after --: python -m hsdag_ray.train flags for every run")
-    args = ap.parse_args()
-    train_flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
-
-    from hsdag_ray.cli import UsageError
-    from hsdag_ray.train import config_from_args, train
-
-    try:
-        base = config_from_args(train_flags).cfg
-    except UsageError as e:
-        ap.error(str(e))
-
+def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, base,
+             say=print) -> list[dict]:
+    """Train every method on every (model, accelerator) for every seed on the
+    recorded profiles; one dict per case: ``model``, ``accelerator``,
+    ``method``, ``ratios`` (best/optimum per seed, ``inf`` when nothing was
+    feasible), ``proven`` (every optimum proven)."""
     import ray
 
-    seeds = [int(s) for s in args.seeds.split(",")]
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    medians = []
-    methods = args.methods.split(",")
+    from hsdag_ray.train import train
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    cases = []
     with tempfile.TemporaryDirectory() as out:
-        for model in args.models.split(","):
-            profile = load_or_record(model, Path(args.profiles))
-            for acc in args.accelerators.split(","):
+        for model in models:
+            profile = load_or_record(model, Path(profiles))
+            for acc in accelerators:
                 for method in methods:
                     ratios, proven_all = [], True
                     for seed in seeds:
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
                                       profile=str(profile), devices=["CPU", acc],
-                                      budget=args.budget, env_runners=0, wandb="disabled", out=out,
+                                      budget=budget, env_runners=0, wandb="disabled", out=out,
                                       name=f"{model}-{acc}-{method}-{seed}", seed=seed)
                         s = train(cfg, quiet=True)
                         b = s["baselines"]
@@ -86,27 +69,65 @@ def main() -> None:
                                    if k.endswith("_only") and math.isfinite(v)]
                         best = s["method_best_latency_s"]  # the method's own, not a fallback
                         if best is None or "optimum" not in b:
-                            print(f"{model:13s} {acc:13s} {method:8s} seed {seed}: no feasible "
-                                  f"placement or no optimum ({b})", flush=True)
+                            say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: no feasible "
+                                f"placement or no optimum ({b})")
                             ratios.append(math.inf)
                             continue
                         ratios.append(best / b["optimum"])
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
-                        print(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
-                              f"{ratios[-1]:.4f}x optimum"
-                              + (f" (NOT proven, gap {s['optimum_gap']:.1%})" if unproven else "")
-                              + f", {best / min(singles):.3f}x best single, "
-                              f"{s['measurements']} distinct of {s['placements']}, "
-                              f"{time.time() - t0:.0f} s", flush=True)
-                    medians.append((model, acc, method, statistics.median(ratios), proven_all))
-    ray.shutdown()
+                        say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
+                            f"{ratios[-1]:.4f}x optimum"
+                            + (f" (NOT proven, gap {s['optimum_gap']:.1%})" if unproven else "")
+                            + f", {best / min(singles):.3f}x best single, "
+                            f"{s['measurements']} distinct of {s['placements']}, "
+                            f"{time.time() - t0:.0f} s")
+                    cases.append({"model": model, "accelerator": acc, "method": method,
+                                  "ratios": ratios, "proven": proven_all})
+    if started:
+        ray.shutdown()
+    return cases
+
+
+def parse(description: str, default_methods: str):
+    """The command line shared by the learning benchmarks: (args, base TrainConfig)."""
+    ap = argparse.ArgumentParser(description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="resnet50,inception_v3,bert_base")
+    ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--methods", default=default_methods,
+                    help="methods to compare (comma-separated --method names)")
+    ap.add_argument("--budget", type=int, default=500)
+    ap.add_argument("--profiles", default="bench/.cache",
+                    help="folder of the recorded profiles, shared with bench_solvers.py "
+                         "(recorded when missing)")
+    ap.add_argument("train_flags", nargs=argparse.REMAINDER,
+                    help="after --: python -m hsdag_ray.train flags for every run")
+    args = ap.parse_args()
+    args.train_flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
+
+    from hsdag_ray.cli import UsageError
+    from hsdag_ray.train import config_from_args
+
+    try:
+        base = config_from_args(args.train_flags).cfg
+    except UsageError as e:
+        ap.error(str(e))
+    return args, base
+
+
+def main() -> None:
+    args, base = parse(__doc__, "hsdag")
+    cases = run_grid(args.models.split(","), args.accelerators.split(","),
+                     args.methods.split(","), [int(s) for s in args.seeds.split(",")],
+                     args.budget, Path(args.profiles), base, say=lambda m: print(m, flush=True))
     print(f"\nmedian best/optimum over seeds {args.seeds}, cost features "
           + ("off" if base.no_cost else "on")
-          + (f", with {' '.join(train_flags)}" if train_flags else ""))
-    for model, acc, method, med, proven in medians:
-        print(f"  {model:13s} {acc:13s} {method:8s} {med:.4f}"
-              + ("" if proven else "  (optimum not proven)"))
+          + (f", with {' '.join(args.train_flags)}" if args.train_flags else ""))
+    for c in cases:
+        print(f"  {c['model']:13s} {c['accelerator']:13s} {c['method']:8s} "
+              f"{statistics.median(c['ratios']):.4f}" + ("" if c["proven"] else "  (optimum not proven)"))
 
 
 if __name__ == "__main__":

@@ -11,23 +11,29 @@ over three seeds of at most 1.05x the optimum.
 With an unlimited accelerator (``GPU_MODEL``) all three paper models meet it
 on every profile recorded so far. With the 64 MB accelerator (``GPU_SMALLMEM``)
 no single accelerator placement fits and the optimum packs the accelerator to
-within a few percent of its memory; BERT-base meets 1.05x there on every
-profile (1.019-1.029), while ResNet-50 and Inception-V3 depend on the recorded
-CPU profile. Medians, seeds 0-4 unless noted, default settings:
+within a few percent of its memory; ResNet-50 and Inception-V3 depend on the
+recorded CPU profile, and so does BERT-base on profiles recorded on a busy
+machine. Medians of seeds 0-2, the default lr 3e-3 (the paper's 1e-3 in
+brackets, same profile), profile C recorded while both cores were loaded
+(load 4.2 on 2 cores), with ``python bench/bench_learning.py [-- --lr 0.001]``:
 
-==============  =================  ====================  ==================
-model           quiet profile A    quiet profile B       busy profile [1]_
-==============  =================  ====================  ==================
-ResNet-50       1.025 (seeds 0-2)  1.071                 1.057
-Inception-V3    1.033 (seeds 0-2)  1.023                 1.138
-BERT-base       1.024 (seeds 0-2)  1.022                 1.019 (seeds 0-2)
-==============  =================  ====================  ==================
+==============  ==================  ==================
+model           unlimited           64 MB
+==============  ==================  ==================
+ResNet-50       1.000 (1.000)       1.033 (1.033)
+Inception-V3    1.000 (1.000)       1.016 (1.039)
+BERT-base       1.006 (1.006)       1.099 (1.118)
+==============  ==================  ==================
 
-.. [1] recorded while two other jobs loaded both cores: some ops 2-8x slower.
+Earlier profiles (lr 1e-3 then; the 64 MB column): quiet A 1.025 / 1.033 /
+1.024, quiet B 1.071 / 1.023 / 1.022, busy 1.057 / 1.138 / 1.019; with lr
+3e-3 on quiet B 1.041 / 1.000 / 1.019 and on the busy one 1.057 / 1.120.
 
-The limits below for those two are the worst medians seen (ResNet-50 1.092
-on a third quiet profile, Inception-V3 1.138) plus a margin, kept so a
-regression shows; they are not the criterion. Two reasons these cases are
+The limits below for ResNet-50 and Inception-V3 are the worst medians seen
+with the default lr (1.057 and 1.120) plus a margin, kept so a regression
+shows; they are not the criterion. BERT-base's 1.05 holds on every profile
+but C: its CI tests record their own profile, which is sound on an idle
+machine. Two reasons these cases are
 hard:
 
 * ResNet-50's optimum can leave single nodes alone on their device (the stem
@@ -61,7 +67,7 @@ import pytest
 from hsdag_ray.train import TrainConfig, train
 
 #: best/optimum allowed (median of 3 seeds) per (model, accelerator); see the module docstring
-RATIO_LIMIT = {("resnet50", "GPU_SMALLMEM"): 1.15, ("inception_v3", "GPU_SMALLMEM"): 1.20}
+RATIO_LIMIT = {("resnet50", "GPU_SMALLMEM"): 1.10, ("inception_v3", "GPU_SMALLMEM"): 1.15}
 DEFAULT_RATIO_LIMIT = 1.05
 #: before the normalisation fix a run measured 20-70 distinct placements of its 500
 MIN_DISTINCT = 150
