@@ -23,7 +23,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m hsdag_ray.graph",
         description="Print a model's placement graph before and after coarsening.")
-    ap.add_argument("model", help=f"zoo name ({', '.join(ZOO)}) or a .xml / .onnx file")
+    ap.add_argument("model", help=f"zoo name ({', '.join(ZOO)}), tv:NAME (a torchvision model), "
+                    "hf:TYPE (a Hugging Face model type) or a .xml / .onnx file")
     ap.add_argument("--coarsen", choices=COARSENINGS, default="colocation",
                     help="coarsening to report (default: colocation)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model, "

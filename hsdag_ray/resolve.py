@@ -52,7 +52,7 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
     """
     from envs.profiling import busy_note, record
     from hsdag_ray.core.graph import parse_input_shapes
-    from hsdag_ray.core.models import ZOO, cache_dir, load_model
+    from hsdag_ray.core.models import cache_dir, load_model
     from hsdag_ray.core.profile import MODELED_DEVICES, Profile
 
     devices = list(devices) or ["CPU", DEFAULT_ACCELERATOR]
@@ -75,7 +75,7 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
             return prof, path
         say(f"the cached profile {path.name} was recorded on a busy machine; recording it again "
             "now that the machine is idle")
-    if model not in ZOO:  # a user's file: say what is wrong with it before profiling it
+    if Path(model).suffix.lower() in (".xml", ".onnx"):  # a user's file: say what is wrong first
         load_model(model, parse_input_shapes(input_shape))
     what = ", ".join(measured) if measured else "no device"
     say(f"profiling {model} on {what} with OpenVINO"

@@ -28,3 +28,25 @@ def test_paper_model_graph(name, tmp_path):
     fine_back = fine.placement_from_ops(json.loads(f.read_text()))
     assert all(fine_back[fine.nodes[i].name] == placement[coarse.nodes[mapping[i]].name]
                for i in range(fine.num_nodes))
+
+
+def test_any_torchvision_or_hugging_face_architecture_by_name():
+    """Models outside the zoo, random weights: tv:NAME and hf:TYPE build, convert and
+    coarsen like the zoo's; every op maps to one node."""
+    for spec in ("tv:squeezenet1_1", "hf:distilbert"):
+        model, fine, coarse, _ = build_graph(spec, "colocation")
+        ops = sorted(op.get_friendly_name() for op in model.get_ordered_ops())
+        assert sorted(op for node in fine.nodes for op in node.ops) == ops
+        assert 10 < coarse.num_nodes < fine.num_nodes
+
+
+@pytest.mark.parametrize("spec,words", [("tv:no_such_net", "torchvision"),
+                                        ("hf:no_such_type", "Hugging Face"),
+                                        ("nope:x", "unknown model")])
+def test_unknown_architecture_names_are_one_sentence(spec, words):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.graph", spec], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr

@@ -10,6 +10,15 @@ Names understood by :func:`load_model`:
 ``tiny_cnn``
     a small residual CNN built directly with ``openvino.opset13`` (a few
     milliseconds per inference): the debug model of tests and quick runs.
+``tv:NAME``
+    any torchvision model by its builder name (``tv:mobilenet_v3_small``,
+    ``tv:efficientnet_b0``, ``tv:vit_b_16``, ``tv:convnext_tiny`` ...), random
+    weights, batch 1, 224x224 (299x299 for Inception).
+``hf:TYPE``
+    any Hugging Face model type buildable from its default config without a
+    download (``hf:gpt2``, ``hf:distilbert``, ``hf:roberta``, ``hf:electra``,
+    ``hf:albert``, ``hf:bert`` ...), random weights, batch 1, sequence length
+    128, the base model (no task head).
 a path ending in ``.xml`` (OpenVINO IR, ``.bin`` beside it) or ``.onnx``
     loaded with OpenVINO; dynamic inputs must be given static shapes with
     ``input_shapes``.
@@ -103,19 +112,65 @@ ZOO: dict[str, Callable] = {
 }
 
 
+def _torchvision(name: str):
+    import torch
+    import torchvision
+
+    if name not in torchvision.models.list_models():
+        raise GraphError(f"unknown torchvision model {name!r}; see torchvision.models.list_models()")
+    torch.manual_seed(0)
+    kw = {"aux_logits": False, "init_weights": False} if name in ("inception_v3", "googlenet") else {}
+    m = torchvision.models.get_model(name, weights=None, **kw).eval()
+    size = 299 if name == "inception_v3" else 224
+    return m, torch.randn(1, 3, size, size), [1, 3, size, size]
+
+
+def _huggingface(model_type: str, seq_len: int = 128):
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    try:
+        config = AutoConfig.for_model(model_type)
+    except ValueError:
+        raise GraphError(f"unknown Hugging Face model type {model_type!r} (e.g. gpt2, bert, "
+                         "distilbert, roberta)") from None
+    if hasattr(config, "use_cache"):
+        config.use_cache = False  # no key/value cache objects in the traced outputs
+    torch.manual_seed(0)
+    m = AutoModel.from_config(config).eval()
+    ids = torch.ones(1, seq_len, dtype=torch.long)
+    example = {"input_ids": ids, "attention_mask": ids}
+    return m, example, {k: [1, seq_len] for k in example}
+
+
+def _builder(name: str) -> Optional[Callable]:
+    """The builder of a zoo name or a ``tv:``/``hf:`` spec, or None."""
+    if name in ZOO:
+        return ZOO[name]
+    prefix, _, rest = name.partition(":")
+    if prefix == "tv" and rest:
+        return lambda: _torchvision(rest)
+    if prefix == "hf" and rest:
+        return lambda: _huggingface(rest)
+    return None
+
+
 def _convert_zoo(name: str):
     import openvino as ov
 
     if name == "tiny_cnn":
         return tiny_cnn()
-    target = cache_dir() / f"{name}.xml"
+    target = cache_dir() / f"{name.replace(':', '_')}.xml"
     if target.exists():
         return ov.Core().read_model(str(target))
-    module, example, shape = ZOO[name]()
+    module, example, shape = _builder(name)()
     import torch
 
     with torch.no_grad():
-        model = ov.convert_model(module, example_input=example)
+        try:
+            model = ov.convert_model(module, example_input=example)
+        except Exception as e:  # the converter raises many kinds, with pages of text
+            raise GraphError(f"OpenVINO cannot convert {name}: {openvino_error_text(e)[:300]}") from None
     model.reshape(shape)
     model.set_friendly_name(name)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -166,12 +221,13 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
     """
     import openvino as ov
 
-    if spec in ZOO:
+    if _builder(spec) is not None:
         model = _convert_zoo(spec)
     else:
         path = Path(spec)
         if path.suffix.lower() not in (".xml", ".onnx"):
-            raise GraphError(f"unknown model {spec!r}: name one of {', '.join(ZOO)} "
+            raise GraphError(f"unknown model {spec!r}: name one of {', '.join(ZOO)}, "
+                             "tv:NAME (a torchvision model), hf:TYPE (a Hugging Face model type) "
                              "or a path to an OpenVINO .xml or .onnx file")
         if not path.is_file():
             raise GraphError(f"model file {spec} does not exist")
