@@ -218,7 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         help_text = doc.get(f.name, "")
-        if isinstance(default, bool):
+        if isinstance(default, bool) and f.name.startswith("no_"):
+            # argparse's BooleanOptionalAction reads any flag starting with --no- as False,
+            # so --no-cost would switch cost features on: the pair is spelled out instead
+            on = "--" + f.name[3:].replace("_", "-")
+            ap.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
+                            help=f"{help_text} ({on} undoes it)")
+            ap.add_argument(on, dest=f.name, action="store_const", const=False,
+                            help=argparse.SUPPRESS)
+        elif isinstance(default, bool):
             ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif isinstance(default, list):
             ap.add_argument(flag, default=None, help=help_text + " (comma-separated)")

@@ -284,3 +284,27 @@ def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
     with pytest.raises(RunError, match="does not exist"):
         train(cfg, quiet=True, on_iteration=remove_model)
     assert time.time() - t0 < 300
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--no-cost"], {"no_cost": True}),
+    (["--no-fractal", "--no-shape", "--no-op-type", "--no-degree"],
+     {"no_fractal": True, "no_shape": True, "no_op_type": True, "no_degree": True}),
+    (["--no-cost", "--cost"], {"no_cost": False}),
+    (["--self-loops"], {"self_loops": True}),
+    (["--no-node-state-update"], {"node_state_update": False}),
+])
+def test_feature_ablation_flags_switch_features_off(flags, expected, tmp_path):
+    """argparse reads any --no-... flag of a BooleanOptionalAction as False: --no-cost
+    once left cost features on. The ablation flags must do what they say, on the
+    command line and in the environment's node features."""
+    from hsdag_ray.config import config_from_args
+
+    cfg = config_from_args(flags).cfg
+    for k, v in expected.items():
+        assert getattr(cfg, k) == v, (flags, k)
+    if cfg.no_cost:
+        assert cfg.features().cost is False
+        yaml_cfg = tmp_path / "c.yaml"
+        yaml_cfg.write_text("no_cost: true\n")
+        assert config_from_args(["--config", str(yaml_cfg), "--cost"]).cfg.no_cost is False
