@@ -49,7 +49,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
 
     started = not ray.is_initialized()
     if started:
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
     cases = []
     with tempfile.TemporaryDirectory() as out:
         for model in models:

@@ -72,7 +72,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    ray.init(include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     res = {r: run(args.model, r, args.iterations) for r in (0, 1, 2)}
     ray.shutdown()

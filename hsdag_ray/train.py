@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import math
 import os
 import sys
@@ -57,8 +58,12 @@ def _start_ray(cfg: TrainConfig, real: bool) -> bool:
                                      "WANDB_MODE": os.environ["WANDB_MODE"]}}}
     if cfg.address:
         init_kw["address"] = cfg.address
-    elif real:
-        init_kw["resources"] = {MEASURE_RESOURCE: 1}
+    else:
+        # a new local Ray, even when another one runs on this machine (ray.init() alone
+        # would join the latest cluster started with `ray start`)
+        init_kw["address"] = "local"
+        if real:
+            init_kw["resources"] = {MEASURE_RESOURCE: 1}
     ray.init(**init_kw)
     return True
 
@@ -195,7 +200,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
     started_ray = _start_ray(cfg, real)
     try:
-        store_name = f"hsdag_store_{run_dir.dir.as_posix().replace('/', '_')}"[-120:]
+        store_name = "hsdag_store_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.dir.as_posix())[-120:]
         store = StoreClient(store_actor(store_name))
         store.stats()  # created and registered before any environment connects to it
         state = run_dir.state()

@@ -139,7 +139,7 @@ def test_errors_of_a_measuring_env_reach_the_run_store(profile):
 
     started = not ray.is_initialized()
     if started:
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, num_cpus=1)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False, num_cpus=1)
     try:
         store = StoreClient(store_actor("test_errors_store"))
         store.stats()  # registered before the environment connects

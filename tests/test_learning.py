@@ -139,7 +139,7 @@ def shared_ray():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False,
                  num_cpus=2)
     yield ray
     if started:
