@@ -23,8 +23,9 @@ writes), or ``all:DEVICE``, ``split:F``, ``random:SEED``. The outputs are
 compared with the unsplit model run at f32 on the same random inputs; the
 allowed relative error (max abs error / max abs output) is that of the least
 precise device used: 1e-4 for f32, 1e-2 for f16, 5e-2 for bf16. Every
-latency is the median of ``--repeats`` blocks of ``--block`` runs, with its
-relative spread (interquartile range / median). ``apply.json`` goes to
+latency is the median of ``--repeats`` blocks of ``--block`` runs (times
+``--rounds``, interleaved), with its relative spread (interquartile range /
+median). ``apply.json`` goes to
 ``--out``, by default into ``--save DIR``, else beside the placement file.
 Exit status: 0 when the placement ran and its outputs matched, 1 when it
 failed or did not match, 2 for bad input (unknown model, a placement file
@@ -38,12 +39,13 @@ import math
 import sys
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from envs.base import Measurement, TimingConfig
+from envs.base import Measurement, TimingConfig, summarize_times
 from envs.graph_backend import parse_placement
 from envs.openvino_backend import OpenVINOBackend, complete_affinity, measure_auto
 from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
@@ -72,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
     ap.add_argument("--save", metavar="DIR", help="write the placed model here (IR + stages + manifest)")
     ap.add_argument("--out", metavar="FILE", help="where to write apply.json (default: see above)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the placement, each device and AUTO this many times, interleaved, "
+                         "and pool the samples (default 1)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
     ap.add_argument("--json", action="store_true", help="print apply.json on stdout instead of the table")
     add_timing_args(ap)
@@ -120,6 +125,18 @@ def _row(name: str, m: Measurement) -> dict[str, Any]:
     return {"name": name, **m.to_dict()}
 
 
+def _combine(rounds: Sequence[Measurement]) -> Measurement:
+    """One measurement from several rounds: all samples pooled (the first failure if any)."""
+    failed = [m for m in rounds if not m.ok]
+    if failed:
+        return failed[0]
+    samples = [t for m in rounds for t in m.samples_s]
+    latency, spread = summarize_times(samples)
+    return Measurement(ok=True, latency_s=latency, spread=spread, runs=sum(m.runs for m in rounds),
+                       backend=rounds[0].backend, samples_s=samples,
+                       info={**rounds[0].info, "rounds": len(rounds)})
+
+
 def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     """Measure, check and optionally save one placement; return the apply.json contents.
 
@@ -128,6 +145,8 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
         RunError: the placement failed to run or its outputs did not match (exit 1).
     """
     timing = timing_from_args(args, validate=True)
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
     specs = [d for d in args.devices.split(",") if d]
     if not specs:
         raise UsageError("--devices is empty; name the devices, e.g. --devices CPU,CPU_F32")
@@ -145,18 +164,28 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
         "described_devices": describe_devices(specs, timing.threads), "backend": args.backend,
         "nodes_per_device": {d: counts[d] for d in names if counts[d]},
         "timing": {"warmup": timing.warmup, "repeats": timing.repeats, "block": timing.block,
-                   "threads": timing.threads}, "seed": args.seed,
+                   "threads": timing.threads, "rounds": args.rounds}, "seed": args.seed,
         "placed": _row("placement", placed), "single": {}, "auto": None, "saved": None,
     }
     if not placed.ok:
         result["error"] = f"the placement failed at {placed.stage}: {placed.error}"
         return result
-    # each device alone, the whole model compiled on it (validated too: its own error)
+    # each device alone, the whole model compiled on it (validated too: its own error), and AUTO
     whole = backend if args.backend != "pipeline" else OpenVINOBackend(model, specs, "auto", timing, args.seed)
+    jobs: dict[str, Callable[[], Measurement]] = {"placement": lambda: backend.measure_ops(affinity)}
     for name in names:
-        result["single"][name] = _row(f"{name} only", whole.measure_ops({op: name for op in affinity}))
-    result["auto"] = _row("OpenVINO AUTO", measure_auto(model, specs, replace(timing, validate_outputs=False),
-                                                         seed=args.seed))
+        jobs[name] = partial(whole.measure_ops, {op: name for op in affinity})
+    jobs["auto"] = partial(measure_auto, model, specs, replace(timing, validate_outputs=False), seed=args.seed)
+    rounds: dict[str, list[Measurement]] = {key: [] for key in jobs}
+    rounds["placement"].append(placed)
+    for r in range(args.rounds):  # interleaved, so a slow spell of the machine hits every run alike
+        for key, job in jobs.items():
+            if len(rounds[key]) <= r:
+                rounds[key].append(job())
+    placed = _combine(rounds["placement"])
+    result["placed"] = _row("placement", placed)
+    result["single"] = {name: _row(f"{name} only", _combine(rounds[name])) for name in names}
+    result["auto"] = _row("OpenVINO AUTO", _combine(rounds["auto"]))
     t = placed.latency_s
     for row in [*result["single"].values(), result["auto"]]:
         row["placement_speedup"] = (row["latency_s"] / t) if row["ok"] else None

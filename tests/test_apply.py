@@ -61,7 +61,7 @@ def test_split_placement_runs_matches_and_is_timed(tmp_path, tiny, backend):
     affinity = half_placement(graph, tmp_path / "p.json")
     save = tmp_path / "placed"
     assert main(["--model", "tiny_cnn", "--placement", str(tmp_path / "p.json"), *DEVICES,
-                 "--backend", backend, "--save", str(save), *FAST]) == 0
+                 "--backend", backend, "--save", str(save), *FAST, "--rounds", "2"]) == 0
     res = json.loads((save / "apply.json").read_text())
     placed = res["placed"]
     assert placed["ok"] and placed["info"]["path"] == backend
@@ -71,10 +71,11 @@ def test_split_placement_runs_matches_and_is_timed(tmp_path, tiny, backend):
     # part of it runs at bf16: an error, within the bf16 tolerance, but more than f32 alone gives
     assert 0 < placed["info"]["max_rel_error"] <= placed["info"]["tolerance"] == 5e-2
     assert res["single"]["CPU_F32"]["info"]["max_rel_error"] < 1e-4
-    # next to every single device and AUTO, each with its repeats and spread
+    # next to every single device and AUTO, each with its repeats (3 blocks x 2 rounds) and spread
     assert set(res["single"]) == {"CPU", "CPU_F32"}
     for row in [placed, *res["single"].values(), res["auto"]]:
-        assert row["ok"] and len(row["samples_s"]) == 3 and row["spread"] >= 0
+        assert row["ok"] and len(row["samples_s"]) == 6 and row["info"]["rounds"] == 2
+        assert row["runs"] == 6 and row["spread"] >= 0
         assert row["latency_s"] == pytest.approx(float(np.median(row["samples_s"])))
     for row in res["single"].values():
         assert row["info"]["path"] == "single"
