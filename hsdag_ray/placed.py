@@ -20,7 +20,7 @@ Loading and running, in any Python process::
     from hsdag_ray.placed import load_placed
 
     placed = load_placed("DIR")                   # compiles every stage on its device
-    outputs = placed({"input": x})                # or placed([x]): inputs in model order
+    outputs = placed({"input": x})                # or placed([x]) / placed(x): in model order
     print(placed.path, placed.devices, placed.output_names, outputs[0].shape)
 
 The devices are recreated from their specs (``CPU_F32`` is a second CPU
@@ -37,7 +37,7 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 import openvino as ov
 
-from envs.openvino_backend import DeviceSet, split_stages
+from envs.openvino_backend import DeviceSet, DeviceSpec, split_stages
 from hsdag_ray.core.models import openvino_error_text
 
 __all__ = ["FORMAT", "MANIFEST", "PlacedModel", "save_placed", "load_placed"]
@@ -46,7 +46,7 @@ FORMAT = "hsdag_ray.placed/1"
 MANIFEST = "placed.json"
 _RT_KEY = "hsdag_placement"
 TensorKey = tuple[str, int]
-Inputs = Union[Sequence[np.ndarray], Mapping[str, np.ndarray]]
+Inputs = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
 
 
 def _port_name(port: ov.Output) -> str:
@@ -106,8 +106,6 @@ def save_placed(directory: Union[str, Path], model: ov.Model, affinity: Mapping[
 
 
 def _names(specs: Sequence[str]) -> list[str]:
-    from envs.openvino_backend import DeviceSpec
-
     return [DeviceSpec.parse(s).name for s in specs]
 
 
@@ -187,7 +185,7 @@ class PlacedModel:
                 raise ValueError(f"inputs must be named {self.input_names}; got {sorted(inputs)}")
             arrays = [inputs[n] for n in self.input_names]
         else:
-            arrays = list(inputs)
+            arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(arrays) != len(self.input_names):
                 raise ValueError(f"the model takes {len(self.input_names)} input(s) "
                                  f"{self.input_names}; got {len(arrays)}")
@@ -204,7 +202,8 @@ class PlacedModel:
         """Run one inference; return copies of the outputs in model order.
 
         Args:
-            inputs: arrays in model input order, or a mapping input name -> array.
+            inputs: arrays in model input order (one array for a one-input
+                model), or a mapping input name -> array.
 
         Raises:
             ValueError: for missing, extra or misshapen inputs.

@@ -126,6 +126,7 @@ def test_saved_placement_runs_in_a_fresh_process(tmp_path, tiny):
     single = load_placed(tmp_path / "f32")
     assert single.path == "single" and single.devices == ["CPU_F32"]
     assert relative_error(single([x])[0], ref) < 1e-5
+    assert np.array_equal(single(x)[0], single({"input": x})[0])
     with pytest.raises(ValueError, match="shape"):
         single([x[:, :, :16]])
 
