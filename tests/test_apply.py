@@ -163,7 +163,7 @@ def test_bad_input_exits_2(tmp_path, tiny, capsys):
 def test_train_then_apply_its_best_placement(tmp_path, tiny):
     model, _ = tiny
     code, _, err = cli("hsdag_ray.train", "--model", "tiny_cnn", "--backend", "auto", *DEVICES,
-                       "--budget", "10", "--episode-len", "10", "--env-runners", "0", "--repeats", "3",
+                       "--budget", "10", "--episode-len", "10", "--env-runners", "0", "--repeats", "2",
                        "--remeasure-rounds", "1", "--wandb", "disabled", "--out", str(tmp_path), "--name", "run")
     assert code == 0, err
     best = tmp_path / "run" / "best_placement.json"
