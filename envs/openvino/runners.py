@@ -1,0 +1,195 @@
+"""Running and timing compiled placements: one infer request, or a pipeline of stage requests.
+
+Every OpenVINO call that can fail is wrapped here (:func:`ov_errors`) and
+becomes a :class:`StageFailure` (a failed Measurement); any other exception,
+such as a bug in this project's own code, propagates.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator, Mapping, Sequence, Union
+
+import numpy as np
+import openvino as ov
+
+from envs.base import TimingConfig
+from envs.openvino.stages import Stage, TensorKey
+from hsdag_ray.core.models import openvino_error_text
+
+__all__ = ['OVERSUBSCRIPTION', 'OV_ERRORS', 'THREAD_PROBE_RUNS', 'TOLERANCE', 'PipelineRunner', 'RequestRunner', 'Runner', 'StageFailure', 'busy_threads', 'cpu_per_wall', 'ov_errors', 'random_inputs', 'time_runs', 'timeout_text']
+
+# Relative output error (max abs error / max abs reference output) allowed by
+# validate_outputs, by the least precise inference precision among the devices
+# used; on small conv nets f32 splits agree exactly and bf16 runs differ from
+# f32 by about 2e-3.
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
+# Busy threads (CPU time / wall time) above limit * this mean a thread limit was ignored.
+OVERSUBSCRIPTION = 1.15
+THREAD_PROBE_RUNS = 3
+
+OV_ERRORS = (RuntimeError, MemoryError)
+"""What OpenVINO raises when it cannot compile or run something (its C++
+exceptions arrive as RuntimeError, an allocation failure as MemoryError)."""
+
+
+class StageFailure(Exception):
+    """A measurement step failed; carries the Measurement stage and sentence."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+
+
+@contextmanager
+def ov_errors(stage: str, what: str) -> Iterator[None]:
+    """Turn an OpenVINO error raised inside the block into ``StageFailure(stage)``.
+
+    The sentence is ``what`` followed by OpenVINO's own message; a MemoryError
+    becomes stage ``memory``. Wrap OpenVINO calls only: any other exception
+    (a bug in this project's code) passes through unchanged.
+    """
+    try:
+        yield
+    except MemoryError as exc:
+        raise StageFailure("memory", f"{what} ran out of memory: {openvino_error_text(exc) or 'no detail'}") from exc
+    except RuntimeError as exc:
+        raise StageFailure(stage, f"{what}: {openvino_error_text(exc)}") from exc
+
+
+class RequestRunner:
+    """A whole compiled model (one device or HETERO) and its infer request."""
+
+    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[ov.Tensor]) -> None:
+        """Create the request and set its inputs (``StageFailure('compile')`` on an OpenVINO error)."""
+        with ov_errors("compile", "creating the infer request failed"):
+            self.request = compiled.create_infer_request()
+            for i, tensor in enumerate(inputs):
+                self.request.set_input_tensor(i, tensor)
+            self._n_outputs = len(compiled.outputs)
+
+    def infer(self) -> None:
+        """Run one inference (raises StageFailure('infer') on an OpenVINO error)."""
+        with ov_errors("infer", "inference failed"):
+            self.request.infer()
+
+    def outputs(self) -> list[np.ndarray]:
+        """Copies of the model outputs of the last inference."""
+        return [self.request.get_output_tensor(i).data.copy() for i in range(self._n_outputs)]
+
+
+class PipelineRunner:
+    """Compiled stages run in order; tensors are handed over without copies."""
+
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        compiled: Sequence[ov.CompiledModel],
+        sources: dict[TensorKey, ov.Tensor],
+        output_keys: Sequence[TensorKey],
+    ) -> None:
+        """Create one request per stage (``StageFailure('compile')`` on an OpenVINO error)."""
+        with ov_errors("compile", "creating the stage infer requests failed"):
+            self._steps = [(stage, c.create_infer_request()) for stage, c in zip(stages, compiled)]
+        self._store = dict(sources)
+        self._output_keys = list(output_keys)
+
+    def infer(self) -> None:
+        """Run every stage once, feeding each with the tensors of earlier stages."""
+        store = self._store
+        for stage, request in self._steps:
+            inputs = [store[key] for key in stage.inputs]
+            with ov_errors("infer", "stage pipeline inference failed"):
+                for i, tensor in enumerate(inputs):
+                    request.set_input_tensor(i, tensor)
+                request.infer()
+                outputs = [request.get_output_tensor(j) for j in range(len(stage.outputs))]
+            store.update(zip(stage.outputs, outputs))
+
+    def outputs(self) -> list[np.ndarray]:
+        """Copies of the model outputs of the last inference."""
+        return [self._store[key].data.copy() for key in self._output_keys]
+
+
+Runner = Union[RequestRunner, PipelineRunner]
+
+
+def random_inputs(model: ov.Model, seed: int) -> list[np.ndarray]:
+    """Random data for every model input: N(0,1) floats, 0/1 for integers and booleans.
+
+    0/1 keeps integer inputs valid as indices (token ids, token types), masks and flags.
+
+    Raises:
+        ValueError: for a dynamic input shape or an element type it cannot fill.
+    """
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for port in model.inputs:
+        shape, etype = port.get_partial_shape(), port.get_element_type()
+        name = port.get_any_name() if port.get_names() else port.get_node().get_friendly_name()
+        if shape.is_dynamic:
+            raise ValueError(f"model input {name!r} has dynamic shape {shape}; "
+                             "reshape the model to static shapes first")
+        dims = tuple(shape.to_shape())
+        if etype == ov.Type.boolean:
+            arrays.append(rng.integers(0, 2, dims).astype(bool))
+        elif etype.is_integral():
+            arrays.append(rng.integers(0, 2, dims).astype(etype.to_dtype()))
+        elif etype in (ov.Type.f32, ov.Type.f16, ov.Type.f64):
+            arrays.append(rng.standard_normal(dims).astype(etype.to_dtype()))
+        else:
+            raise ValueError(f"model input {name!r} has element type {etype.get_type_name()}; "
+                             "only f64/f32/f16, integer and boolean inputs can be filled with random data")
+    return arrays
+
+
+def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
+               info: dict[str, object]) -> list[float]:
+    """Warm-up runs, then ``timing.repeats`` blocks of ``timing.block`` runs; returns block means.
+
+    Sets ``info['cpu_per_wall']``, and ``info['warning']`` when more than
+    ``limit`` threads (0 = no limit) were busy; raises ``StageFailure('timeout')``
+    past ``deadline``.
+    """
+    runs = 0
+    for _ in range(timing.warmup):
+        runner.infer()
+        runs += 1
+        if time.perf_counter() > deadline:
+            raise StageFailure("timeout", timeout_text(timing, info, runs))
+    samples = []
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    for _ in range(timing.repeats):
+        start = time.perf_counter()
+        for _ in range(timing.block):
+            runner.infer()
+            runs += 1
+            if time.perf_counter() > deadline:
+                raise StageFailure("timeout", timeout_text(timing, info, runs))
+        samples.append((time.perf_counter() - start) / timing.block)
+    busy = cpu_per_wall(cpu_start, wall_start)
+    info["cpu_per_wall"] = busy
+    if limit and busy > limit * OVERSUBSCRIPTION:
+        info["warning"] = (f"{busy:.1f} threads were busy where each device may use {limit}; "
+                           "this timing is not comparable with runs that kept the limit")
+    return samples
+
+
+def timeout_text(timing: TimingConfig, info: Mapping[str, object], runs: int) -> str:
+    return (f"measurement exceeded its time budget of {timing.timeout_s:g} s after "
+            f"{runs} runs (compile took {float(info.get('compile_s', 0.0)):.2f} s); "
+            "raise TimingConfig.timeout_s or lower warmup/repeats/block")
+
+
+def busy_threads(runner: Runner, runs: int) -> float:
+    """Process CPU time over wall time during ``runs`` inferences (about the busy threads)."""
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    for _ in range(runs):
+        runner.infer()
+    return cpu_per_wall(cpu_start, wall_start)
+
+
+def cpu_per_wall(cpu_start: float, wall_start: float) -> float:
+    """Process CPU seconds per wall second since the given ``process_time`` / ``perf_counter``."""
+    return (time.process_time() - cpu_start) / max(time.perf_counter() - wall_start, 1e-9)
