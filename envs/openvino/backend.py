@@ -43,10 +43,11 @@ from envs.base import Measurement, TimingConfig, summarize_times
 from envs.openvino.devices import DeviceSet
 from envs.openvino.op_times import attribute_node_times
 from envs.openvino.runners import (
-    OV_ERRORS, OVERSUBSCRIPTION, THREAD_PROBE_RUNS, TOLERANCE, PipelineRunner, RequestRunner, Runner,
-    StageFailure, busy_threads, ov_errors, random_inputs, time_runs, timeout_text,
+    OV_ERRORS, OVERSUBSCRIPTION, THREAD_PROBE_RUNS, TOLERANCE, RequestRunner, Runner, StageFailure,
+    busy_threads, ov_errors, random_inputs, time_runs,
 )
-from envs.openvino.stages import TensorKey, plan_stages, split_stages
+from envs.openvino.pipeline import Compiler
+from envs.openvino.stages import plan_stages
 from hsdag_ray.core.models import openvino_error_text
 
 __all__ = ["Mode", "OpenVINOBackend"]
@@ -106,15 +107,28 @@ class OpenVINOBackend:
         self._op_names = names
         self._inputs = random_inputs(model, seed)
         self._reference: Optional[list[np.ndarray]] = None
+        self.compiler = Compiler(self.device_set.core, model, timing, self._input_tensors())
+        self._race_best: Optional[float] = None
+        self._hetero_refused: dict[frozenset[str], str] = {}
 
     # ------------------------------------------------------------------ public
 
-    def measure(self, placement: Mapping[str, str]) -> Measurement:
-        """Same as :meth:`measure_ops` (the :class:`~envs.base.Backend` interface)."""
-        return self.measure_ops(placement)
+    races = True
+    """:meth:`measure` takes ``race`` (see :mod:`envs.openvino.racing`)."""
 
-    def measure_ops(self, affinity: Mapping[str, str]) -> Measurement:
+    def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
+        """Same as :meth:`measure_ops` (the :class:`~envs.base.Backend` interface)."""
+        return self.measure_ops(placement, race)
+
+    def measure_ops(self, affinity: Mapping[str, str], race: bool = False) -> Measurement:
         """Compile and time the placement ``affinity`` (op friendly name -> device).
+
+        Stages compiled for earlier placements are reused (``TimingConfig.stage_cache``).
+        With ``race`` (and ``TimingConfig.race``) the placement is timed
+        against the best latency of the earlier raced measurements of this
+        backend: a clearly slower one is stopped early, a close new best is
+        timed longer (:mod:`envs.openvino.racing`); without it, exactly
+        ``repeats`` blocks, as for baselines and re-measurements.
 
         Returns:
             On success: median latency, relative IQR spread, the block samples,
@@ -123,10 +137,12 @@ class OpenVINOBackend:
             (process CPU time / wall time while timing: about the busy
             threads), ``hetero_error`` when auto mode fell back,
             ``max_abs_error`` / ``max_rel_error`` / ``tolerance`` when outputs
-            were validated, and ``warning`` when more threads were busy than
-            the devices allow.
+            were validated, ``warning`` when more threads were busy than
+            the devices allow, ``compiled_stages`` / ``cached_stages`` (stages
+            or single-device models compiled now / taken from the cache),
+            ``raced`` (``stopped`` or ``extended``) and ``race_best_s`` when raced.
             On failure: ``ok=False`` with ``stage`` (``validate``, ``compile``,
-            ``infer``, ``timeout``) and a one-sentence ``error``.
+            ``infer``, ``memory``, ``timeout``) and a one-sentence ``error``.
         """
         problem = self._check_affinity(affinity)
         if problem:
@@ -143,11 +159,14 @@ class OpenVINOBackend:
             runner = self._prepare(affinity, used, deadline, info)
             if self.timing.validate_outputs:
                 self._validate(runner, used, info)
-            samples = self._time(runner, used, deadline, info)
+            best = self._race_best if race else None
+            samples = time_runs(runner, self.timing, self._thread_limit(used), deadline, info, best)
         except StageFailure as failure:
             info["measure_s"] = time.perf_counter() - start
             return Measurement.failure(self.name, failure.stage, failure.message, **info)
         latency, spread = summarize_times(samples)
+        if race and info.get("raced") != "stopped":
+            self._race_best = latency if self._race_best is None else min(self._race_best, latency)
         info["measure_s"] = time.perf_counter() - start
         return Measurement(
             ok=True, latency_s=latency, spread=spread, runs=len(samples) * self.timing.block,
@@ -217,43 +236,38 @@ class OpenVINOBackend:
     def _input_tensors(self) -> list[ov.Tensor]:
         return [ov.Tensor(array, shared_memory=True) for array in self._inputs]
 
-    def _compile(self, model: ov.Model, device: str, deadline: float,
-                 info: dict[str, object]) -> ov.CompiledModel:
-        """Compile on ``device``, add the time to ``info['compile_s']``, check the budget after."""
-        start = time.perf_counter()
-        try:
-            with ov_errors("compile", f"compiling on {device} failed"):
-                compiled = self.device_set.core.compile_model(model, device)
-        finally:
-            info["compile_s"] = float(info.get("compile_s", 0.0)) + time.perf_counter() - start
-        if time.perf_counter() > deadline:
-            raise StageFailure("timeout", self._timeout_message(info, runs=0))
-        return compiled
-
     def _prepare(self, affinity: Mapping[str, str], used: list[str], deadline: float,
                  info: dict[str, object]) -> Runner:
         """Compile the placement, create requests and run it once; pick the path by mode."""
         if self.mode == "pipeline":
-            return self._prepare_pipeline(affinity, deadline, info)
+            return self.compiler.pipeline(affinity, deadline, info)
         if self.mode == "hetero" or len(used) == 1:
             return self._prepare_hetero(affinity, used, deadline, info)
+        refused = self._hetero_refused.get(frozenset(used))
+        if refused:  # a property of the devices, not of the placement: do not try again
+            info["hetero_error"] = refused + " (seen on an earlier placement on these devices)"
+            return self.compiler.pipeline(affinity, deadline, info)
         try:
             runner = self._prepare_hetero(affinity, used, deadline, info)
-            self._check_threads(runner, used)
-            return runner
+            problem = self._thread_problem(runner, used)
         except StageFailure as failure:
             if failure.stage == "timeout":
                 raise
             info["hetero_error"] = failure.message
-            return self._prepare_pipeline(affinity, deadline, info)
+            return self.compiler.pipeline(affinity, deadline, info)
+        if problem:
+            self._hetero_refused[frozenset(used)] = problem
+            info["hetero_error"] = problem
+            return self.compiler.pipeline(affinity, deadline, info)
+        return runner
 
     def _thread_limit(self, used: Sequence[str]) -> int:
         """Most threads one inference may keep busy (devices run one after another); 0 = no limit."""
         threads = [self.device_set.info(d).threads for d in used]
         return 0 if 0 in threads else max(threads)
 
-    def _check_threads(self, runner: Runner, used: Sequence[str]) -> None:
-        """Fail when a few runs keep more threads busy than the devices are configured for.
+    def _thread_problem(self, runner: Runner, used: Sequence[str]) -> Optional[str]:
+        """A sentence when a few runs keep more threads busy than the devices are configured for.
 
         HETERO with two instances of the CPU plugin was seen to run its
         sub-models on all cores whatever INFERENCE_NUM_THREADS says, which makes
@@ -261,48 +275,25 @@ class OpenVINOBackend:
         """
         limit = self._thread_limit(used)
         if not limit:
-            return
+            return None
         busy = busy_threads(runner, THREAD_PROBE_RUNS)
         if busy > limit * OVERSUBSCRIPTION:
-            raise StageFailure(
-                "infer", f"HETERO kept {busy:.1f} threads busy where each device may use {limit}, "
-                         "so its timing is not comparable with other placements")
+            return (f"HETERO kept {busy:.1f} threads busy where each device may use {limit}, "
+                    "so its timing is not comparable with other placements")
+        return None
 
     def _prepare_hetero(self, affinity: Mapping[str, str], used: list[str], deadline: float,
                         info: dict[str, object]) -> RequestRunner:
-        """Whole model on one device, or HETERO with every op's affinity set (on a clone)."""
+        """Whole model on one device (cached), or HETERO with every op's affinity set (on a clone)."""
         if len(used) == 1:
             info["path"] = "single"
-            compiled = self._compile(self.model, used[0], deadline, info)
-        else:
-            info["path"] = "hetero"
-            work = self.model.clone()
-            for op in work.get_ordered_ops():
-                op.get_rt_info()["affinity"] = affinity[op.get_friendly_name()]
-            compiled = self._compile(work, "HETERO:" + ",".join(used), deadline, info)
+            return self.compiler.single(used[0], deadline, info)
+        info["path"] = "hetero"
+        work = self.model.clone()
+        for op in work.get_ordered_ops():
+            op.get_rt_info()["affinity"] = affinity[op.get_friendly_name()]
+        compiled = self.compiler.compile(work, "HETERO:" + ",".join(used), deadline, info)
         runner = RequestRunner(compiled, self._input_tensors())
-        runner.infer()
-        return runner
-
-    def _prepare_pipeline(self, affinity: Mapping[str, str], deadline: float,
-                          info: dict[str, object]) -> PipelineRunner:
-        """Split into stage models, compile each on its device, run once."""
-        info["path"] = "pipeline"
-        if self.model.get_sinks():
-            raise StageFailure("compile", "splitting the model into stages failed: stateful models "
-                                          "(ReadValue/Assign) cannot be split into stages")
-        with ov_errors("compile", "splitting the model into stages failed"):
-            stages, output_keys = split_stages(self.model, affinity)
-        compiled = [self._compile(stage.model, stage.device, deadline, info) for stage in stages]
-        sources: dict[TensorKey, ov.Tensor] = {
-            (param.get_friendly_name(), 0): tensor
-            for param, tensor in zip(self.model.get_parameters(), self._input_tensors())
-        }
-        for result in self.model.get_results():  # a model output taken straight from a Constant
-            producer = result.input_value(0).get_node()
-            if producer.get_type_name() == "Constant":
-                sources[(producer.get_friendly_name(), 0)] = producer.get_tensor_view()
-        runner = PipelineRunner(stages, compiled, sources, output_keys)
         runner.infer()
         return runner
 
@@ -339,11 +330,3 @@ class OpenVINOBackend:
                 f"(relative {max_rel:.3g}) exceeds the tolerance {tolerance:g} "
                 f"for precisions {sorted(precisions)}",
             )
-
-    def _time(self, runner: Runner, used: Sequence[str], deadline: float,
-              info: dict[str, object]) -> list[float]:
-        """Warm-up runs, then ``repeats`` blocks of ``block`` runs; returns block means."""
-        return time_runs(runner, self.timing, self._thread_limit(used), deadline, info)
-
-    def _timeout_message(self, info: Mapping[str, object], runs: int) -> str:
-        return timeout_text(self.timing, info, runs)

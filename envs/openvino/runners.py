@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator, Mapping, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import openvino as ov
 
 from envs.base import TimingConfig
+from envs.openvino.racing import race_step
+from envs.openvino.stage_cache import CachedStage
 from envs.openvino.stages import Stage, TensorKey
 from hsdag_ray.core.models import openvino_error_text
 
@@ -61,10 +63,14 @@ def ov_errors(stage: str, what: str) -> Iterator[None]:
 class RequestRunner:
     """A whole compiled model (one device or HETERO) and its infer request."""
 
-    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[ov.Tensor]) -> None:
-        """Create the request and set its inputs (``StageFailure('compile')`` on an OpenVINO error)."""
+    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[ov.Tensor],
+                 request: Optional[ov.InferRequest] = None) -> None:
+        """Create the request (or reuse ``request``) and set its inputs.
+
+        Raises ``StageFailure('compile')`` on an OpenVINO error.
+        """
         with ov_errors("compile", "creating the infer request failed"):
-            self.request = compiled.create_infer_request()
+            self.request = request if request is not None else compiled.create_infer_request()
             for i, tensor in enumerate(inputs):
                 self.request.set_input_tensor(i, tensor)
             self._n_outputs = len(compiled.outputs)
@@ -84,16 +90,28 @@ class PipelineRunner:
 
     def __init__(
         self,
-        stages: Sequence[Stage],
+        stages: Sequence[Union[Stage, CachedStage]],
         compiled: Sequence[ov.CompiledModel],
         sources: dict[TensorKey, ov.Tensor],
         output_keys: Sequence[TensorKey],
+        requests: Optional[Sequence[Optional[ov.InferRequest]]] = None,
     ) -> None:
-        """Create one request per stage (``StageFailure('compile')`` on an OpenVINO error)."""
+        """Create one request per stage, or reuse the given ones (``None`` = create).
+
+        ``stages`` need only ``inputs`` and ``outputs`` (a :class:`Stage` or a
+        cached stage). Raises ``StageFailure('compile')`` on an OpenVINO error.
+        """
+        reuse = list(requests) if requests is not None else [None] * len(stages)
         with ov_errors("compile", "creating the stage infer requests failed"):
-            self._steps = [(stage, c.create_infer_request()) for stage, c in zip(stages, compiled)]
+            self._steps = [(stage, r if r is not None else c.create_infer_request())
+                           for stage, c, r in zip(stages, compiled, reuse)]
         self._store = dict(sources)
         self._output_keys = list(output_keys)
+
+    @property
+    def requests(self) -> list[ov.InferRequest]:
+        """The stages' infer requests, in stage order."""
+        return [request for _, request in self._steps]
 
     def infer(self) -> None:
         """Run every stage once, feeding each with the tensors of earlier stages."""
@@ -145,12 +163,15 @@ def random_inputs(model: ov.Model, seed: int) -> list[np.ndarray]:
 
 
 def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
-               info: dict[str, object]) -> list[float]:
+               info: dict[str, object], best: Optional[float] = None) -> list[float]:
     """Warm-up runs, then ``timing.repeats`` blocks of ``timing.block`` runs; returns block means.
 
-    Sets ``info['cpu_per_wall']``, and ``info['warning']`` when more than
-    ``limit`` threads (0 = no limit) were busy; raises ``StageFailure('timeout')``
-    past ``deadline``.
+    With ``best`` (the best latency so far, seconds) the blocks are raced
+    against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
+    clearly slower placement (``info['raced'] = 'stopped'``), more for a
+    close new best (``'extended'``). Sets ``info['cpu_per_wall']``, and
+    ``info['warning']`` when more than ``limit`` threads (0 = no limit) were
+    busy; raises ``StageFailure('timeout')`` past ``deadline``.
     """
     runs = 0
     for _ in range(timing.warmup):
@@ -160,7 +181,8 @@ def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
             raise StageFailure("timeout", timeout_text(timing, info, runs))
     samples = []
     cpu_start, wall_start = time.process_time(), time.perf_counter()
-    for _ in range(timing.repeats):
+    decision = race_step(samples, best, timing)
+    while decision in ("go", "more"):
         start = time.perf_counter()
         for _ in range(timing.block):
             runner.infer()
@@ -168,6 +190,13 @@ def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
             if time.perf_counter() > deadline:
                 raise StageFailure("timeout", timeout_text(timing, info, runs))
         samples.append((time.perf_counter() - start) / timing.block)
+        if decision == "more":
+            info["raced"] = "extended"
+        decision = race_step(samples, best, timing)
+    if decision == "stop":
+        info["raced"] = "stopped"
+    if best is not None and timing.race:
+        info["race_best_s"] = best
     busy = cpu_per_wall(cpu_start, wall_start)
     info["cpu_per_wall"] = busy
     if limit and busy > limit * OVERSUBSCRIPTION:
