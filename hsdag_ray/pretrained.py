@@ -22,7 +22,7 @@ import numpy as np
 from hsdag_ray.cli import UsageError
 
 __all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible",
-           "load_into_algo", "build_module", "infer_placements", "ZeroShotDriver"]
+           "load_into_algo", "check_method", "build_module", "infer_placements", "ZeroShotDriver"]
 
 CHECKPOINT_FILE = "pretrained.pt"
 FORMAT = 1
@@ -60,11 +60,16 @@ def read_pretrained(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
-def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
-    """Refuse (one sentence) a checkpoint of another method or whose tensors differ in shape."""
+def check_method(ckpt: Mapping[str, Any], method: str) -> None:
+    """Refuse (one sentence) a checkpoint of another method."""
     if ckpt.get("method") != method:
         raise UsageError(f"the checkpoint holds a {ckpt.get('method')} policy but the run's method is "
                          f"{method}; pass --method {ckpt.get('method')} or another checkpoint")
+
+
+def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
+    """Refuse (one sentence) a checkpoint of another method or whose tensors differ in shape."""
+    check_method(ckpt, method)
     own = module.state_dict()
     theirs = ckpt["state_dict"]
     missing = sorted(set(own) ^ set(theirs))

@@ -197,6 +197,10 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
 
     t_start = time.time()
     method = get(cfg.method)
+    if cfg.init:  # a checkpoint of another method is refused before anything starts
+        from hsdag_ray.pretrained import check_method, read_pretrained
+
+        check_method(read_pretrained(cfg.init), cfg.method)
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
     real = backend != "simulator"
