@@ -16,7 +16,7 @@ Names understood by :func:`load_model`:
     weights, batch 1, 224x224 (299x299 for Inception).
 ``gen:KIND:...``
     a generated graph of a family (random layered DAG, NAS cells; see
-    :mod:`hsdag_ray.core.families`), built directly, no conversion.
+    :mod:`hsdag_ray.core.generated`), built directly, no conversion.
 ``hf:TYPE``
     any Hugging Face model type buildable from its default config without a
     download (``hf:gpt2``, ``hf:distilbert``, ``hf:roberta``, ``hf:electra``,
@@ -224,7 +224,7 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
     """
     import openvino as ov
 
-    from hsdag_ray.core.families import generated_model, is_generated
+    from hsdag_ray.core.generated import generated_model, is_generated
 
     if is_generated(spec):
         model = generated_model(spec)
