@@ -34,6 +34,10 @@ class RLDriver:
 
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
         self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode).build_algo()
+        if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
+            from hsdag_ray.pretrained import load_into_algo, read_pretrained
+
+            load_into_algo(self.algo, read_pretrained(cfg.init), method.name)
 
     @property
     def handle(self):
@@ -100,7 +104,11 @@ class SearchDriver:
 
 
 def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env):
-    """The driver of ``method``'s kind."""
+    """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``)."""
+    if cfg.budget == 0:
+        from hsdag_ray.pretrained import ZeroShotDriver
+
+        return ZeroShotDriver(cfg, method, env_cfg, real, env)
     if method.kind == "rl":
         return RLDriver(cfg, method, env_cfg, real, env)
     if method.kind == "search":
