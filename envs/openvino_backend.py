@@ -13,6 +13,7 @@ from envs.openvino.backend import Mode, OpenVINOBackend
 from envs.openvino.devices import (
     DEVICE_ALIASES, PRECISIONS, DeviceInfo, DeviceSet, DeviceSpec, check_devices, find_plugin_library,
 )
+from envs.openvino.runners import TOLERANCE, random_inputs
 from envs.openvino.stages import (
     STRUCTURAL_OPS, Stage, StagePlan, TensorKey, complete_affinity, plan_stages, split_stages,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "DEVICE_ALIASES",
     "PRECISIONS",
     "STRUCTURAL_OPS",
+    "TOLERANCE",
     "DeviceInfo",
     "DeviceSet",
     "DeviceSpec",
@@ -36,5 +38,6 @@ __all__ = [
     "find_plugin_library",
     "measure_auto",
     "plan_stages",
+    "random_inputs",
     "split_stages",
 ]

@@ -47,7 +47,7 @@ import numpy as np
 
 from envs.base import Measurement, TimingConfig, summarize_times
 from envs.graph_backend import parse_placement
-from envs.openvino_backend import OpenVINOBackend, complete_affinity, measure_auto
+from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
 from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
                            run, timing_from_args)
 from hsdag_ray.core.graph import build_graph, parse_input_shapes
@@ -55,8 +55,6 @@ from hsdag_ray.core.graph import build_graph, parse_input_shapes
 __all__ = ["main", "apply", "TOLERANCE"]
 
 MODES = ("auto", "hetero", "pipeline")
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
-"""Allowed relative output error by the least precise inference precision used."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,19 +79,6 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print apply.json on stdout instead of the table")
     add_timing_args(ap)
     return ap
-
-
-def _random_inputs(model, seed: int) -> list[np.ndarray]:
-    """N(0,1) floats and 0/1 integers for every (static) model input."""
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for port in model.inputs:
-        dims, dtype = tuple(port.get_partial_shape().to_shape()), port.get_element_type().to_dtype()
-        if np.issubdtype(dtype, np.floating):
-            arrays.append(rng.standard_normal(dims).astype(dtype))
-        else:
-            arrays.append(rng.integers(0, 2, dims).astype(dtype))
-    return arrays
 
 
 def _reference(model, device_set, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -206,7 +191,7 @@ def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig
         loaded = load_placed(directory)
     except (ValueError, OSError) as exc:
         raise RunError(f"cannot save the placed model to {directory}: {exc}") from None
-    inputs = _random_inputs(model, seed)
+    inputs = random_inputs(model, seed)
     max_abs, max_rel = output_error(loaded(inputs), _reference(model, device_set, inputs))
     precisions = {device_set.info(d).precision for d in loaded.devices}
     tolerance = max(TOLERANCE.get(p, max(TOLERANCE.values())) for p in precisions)
