@@ -138,3 +138,15 @@ register(Method(
 register(Method(
     name="anneal", kind="search", run="policies.search:SimulatedAnnealing",
     description="simulated annealing from the fastest single device over node and block moves"))
+
+
+def _gdp_model_config(s: Mapping[str, Any]) -> dict:
+    # the placer's depth, heads and segment length: GDPConfig's defaults
+    return {"hidden_dim": s["hidden_dim"]}
+
+
+register(Method(
+    name="gdp", kind="rl", algo="ppo",
+    description="GDP (Zhou et al., 2019): GraphSAGE, segment-recurrent attention placer "
+                "conditioned on the graph (superposition), all nodes in one shot, PPO",
+    module="policies.gdp_module:GDPRLModule", model_config=_gdp_model_config))
