@@ -123,14 +123,11 @@ class _XLLayer(nn.Module):
         self.ff = mlp(h, 2 * h, h, 2)
         self.memory_tag = nn.Parameter(torch.zeros(h))
 
-    def forward(self, seg: Tensor, seg_pad: Tensor, mem: Optional[Tensor],
-                mem_pad: Optional[Tensor]) -> Tensor:
+    def forward(self, seg: Tensor, seg_pad: Tensor, mem: Tensor, mem_pad: Tensor) -> Tensor:
+        """``seg [b, S, H]`` attends to ``[mem, seg]``; ``*_pad [b, S]`` True on padding."""
         q = self.norm_q(seg)
-        if mem is None:
-            kv, pad = self.norm_kv(seg), seg_pad
-        else:
-            kv = torch.cat([self.norm_kv(mem) + self.memory_tag, self.norm_kv(seg)], 1)
-            pad = torch.cat([mem_pad, seg_pad], 1)
+        kv = torch.cat([self.norm_kv(mem) + self.memory_tag, self.norm_kv(seg)], 1)
+        pad = torch.cat([mem_pad, seg_pad], 1)
         # a graph with nothing real in this window attends to its padding (outputs unused)
         pad = pad & ~pad.all(1, keepdim=True)
         a, _ = self.attn(q, kv, kv, key_padding_mask=pad, need_weights=False)
@@ -156,6 +153,12 @@ class SegmentRecurrentPlacer(nn.Module):
     def forward(self, h: Tensor, valid: Tensor, film: Optional[Tensor] = None) -> Tensor:
         """Encodes ``h [B, N, H]`` (``valid [B, N]`` bool) segment by segment.
 
+        A segment's memory in layer ``l`` is layer ``l``'s input on the
+        previous segment, which is known for every segment once layer ``l - 1``
+        is done; so each layer runs on all segments at once (a batch of
+        ``B * ceil(N / S)`` segments of ``S`` queries and ``2S`` keys), with
+        the same result as going segment by segment.
+
         Args:
             film: ``[B, layers, 2, H]`` per-layer gains and offsets, or ``None``.
 
@@ -164,22 +167,26 @@ class SegmentRecurrentPlacer(nn.Module):
         """
         if not self.layers:
             return h
+        b, n, width = h.shape
         s = self.segment_len
-        pad = ~valid
-        memory: list[Optional[Tensor]] = [None] * len(self.layers)
-        mem_pad: Optional[Tensor] = None
-        outs = []
-        for start in range(0, h.shape[1], s):
-            z, z_pad = h[:, start:start + s], pad[:, start:start + s]
-            for i, layer in enumerate(self.layers):
-                inp = z
-                z = layer(z, z_pad, memory[i], mem_pad)
-                if film is not None:
-                    z = z * (1.0 + film[:, i, 0, None]) + film[:, i, 1, None]
-                memory[i] = inp.detach()
-            mem_pad = z_pad
-            outs.append(z)
-        return torch.cat(outs, 1)
+        k = -(-n // s)  # segments per graph
+        if k * s > n:
+            h = torch.nn.functional.pad(h, (0, 0, 0, k * s - n))
+            valid = torch.nn.functional.pad(valid, (0, k * s - n), value=False)
+        pad = ~valid.reshape(b, k, s)
+        seg_pad = pad.reshape(b * k, s)
+        # the first segment of a graph has no memory: all its memory slots are padding
+        mem_pad = torch.cat([torch.ones_like(pad[:, :1]), pad[:, :-1]], 1).reshape(b * k, s)
+        z = h.reshape(b * k, s, width)
+        for i, layer in enumerate(self.layers):
+            prev = z.detach().reshape(b, k, s, width)
+            mem = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], 1).reshape(b * k, s, width)
+            z = layer(z, seg_pad, mem, mem_pad)
+            if film is not None:
+                gain = film[:, i, 0].repeat_interleave(k, 0).unsqueeze(1)
+                offset = film[:, i, 1].repeat_interleave(k, 0).unsqueeze(1)
+                z = z * (1.0 + gain) + offset
+        return z.reshape(b, k * s, width)[:, :n]
 
 
 class GDPNet(nn.Module):
