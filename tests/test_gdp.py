@@ -144,3 +144,28 @@ def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="MultiDiscrete"):
         RLModuleSpec(module_class=GDPRLModule, observation_space=obs,
                      action_space=gym.spaces.Discrete(D)).build()
+
+
+def saved_for_backward(placer: SegmentRecurrentPlacer, n: int) -> tuple[int, int]:
+    """(total, largest) numbers of elements the placer keeps for backward on ``n`` nodes."""
+    sizes: list[int] = []
+
+    def pack(t):
+        sizes.append(t.numel())
+        return t
+
+    h = torch.randn(1, n, 32, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        placer(h, torch.ones(1, n, dtype=torch.bool))
+    return sum(sizes), max(sizes)
+
+
+def test_segment_recurrence_memory_grows_linearly_with_the_sequence():
+    torch.manual_seed(0)
+    placer = SegmentRecurrentPlacer(32, 2, 4, 64)
+    total_small, largest_small = saved_for_backward(placer, 2048)
+    total_big, largest_big = saved_for_backward(placer, 8192)
+    # 4x the nodes keeps 4x the activations (full attention would keep 16x: n^2 scores)
+    assert 3.5 < total_big / total_small < 4.5, (total_small, total_big)
+    # nothing kept comes near one head's all-pairs scores (8192^2 elements)
+    assert largest_big < 8192**2 / 16, largest_big
