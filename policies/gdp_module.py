@@ -32,13 +32,16 @@ from policies.layers import mlp
 __all__ = ["GDPRLModule", "unique_observations"]
 
 
-def unique_observations(obs: Mapping[str, Tensor]) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
+def unique_observations(obs: Mapping[str, Tensor], max_distinct: int = 16
+                        ) -> Tuple[Dict[str, Tensor], Optional[Tensor]]:
     """The distinct observations of a batch and where each row came from.
 
-    A batch from one graph repeats the same observation at every step; the
-    network is deterministic given it, so it runs once per distinct
-    observation and the results are gathered back (exact, gradients
-    included). Only the common cases are collapsed: all rows equal to the first.
+    A batch repeats the same observation at every step of an episode (and a
+    multi-graph batch holds a few graphs, each for whole episodes); the
+    network is deterministic given an observation, so it runs once per
+    distinct one and the results are gathered back: exact, gradients included.
+    Rows are compared exactly (``torch.equal``); a batch with more than
+    ``max_distinct`` distinct observations is left as it is.
 
     Returns:
         ``(observations, index)``: ``index [B]`` maps rows to the returned
@@ -47,10 +50,24 @@ def unique_observations(obs: Mapping[str, Tensor]) -> Tuple[Dict[str, Tensor], O
     b = obs["x"].shape[0]
     if b < 2:
         return dict(obs), None
-    first = {k: v[:1] for k, v in obs.items()}
-    if all(bool((v == first[k]).all()) for k, v in obs.items()):
-        return first, torch.zeros(b, dtype=torch.long, device=obs["x"].device)
-    return dict(obs), None
+    reps: list[int] = []
+    index = []
+    for i in range(b):
+        # the latest distinct observation first: rows of one episode are consecutive
+        for j in range(len(reps) - 1, -1, -1):
+            if all(torch.equal(v[i], v[reps[j]]) for v in obs.values()):
+                index.append(j)
+                break
+        else:
+            if len(reps) == max_distinct:
+                return dict(obs), None
+            reps.append(i)
+            index.append(len(reps) - 1)
+    if len(reps) == b:
+        return dict(obs), None
+    rows = torch.as_tensor(reps, device=obs["x"].device)
+    return ({k: v[rows] for k, v in obs.items()},
+            torch.as_tensor(index, dtype=torch.long, device=obs["x"].device))
 
 
 class GDPRLModule(TorchRLModule, ValueFunctionAPI):

@@ -130,10 +130,24 @@ def test_identical_observations_run_once_and_give_the_same_result():
     out = m.forward_train(b)["action_dist_inputs"]
     assert out.shape == (5, N * (D + 1)) and torch.equal(out[0], out[4])
     other = pad_graph_observation(features(5), EDGES, N, EDGES.shape[1])
-    mixed = batch_of([o, other, o])
-    assert unique_observations(mixed["obs"])[1] is None
+    mixed = batch_of([o, o, other, other, o])
+    uniq, index = unique_observations(mixed["obs"])
+    assert uniq["x"].shape[0] == 2 and index.tolist() == [0, 0, 1, 1, 0]
+    assert unique_observations(batch_of([o, other])["obs"])[1] is None
+    assert unique_observations(mixed["obs"], max_distinct=1)[1] is None
     out_mixed = m.forward_train(mixed)["action_dist_inputs"]
     assert torch.allclose(out_mixed[0], out[0], atol=1e-6)
+    assert torch.equal(out_mixed[2], out_mixed[3]) and not torch.allclose(out_mixed[0], out_mixed[2])
+    # the same as running every row: values and gradients
+    m.zero_grad()
+    m.forward_train(mixed)["action_dist_inputs"].square().sum().backward()
+    collapsed = [None if q.grad is None else q.grad.clone() for q in m.parameters()]
+    m.zero_grad()
+    rows = [m.forward_train(batch_of([r]))["action_dist_inputs"] for r in (o, o, other, other, o)]
+    torch.cat(rows).square().sum().backward()
+    for q, g in zip(m.parameters(), collapsed):
+        assert (q.grad is None) == (g is None)
+        assert g is None or torch.allclose(q.grad, g, atol=1e-5)
 
 
 def test_bad_settings_are_refused():
