@@ -71,3 +71,23 @@ def test_gdp_learns_and_writes_every_output(profile_file, tmp_path):
     assert s["best_latency_s"] < 0.5 * random_mean
     # the policy learned: what it samples got clearly faster than after the first update
     assert means[-1] < 0.6 * means[0], means
+
+
+def test_gdp_pretrains_on_a_family_and_places_a_held_out_graph_zero_shot(tmp_path):
+    """The network has no size-dependent parameter: pre-trained on the tiny family (padded to
+    its largest graph), it places a held-out graph padded to its own size."""
+    from hsdag_ray.pretrain import pretrain
+    from hsdag_ray.pretrained import read_pretrained
+
+    out = tmp_path / "tiny-gdp"
+    pretrain(TrainConfig(method="gdp", budget=40, episode_len=5, env_runners=0, hidden_dim=16,
+                         seed=0), "tiny", out, say=lambda s: None)
+    assert read_pretrained(out)["method"] == "gdp"
+    graphs = json.loads((out / "graphs.json").read_text())
+    held = graphs["held_out"][0]
+    s = train(TrainConfig(model=held["spec"], backend="simulator", devices=list(graphs["devices"]),
+                          profile=held["profile"], method="gdp", init=str(out), budget=0,
+                          env_runners=0, hidden_dim=16, episode_len=5, wandb="disabled",
+                          out=str(tmp_path), name="zs"), quiet=True)
+    assert s["placements"] == 1 and s["measurements"] == 1
+    assert s["method_best_latency_s"] > 0
