@@ -56,10 +56,18 @@ class TrainConfig:
             whole batch fails; see policies/reinforce.py).
         advantages: rank (fitness shaping, default), normalized or centered
             (see policies/reinforce.py).
+        replay_episodes: earlier episodes every update also trains on, ranked with the
+            new ones (measured placements re-used at no measurement cost; see
+            policies/reinforce.py).
+        replay: which earlier episodes: elite (those with the best placements) or recent.
+        num_epochs: optimiser passes over each update's batch.
         reward: inverse (1/latency, the paper), speedup, neg_log.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
         grouping_noise: Gumbel noise on the edge scores when sampling groupings
             (0 = the deterministic parsing of inference).
+        node_moves: after the groups' devices are drawn, each node may move off its
+            group's device with a learned probability (about one node per placement at
+            first), so placements with a node alone can be sampled (policies/move_distribution.py).
         self_loops: a node may choose its own loop in graph parsing and stay
             a group of its own (off: it slowed learning; see policies/hsdag.py).
         no_fractal / no_shape / no_cost / no_op_type / no_degree: feature
@@ -103,12 +111,16 @@ class TrainConfig:
     lr: float = 3e-3
     entropy_coeff: float = 0.01
     advantages: str = "rank"
+    replay_episodes: int = 0
+    replay: str = "elite"
+    num_epochs: int = 1
     reward: str = "inverse"
     hidden_dim: int = 64
     gcn_layers: int = 2
     node_state_update: bool = True
     grouping_noise: float = 0.3
     self_loops: bool = False
+    node_moves: bool = False
     no_fractal: bool = False
     no_shape: bool = False
     no_op_type: bool = False
@@ -153,6 +165,9 @@ class TrainConfig:
              f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
             (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
              "entropy_coeff and grouping_noise must be 0 or more"),
+            (self.replay_episodes >= 0 and self.num_epochs >= 1,
+             "replay_episodes must be 0 or more and num_epochs at least 1"),
+            (self.replay in ("elite", "recent"), "replay must be elite or recent"),
             (self.reward in REWARDS, f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
             (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),

@@ -171,6 +171,10 @@ class HSDAGConfig:
             :math:`\sigma(\mathrm{MLP}(\mathbf{z}_v \odot \mathbf{z}_v))` and may
             choose it as its dominant edge, so single-node groups can be
             parsed (see "What a grouping can express" in the module docstring).
+        node_moves: every node also gets a move logit (a head on its node
+            state, starting at about one moving node per placement), and a
+            sampled node may leave its group's device
+            (:mod:`policies.move_distribution`), so every placement can be sampled.
     """
 
     hidden_dim: int = 64
@@ -185,6 +189,7 @@ class HSDAGConfig:
     group_norm: bool = True
     grouping_noise: float = 0.3
     self_loops: bool = False
+    node_moves: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -224,6 +229,7 @@ class HSDAGOutput(NamedTuple):
         next_node_state: ``[N, H]`` :math:`\\mathbf{M}^{(t+1)} = \\mathbf{S}\\mathbf{X}'`, each
             node's group embedding, to carry to the next step.
         graph_embedding: ``[B, H]`` mean of each graph's group embeddings.
+        move_logits: ``[N]`` each node's move logit (``node_moves``), else ``None``.
     """
 
     node_logits: Tensor
@@ -233,6 +239,7 @@ class HSDAGOutput(NamedTuple):
     node_embedding: Tensor
     next_node_state: Tensor
     graph_embedding: Tensor
+    move_logits: Optional[Tensor] = None
 
 
 
@@ -279,6 +286,7 @@ class HSDAGNet(nn.Module):
         self.pooled_conv = GCNConv(h, h) if config.pooled_gcn else None
         self.group_norm = nn.LayerNorm(h) if config.group_norm else None
         self.placer = mlp(h, h, num_devices, config.placer_layers)
+        self.mover = mlp(h, h, 1, 2) if config.node_moves else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -294,6 +302,10 @@ class HSDAGNet(nn.Module):
         if self.group_norm is not None:
             self.group_norm.reset_parameters()
         reset_sequential(self.placer)
+        if self.mover is not None:
+            reset_sequential(self.mover)
+            nn.init.zeros_(self.mover[-1].weight)  # every node starts at the prior
+            nn.init.zeros_(self.mover[-1].bias)
 
     def embed(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
               num_graphs: Optional[int] = None) -> Tensor:
@@ -346,6 +358,11 @@ class HSDAGNet(nn.Module):
         group_logits = self.placer(gx)
         node_logits = group_logits[grouping.assignment]
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
+        move_logits = None
+        if self.mover is not None:
+            # prior: about one moving node per placement, logit(1 / n) per graph of n nodes
+            n = torch.bincount(batch, minlength=num_graphs).to(z.dtype).clamp_min(2.0)[batch]
+            move_logits = self.mover(z).squeeze(-1) - torch.log(n - 1.0)
         return HSDAGOutput(
             node_logits=node_logits,
             group_logits=group_logits,
@@ -354,4 +371,5 @@ class HSDAGNet(nn.Module):
             node_embedding=z,
             next_node_state=pooled.x[grouping.assignment],
             graph_embedding=graph_embedding,
+            move_logits=move_logits,
         )

@@ -98,11 +98,13 @@ def load(target: str) -> Any:
 def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
     return {"hidden_dim": s["hidden_dim"], "num_gcn_layers": s["gcn_layers"],
             "node_state_update": s["node_state_update"], "max_seq_len": s["episode_len"],
-            "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"]}
+            "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"],
+            "node_moves": s.get("node_moves", False)}
 
 
 def _batch_advantages(s: Mapping[str, Any]) -> dict:
-    return {"advantages": s["advantages"]}
+    return {"advantages": s["advantages"], "replay_episodes": s.get("replay_episodes", 0),
+            "replay": s.get("replay", "elite"), "num_epochs": s.get("num_epochs", 1)}
 
 
 register(Method(
