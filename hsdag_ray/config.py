@@ -68,6 +68,10 @@ class TrainConfig:
         node_moves: after the groups' devices are drawn, each node may move off its
             group's device with a learned probability (about one node per placement at
             first), so placements with a node alone can be sampled (policies/move_distribution.py).
+        start: where sampling starts: uniform (every device equally likely, the paper)
+            or best_single (the fastest single device's logit starts start_logit above
+            the others' in every group, so the first placements explore around it).
+        start_logit: that head start (a probability of about 0.88 with two devices at 2).
         self_loops: a node may choose its own loop in graph parsing and stay
             a group of its own (off: it slowed learning; see policies/hsdag.py).
         no_fractal / no_shape / no_cost / no_op_type / no_degree: feature
@@ -121,6 +125,8 @@ class TrainConfig:
     grouping_noise: float = 0.3
     self_loops: bool = False
     node_moves: bool = False
+    start: str = "uniform"
+    start_logit: float = 2.0
     no_fractal: bool = False
     no_shape: bool = False
     no_op_type: bool = False
@@ -168,6 +174,7 @@ class TrainConfig:
             (self.replay_episodes >= 0 and self.num_epochs >= 1,
              "replay_episodes must be 0 or more and num_epochs at least 1"),
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),
+            (self.start in ("uniform", "best_single"), "start must be uniform or best_single"),
             (self.reward in REWARDS, f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
             (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),

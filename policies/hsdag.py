@@ -175,6 +175,11 @@ class HSDAGConfig:
             state, starting at about one moving node per placement), and a
             sampled node may leave its group's device
             (:mod:`policies.move_distribution`), so every placement can be sampled.
+        prior_device: a device index whose logit starts ``prior_logit`` above the
+            others' in every group (a constant added to the placer's output, e.g.
+            the fastest single device, so sampling starts around it and the
+            placer learns how far to move from it); ``-1`` = none.
+        prior_logit: that head start.
     """
 
     hidden_dim: int = 64
@@ -190,6 +195,8 @@ class HSDAGConfig:
     grouping_noise: float = 0.3
     self_loops: bool = False
     node_moves: bool = False
+    prior_device: int = -1
+    prior_logit: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -287,6 +294,10 @@ class HSDAGNet(nn.Module):
         self.group_norm = nn.LayerNorm(h) if config.group_norm else None
         self.placer = mlp(h, h, num_devices, config.placer_layers)
         self.mover = mlp(h, h, 1, 2) if config.node_moves else None
+        prior = torch.zeros(num_devices)
+        if 0 <= int(config.prior_device) < num_devices:
+            prior[int(config.prior_device)] = float(config.prior_logit)
+        self.register_buffer("prior", prior, persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -355,7 +366,7 @@ class HSDAGNet(nn.Module):
             gx = gx + F.relu(self.pooled_conv(gx, ei, ew))
         if self.group_norm is not None:
             gx = self.group_norm(gx)
-        group_logits = self.placer(gx)
+        group_logits = self.placer(gx) + self.prior
         node_logits = group_logits[grouping.assignment]
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
         move_logits = None
