@@ -48,13 +48,13 @@ def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> floa
 
 
 def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, base,
-             say=print) -> list[dict]:
+             say=print, on_case=None) -> list[dict]:
     """Train every method on every (model, accelerator) for every seed on the
     recorded profiles; one dict per case: ``model``, ``accelerator``,
     ``method``, ``ratios`` (best/optimum per seed, ``inf`` when nothing was
     feasible), ``curves`` (per seed, ``(placements, best latency so far or
     None)`` after every iteration, and the optimum), ``proven`` (every optimum
-    proven)."""
+    proven). ``on_case(cases)`` is called after every case (to save partial results)."""
     import ray
 
     from hsdag_ray.train import train
@@ -76,8 +76,20 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                                       profile=str(profile), devices=["CPU", acc],
                                       budget=budget, env_runners=0, wandb="disabled", out=out,
                                       name=f"{model}-{acc}-{method}-{seed}", seed=seed)
-                        s = train(cfg, quiet=True, on_iteration=lambda _h, row, c=curve: c.append(
-                            (row["placements"], row["best_latency_s"])))
+                        s = None
+                        for attempt in (1, 2):  # a run killed from outside (memory) is run again
+                            curve.clear()
+                            try:
+                                s = train(replace(cfg, name=f"{cfg.name}-{attempt}"), quiet=True,
+                                          on_iteration=lambda _h, row, c=curve: c.append(
+                                              (row["placements"], row["best_latency_s"])))
+                                break
+                            except Exception as e:  # noqa: BLE001 - reported, the grid goes on
+                                say(f"{model} {acc} {method} seed {seed}: run {attempt} failed "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+                        if s is None:
+                            ratios.append(math.nan)
+                            continue
                         b = s["baselines"]
                         singles = [v for k, v in b.items()
                                    if k.endswith("_only") and math.isfinite(v)]
@@ -99,6 +111,8 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
                                   "ratios": ratios, "curves": curves, "proven": proven_all})
+                    if on_case is not None:
+                        on_case(cases)
     if started:
         ray.shutdown()
     return cases
@@ -145,7 +159,7 @@ def summarize(cases: list[dict], budgets: list[int]) -> list[str]:
         cells = []
         for b in budgets:
             r = [best_at(curve, b, opt) for curve, opt in c["curves"]]
-            r += [math.inf] * (len(c["ratios"]) - len(c["curves"]))
+            r += [x for x in c["ratios"] if math.isinf(x)]  # runs with nothing feasible
             cells.append(f"{statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" if r else "-")
         lines.append(f"| {c['model']} | {c['accelerator']} | {c['method']} | " + " | ".join(cells)
                      + " |" + ("" if c["proven"] else " (optimum not proven)"))
@@ -186,18 +200,21 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
 def main() -> None:
     args, base = parse(__doc__, "hsdag")
     budgets = sorted(int(b) for b in args.budgets.split(","))
+    def save(cases: list[dict]) -> None:
+        if args.json:
+            import json
+
+            Path(args.json).write_text(json.dumps(cases, default=str))
+
     cases = run_grid(args.models.split(","), args.accelerators.split(","),
                      args.methods.split(","), [int(s) for s in args.seeds.split(",")],
-                     budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True))
+                     budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
+                     on_case=save)
     print(f"\nbest/optimum, median [min-max] over seeds {args.seeds} at "
           f"{', '.join(map(str, budgets))} placements, cost features "
           + ("off" if base.no_cost else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else ""))
     print("\n".join(summarize(cases, budgets)), flush=True)
-    if args.json:
-        import json
-
-        Path(args.json).write_text(json.dumps(cases, default=str))
     if args.plot:
         plot(cases, args.plot, budgets[-1])
         print(f"curves written to {args.plot}")

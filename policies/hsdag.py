@@ -96,6 +96,17 @@ ResNet-50 with the 64 MB accelerator and from 1.019 to no feasible placement
 at all on BERT-base with it; on the unlimited accelerator both reach
 1.00-1.01.
 
+``node_moves=True`` lifts it another way, without changing the grouping:
+after the groups' devices are drawn, each node may move off its group's
+device with a learned probability (a head on the node state, starting at
+about one moving node per placement; :mod:`policies.move_distribution`, whose
+``logp`` is exact over the unobserved group devices). Every placement can
+then be sampled, and the groups keep the coarse decisions.
+
+``prior_device`` starts sampling around one device (``--start best_single``:
+the fastest single device): a constant ``prior_logit`` added to that device's
+logit in every group.
+
 How the node state is carried in RLlib: as **RLModule state**
 (``Columns.STATE_IN`` / ``Columns.STATE_OUT``, key ``"node_state"``,
 ``[N_max, H]`` per episode). It is a function of the policy's own parameters,

@@ -30,6 +30,10 @@ Advantages ``A_t`` (``advantages``), computed over the batch's placements:
   longer matters for learning.
 * ``"normalized"``: ``(r_t - b) / std(r)``, ``b`` the batch-mean reward.
 * ``"centered"``: ``r_t - b`` (plain batch-mean baseline).
+* ``"elite"``: the cross-entropy method's update: 1 for the best
+  :data:`ELITE_FRACTION` of the batch (ties included), 0 for the rest, so the
+  policy is pulled toward its best placements and never pushed away from the
+  others.
 
 All three subtract a baseline that does not depend on the action taken, so
 the gradient stays unbiased up to the batch's own coupling; a batch whose
@@ -77,7 +81,9 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, ENV_RUNNER
 __all__ = ["REINFORCEConfig", "REINFORCE", "REINFORCETorchLearner", "ADVANTAGES", "advantages"]
 
 #: advantage estimators of :func:`advantages` (see the module docstring)
-ADVANTAGES = ("rank", "normalized", "centered")
+ADVANTAGES = ("rank", "normalized", "centered", "elite")
+#: the fraction of a batch that ``"elite"`` advantages train on
+ELITE_FRACTION = 0.25
 #: which earlier episodes an update replays (see the module docstring)
 REPLAYS = ("elite", "recent")
 
@@ -112,6 +118,11 @@ def advantages(rewards: torch.Tensor, mask: torch.Tensor, kind: str = "rank") ->
     out = torch.zeros_like(rewards)
     if r.numel() == 0:
         return out
+    if kind == "elite":
+        k = max(1, int(round(ELITE_FRACTION * r.numel())))
+        threshold = torch.topk(r, k).values.min()
+        out[valid] = (r >= threshold).to(rewards.dtype)
+        return out.detach()
     if kind == "rank":
         a = _centred_ranks(r)
     else:

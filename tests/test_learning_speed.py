@@ -148,3 +148,13 @@ def test_run_with_every_mechanism_learns_on_the_simulator(tmp_path):
     assert b["optimum"] <= s["method_best_latency_s"] * (1 + 1e-9)
     assert s["method_best_latency_s"] <= single
     assert s["measurements"] >= 20  # distinct placements of the 60: no collapse
+
+
+def test_elite_advantages_train_on_the_best_quarter_only():
+    from policies.reinforce import advantages
+
+    rewards = torch.tensor([[1.0, 5.0, 3.0, 3.0], [0.5, 4.0, 2.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])  # 9.0 is padding
+    a = advantages(rewards, mask, "elite")
+    # 7 valid rewards: the best 2 (5.0 and 4.0) get 1, the rest and the padding 0
+    assert a.tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
