@@ -58,8 +58,8 @@ class TrainConfig:
         advantages: rank (fitness shaping, default), normalized, centered or elite
             (the cross-entropy method's top quarter; see policies/reinforce.py).
         replay_episodes: earlier episodes every update also trains on, ranked with the
-            new ones (measured placements re-used at no measurement cost; see
-            policies/reinforce.py).
+            new ones (measured placements re-used at no measurement cost; off: it made
+            the policy collapse sooner, see policies/reinforce.py).
         replay: which earlier episodes: elite (those with the best placements) or recent.
         num_epochs: optimiser passes over each update's batch (2: more learning per
             measured placement, measured faster than 1).
@@ -73,7 +73,9 @@ class TrainConfig:
             first), so placements with a node alone can be sampled (policies/move_distribution.py).
         start: where sampling starts: uniform (every device equally likely, the paper)
             or best_single (the fastest single device's logit starts start_logit above
-            the others' in every group, so the first placements explore around it).
+            the others' in every group, so the first placements explore around it;
+            measured: faster early on ResNet-50 with the 64 MB accelerator, slower
+            with the unlimited one, so not the default).
         start_logit: that head start (a probability of about 0.88 with two devices at 2).
         self_loops: a node may choose its own loop in graph parsing and stay
             a group of its own (off: it slowed learning; see policies/hsdag.py).
