@@ -133,6 +133,9 @@ def parse(description: str, default_methods: str):
                          "is each run's budget)")
     ap.add_argument("--plot", default="", help="write the median curves to this image file")
     ap.add_argument("--json", default="", help="write every case (ratios and curves) as JSON")
+    ap.add_argument("--merge", default="",
+                    help="run nothing: read earlier --json files (FILE=LABEL,...; HSDAG's cases "
+                         "renamed LABEL, e.g. old/new settings) and print and plot them together")
     ap.add_argument("--profiles", default="bench/.cache",
                     help="folder of the recorded profiles, shared with bench_solvers.py "
                          "(recorded when missing)")
@@ -193,6 +196,7 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -200,6 +204,21 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
 def main() -> None:
     args, base = parse(__doc__, "hsdag")
     budgets = sorted(int(b) for b in args.budgets.split(","))
+    if args.merge:
+        import json
+
+        cases = []
+        for item in args.merge.split(","):
+            path, _, label = item.partition("=")
+            for c in json.loads(Path(path).read_text()):
+                c["method"] = label if c["method"] == "hsdag" and label else c["method"]
+                c["ratios"] = [float(r) for r in c["ratios"]]
+                cases.append(c)
+        cases.sort(key=lambda c: (c["model"], c["accelerator"], c["method"]))
+        print("\n".join(summarize(cases, budgets)))
+        if args.plot:
+            plot(cases, args.plot, budgets[-1])
+        return
     def save(cases: list[dict]) -> None:
         if args.json:
             import json
