@@ -99,6 +99,11 @@ class TrainConfig:
             reported figure is a re-measured one (see hsdag_ray/summary.py).
         solver_time_limit: seconds the exact solver may take for the optimum; an optimum
             not proven within it is reported as such (optimum_proven, optimum_gap).
+        init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
+            wrote): its weights are loaded into the RLModule before training; with
+            --budget 0 the run places zero-shot with it, nothing learned.
+        zero_shot_samples: with --budget 0, placements measured: the policy's greedy
+            one, plus this many minus one sampled from it.
         torch_threads: threads of every torch process (driver, learner, EnvRunners);
             more than one on a small machine shared with Ray and OpenVINO makes
             each update many times slower (threads spin waiting for each other).
@@ -153,6 +158,8 @@ class TrainConfig:
     remeasure_rounds: int = 3
     solver_time_limit: float = 120.0
     torch_threads: int = 1
+    init: str = ""
+    zero_shot_samples: int = 1
 
     def validate(self) -> None:
         from envs.placement_env import REWARDS
@@ -184,7 +191,9 @@ class TrainConfig:
             (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
-            (self.budget >= 1, "budget must be at least 1 placement"),
+            (self.budget >= 1 or (self.budget == 0 and bool(self.init)),
+             "budget must be at least 1 placement (0 places zero-shot with --init CHECKPOINT)"),
+            (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),
@@ -199,6 +208,9 @@ class TrainConfig:
         for ok, msg in checks:
             if not ok:
                 raise UsageError(msg)
+        if self.init and not Path(self.init).exists():
+            raise UsageError(f"pre-trained checkpoint {self.init} does not exist; pass the folder "
+                             "python -m hsdag_ray.pretrain printed")
         if self.profile and not Path(self.profile).is_file():
             raise UsageError(f"profile file {self.profile} does not exist; record one with "
                              "python -m hsdag_ray.profile")

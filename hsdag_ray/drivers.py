@@ -41,6 +41,10 @@ class RLDriver:
                 prior = int(np.argmin(lat))
         self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
                                 prior_device=prior).build_algo()
+        if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
+            from hsdag_ray.pretrained import load_into_algo, read_pretrained
+
+            load_into_algo(self.algo, read_pretrained(cfg.init), method.name)
 
     @property
     def handle(self):
@@ -108,8 +112,13 @@ class SearchDriver:
 
 def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                 singles: Optional[dict] = None):
-    """The driver of ``method``'s kind; ``singles``: each device's single-device
-    latency (where a learned method may start its sampling)."""
+    """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``);
+    ``singles``: each device's single-device latency (where a learned method may start
+    its sampling)."""
+    if cfg.budget == 0:
+        from hsdag_ray.pretrained import ZeroShotDriver
+
+        return ZeroShotDriver(cfg, method, env_cfg, real, env)
     if method.kind == "rl":
         return RLDriver(cfg, method, env_cfg, real, env, singles)
     if method.kind == "search":
