@@ -9,10 +9,13 @@ For each model the local CPU is profiled once by OpenVINO and the
 accelerators are modeled (saved in ``--profiles`` as ``profile_<model>.json``
 and reused, by ``bench_solvers.py`` too, so settings and methods are compared
 on the same costs). Each run trains each method of ``--methods`` (default
-HSDAG) on the simulator (sequential objective) for ``--budget`` placements and
+HSDAG) on the simulator (sequential objective) for the largest of ``--budgets`` placements and
 prints its best latency over the exact optimum of the profile (min cut, or the
 MILP with the memory limit), over the best single device, and the number of
-distinct placements measured; then the median per case and method. Flags after ``--``
+distinct placements measured; then, per case and method, the median and range
+over seeds of best/optimum at each of ``--budgets`` (read from the run's
+best-so-far after every iteration, so one run gives the whole curve), and
+``--plot FILE`` draws the median curves. Flags after ``--``
 are ``python -m hsdag_ray.train`` flags (its ``--help``), read by its own
 parser, for every run; the bench sets the model, devices, profile, budget,
 seed, method and output itself.
@@ -37,12 +40,21 @@ def load_or_record(model: str, folder: Path) -> Path:
     return folder / f"profile_{model}.json"
 
 
+def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> float:
+    """best/optimum after the last iteration within ``budget`` placements
+    (``inf`` when nothing feasible was measured by then)."""
+    seen = [b for n, b in curve if n <= budget and b is not None]
+    return min(seen) / optimum if seen else math.inf
+
+
 def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, base,
-             say=print) -> list[dict]:
+             say=print, on_case=None) -> list[dict]:
     """Train every method on every (model, accelerator) for every seed on the
     recorded profiles; one dict per case: ``model``, ``accelerator``,
     ``method``, ``ratios`` (best/optimum per seed, ``inf`` when nothing was
-    feasible), ``proven`` (every optimum proven)."""
+    feasible), ``curves`` (per seed, ``(placements, best latency so far or
+    None)`` after every iteration, and the optimum), ``proven`` (every optimum
+    proven). ``on_case(cases)`` is called after every case (to save partial results)."""
     import ray
 
     from hsdag_ray.train import train
@@ -56,14 +68,28 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
             profile = load_or_record(model, Path(profiles))
             for acc in accelerators:
                 for method in methods:
-                    ratios, proven_all = [], True
+                    ratios, curves, proven_all = [], [], True
                     for seed in seeds:
+                        curve: list = []
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
                                       profile=str(profile), devices=["CPU", acc],
                                       budget=budget, env_runners=0, wandb="disabled", out=out,
                                       name=f"{model}-{acc}-{method}-{seed}", seed=seed)
-                        s = train(cfg, quiet=True)
+                        s = None
+                        for attempt in (1, 2):  # a run killed from outside (memory) is run again
+                            curve.clear()
+                            try:
+                                s = train(replace(cfg, name=f"{cfg.name}-{attempt}"), quiet=True,
+                                          on_iteration=lambda _h, row, c=curve: c.append(
+                                              (row["placements"], row["best_latency_s"])))
+                                break
+                            except Exception as e:  # noqa: BLE001 - reported, the grid goes on
+                                say(f"{model} {acc} {method} seed {seed}: run {attempt} failed "
+                                    f"({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+                        if s is None:
+                            ratios.append(math.nan)
+                            continue
                         b = s["baselines"]
                         singles = [v for k, v in b.items()
                                    if k.endswith("_only") and math.isfinite(v)]
@@ -74,6 +100,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             ratios.append(math.inf)
                             continue
                         ratios.append(best / b["optimum"])
+                        curves.append((curve, b["optimum"]))
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
                         say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
@@ -83,7 +110,9 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             f"{s['measurements']} distinct of {s['placements']}, "
                             f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
-                                  "ratios": ratios, "proven": proven_all})
+                                  "ratios": ratios, "curves": curves, "proven": proven_all})
+                    if on_case is not None:
+                        on_case(cases)
     if started:
         ray.shutdown()
     return cases
@@ -99,6 +128,14 @@ def parse(description: str, default_methods: str):
     ap.add_argument("--methods", default=default_methods,
                     help="methods to compare (comma-separated --method names)")
     ap.add_argument("--budget", type=int, default=500)
+    ap.add_argument("--budgets", default="100,200,500",
+                    help="placement counts at which best/optimum is reported (the largest "
+                         "is each run's budget)")
+    ap.add_argument("--plot", default="", help="write the median curves to this image file")
+    ap.add_argument("--json", default="", help="write every case (ratios and curves) as JSON")
+    ap.add_argument("--merge", default="",
+                    help="run nothing: read earlier --json files (FILE=LABEL,...; HSDAG's cases "
+                         "renamed LABEL, e.g. old/new settings) and print and plot them together")
     ap.add_argument("--profiles", default="bench/.cache",
                     help="folder of the recorded profiles, shared with bench_solvers.py "
                          "(recorded when missing)")
@@ -117,17 +154,89 @@ def parse(description: str, default_methods: str):
     return args, base
 
 
+def summarize(cases: list[dict], budgets: list[int]) -> list[str]:
+    """One markdown row per case: median [min-max] of best/optimum at each budget."""
+    head = "| model | accelerator | method | " + " | ".join(f"{b}" for b in budgets) + " |"
+    lines = [head, "|" + "---|" * (3 + len(budgets))]
+    for c in cases:
+        cells = []
+        for b in budgets:
+            r = [best_at(curve, b, opt) for curve, opt in c["curves"]]
+            r += [x for x in c["ratios"] if math.isinf(x)]  # runs with nothing feasible
+            cells.append(f"{statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" if r else "-")
+        lines.append(f"| {c['model']} | {c['accelerator']} | {c['method']} | " + " | ".join(cells)
+                     + " |" + ("" if c["proven"] else " (optimum not proven)"))
+    return lines
+
+
+def plot(cases: list[dict], path: str, budget: int) -> None:
+    """Median best/optimum against placements, one panel per (model, accelerator)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(c["model"], c["accelerator"]) for c in cases})
+    cols = min(4, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+    xs = list(range(20, budget + 1, 20))
+    for ax, (model, acc) in zip(axes.flat, panels):
+        for c in cases:
+            if (c["model"], c["accelerator"]) != (model, acc) or not c["curves"]:
+                continue
+            med = [statistics.median(best_at(cv, x, opt) for cv, opt in c["curves"]) for x in xs]
+            ax.plot(xs, [m if math.isfinite(m) else float("nan") for m in med], label=c["method"])
+        ax.axhline(1.01, ls="--", lw=0.8, color="grey")
+        ax.set_title(f"{model} / {acc}", fontsize=9)
+        ax.set_ylim(0.99, 1.25)
+        ax.set_xlabel("placements", fontsize=8)
+        ax.set_ylabel("best / optimum", fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     args, base = parse(__doc__, "hsdag")
+    budgets = sorted(int(b) for b in args.budgets.split(","))
+    if args.merge:
+        import json
+
+        cases = []
+        for item in args.merge.split(","):
+            path, _, label = item.partition("=")
+            for c in json.loads(Path(path).read_text()):
+                c["method"] = label if c["method"] == "hsdag" and label else c["method"]
+                c["ratios"] = [float(r) for r in c["ratios"]]
+                cases.append(c)
+        cases.sort(key=lambda c: (c["model"], c["accelerator"], c["method"]))
+        print("\n".join(summarize(cases, budgets)))
+        if args.plot:
+            plot(cases, args.plot, budgets[-1])
+        return
+    def save(cases: list[dict]) -> None:
+        if args.json:
+            import json
+
+            Path(args.json).write_text(json.dumps(cases, default=str))
+
     cases = run_grid(args.models.split(","), args.accelerators.split(","),
                      args.methods.split(","), [int(s) for s in args.seeds.split(",")],
-                     args.budget, Path(args.profiles), base, say=lambda m: print(m, flush=True))
-    print(f"\nmedian best/optimum over seeds {args.seeds}, cost features "
+                     budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
+                     on_case=save)
+    print(f"\nbest/optimum, median [min-max] over seeds {args.seeds} at "
+          f"{', '.join(map(str, budgets))} placements, cost features "
           + ("off" if base.no_cost else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else ""))
-    for c in cases:
-        print(f"  {c['model']:13s} {c['accelerator']:13s} {c['method']:8s} "
-              f"{statistics.median(c['ratios']):.4f}" + ("" if c["proven"] else "  (optimum not proven)"))
+    print("\n".join(summarize(cases, budgets)), flush=True)
+    if args.plot:
+        plot(cases, args.plot, budgets[-1])
+        print(f"curves written to {args.plot}")
 
 
 if __name__ == "__main__":

@@ -18,14 +18,15 @@ __all__ = ["algo_config"]
 
 
 def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
-                steps_per_episode: int):
+                steps_per_episode: int, prior_device: int = -1):
     """The RLlib ``AlgorithmConfig`` of ``method`` for this run; ``steps_per_episode``
-    is the environment's (an iteration samples ``episodes_per_iteration`` episodes)."""
+    is the environment's (an iteration samples ``episodes_per_iteration`` episodes);
+    ``prior_device``: the device sampling starts around (``--start best_single``), -1 none."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from policies.reinforce import REINFORCEConfig
 
-    settings: dict[str, Any] = asdict(cfg)
+    settings: dict[str, Any] = {**asdict(cfg), "prior_device": prior_device}
     model_config = method.model_config(settings) if method.model_config else {}
     algo = cfg.algo or method.algo
     if algo == "ppo":

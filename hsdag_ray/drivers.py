@@ -32,8 +32,15 @@ def _num(v) -> Optional[float]:
 class RLDriver:
     """A learned method: one RLlib training iteration per ``iterate()``."""
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
-        self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode).build_algo()
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                 singles: Optional[dict] = None) -> None:
+        prior = -1
+        if cfg.start == "best_single" and singles:
+            lat = [singles.get(d, float("inf")) for d in env.devices]
+            if min(lat) < float("inf"):
+                prior = int(np.argmin(lat))
+        self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
+                                prior_device=prior).build_algo()
         if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
             from hsdag_ray.pretrained import load_into_algo, read_pretrained
 
@@ -103,14 +110,17 @@ class SearchDriver:
         release(self.service)
 
 
-def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env):
-    """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``)."""
+def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                singles: Optional[dict] = None):
+    """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``);
+    ``singles``: each device's single-device latency (where a learned method may start
+    its sampling)."""
     if cfg.budget == 0:
         from hsdag_ray.pretrained import ZeroShotDriver
 
         return ZeroShotDriver(cfg, method, env_cfg, real, env)
     if method.kind == "rl":
-        return RLDriver(cfg, method, env_cfg, real, env)
+        return RLDriver(cfg, method, env_cfg, real, env, singles)
     if method.kind == "search":
         return SearchDriver(cfg, method, env_cfg, real, env)
     raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")

@@ -96,6 +96,17 @@ ResNet-50 with the 64 MB accelerator and from 1.019 to no feasible placement
 at all on BERT-base with it; on the unlimited accelerator both reach
 1.00-1.01.
 
+``node_moves=True`` lifts it another way, without changing the grouping:
+after the groups' devices are drawn, each node may move off its group's
+device with a learned probability (a head on the node state, starting at
+about one moving node per placement; :mod:`policies.move_distribution`, whose
+``logp`` is exact over the unobserved group devices). Every placement can
+then be sampled, and the groups keep the coarse decisions.
+
+``prior_device`` starts sampling around one device (``--start best_single``:
+the fastest single device): a constant ``prior_logit`` added to that device's
+logit in every group.
+
 How the node state is carried in RLlib: as **RLModule state**
 (``Columns.STATE_IN`` / ``Columns.STATE_OUT``, key ``"node_state"``,
 ``[N_max, H]`` per episode). It is a function of the policy's own parameters,
@@ -171,6 +182,15 @@ class HSDAGConfig:
             :math:`\sigma(\mathrm{MLP}(\mathbf{z}_v \odot \mathbf{z}_v))` and may
             choose it as its dominant edge, so single-node groups can be
             parsed (see "What a grouping can express" in the module docstring).
+        node_moves: every node also gets a move logit (a head on its node
+            state, starting at about one moving node per placement), and a
+            sampled node may leave its group's device
+            (:mod:`policies.move_distribution`), so every placement can be sampled.
+        prior_device: a device index whose logit starts ``prior_logit`` above the
+            others' in every group (a constant added to the placer's output, e.g.
+            the fastest single device, so sampling starts around it and the
+            placer learns how far to move from it); ``-1`` = none.
+        prior_logit: that head start.
     """
 
     hidden_dim: int = 64
@@ -185,6 +205,9 @@ class HSDAGConfig:
     group_norm: bool = True
     grouping_noise: float = 0.3
     self_loops: bool = False
+    node_moves: bool = False
+    prior_device: int = -1
+    prior_logit: float = 2.0
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -224,6 +247,7 @@ class HSDAGOutput(NamedTuple):
         next_node_state: ``[N, H]`` :math:`\\mathbf{M}^{(t+1)} = \\mathbf{S}\\mathbf{X}'`, each
             node's group embedding, to carry to the next step.
         graph_embedding: ``[B, H]`` mean of each graph's group embeddings.
+        move_logits: ``[N]`` each node's move logit (``node_moves``), else ``None``.
     """
 
     node_logits: Tensor
@@ -233,6 +257,7 @@ class HSDAGOutput(NamedTuple):
     node_embedding: Tensor
     next_node_state: Tensor
     graph_embedding: Tensor
+    move_logits: Optional[Tensor] = None
 
 
 
@@ -279,6 +304,11 @@ class HSDAGNet(nn.Module):
         self.pooled_conv = GCNConv(h, h) if config.pooled_gcn else None
         self.group_norm = nn.LayerNorm(h) if config.group_norm else None
         self.placer = mlp(h, h, num_devices, config.placer_layers)
+        self.mover = mlp(h, h, 1, 2) if config.node_moves else None
+        prior = torch.zeros(num_devices)
+        if 0 <= int(config.prior_device) < num_devices:
+            prior[int(config.prior_device)] = float(config.prior_logit)
+        self.register_buffer("prior", prior, persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -294,6 +324,10 @@ class HSDAGNet(nn.Module):
         if self.group_norm is not None:
             self.group_norm.reset_parameters()
         reset_sequential(self.placer)
+        if self.mover is not None:
+            reset_sequential(self.mover)
+            nn.init.zeros_(self.mover[-1].weight)  # every node starts at the prior
+            nn.init.zeros_(self.mover[-1].bias)
 
     def embed(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
               num_graphs: Optional[int] = None) -> Tensor:
@@ -343,9 +377,14 @@ class HSDAGNet(nn.Module):
             gx = gx + F.relu(self.pooled_conv(gx, ei, ew))
         if self.group_norm is not None:
             gx = self.group_norm(gx)
-        group_logits = self.placer(gx)
+        group_logits = self.placer(gx) + self.prior
         node_logits = group_logits[grouping.assignment]
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
+        move_logits = None
+        if self.mover is not None:
+            # prior: about one moving node per placement, logit(1 / n) per graph of n nodes
+            n = torch.bincount(batch, minlength=num_graphs).to(z.dtype).clamp_min(2.0)[batch]
+            move_logits = self.mover(z).squeeze(-1) - torch.log(n - 1.0)
         return HSDAGOutput(
             node_logits=node_logits,
             group_logits=group_logits,
@@ -354,4 +393,5 @@ class HSDAGNet(nn.Module):
             node_embedding=z,
             next_node_state=pooled.x[grouping.assignment],
             graph_embedding=graph_embedding,
+            move_logits=move_logits,
         )

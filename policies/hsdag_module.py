@@ -28,6 +28,7 @@ from policies.distributions import (
 )
 from policies.hsdag import HSDAGConfig, HSDAGNet
 from policies.layers import mlp
+from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs, split_move_inputs
 
 __all__ = ["HSDAGRLModule", "NODE_STATE"]
 
@@ -80,7 +81,8 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         h = self.hsdag_config.hidden_dim
         self.net = HSDAGNet(num_features, self._num_devices, self.hsdag_config)
         self.value_head = mlp(h, h, 1, 2)
-        self.action_dist_cls = GroupedPlacementDistribution.for_devices(self._num_devices)
+        dist = GroupedMoveDistribution if self.hsdag_config.node_moves else GroupedPlacementDistribution
+        self.action_dist_cls = dist.for_devices(self._num_devices)
         self._warned_regroup = False
 
     @override(TorchRLModule)
@@ -154,6 +156,8 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             stored_inputs = torch.as_tensor(batch[Columns.ACTION_DIST_INPUTS], device=device)
             if not has_time:
                 stored_inputs = stored_inputs.unsqueeze(1)
+            if self.hsdag_config.node_moves:
+                stored_inputs, _ = split_move_inputs(stored_inputs, self._num_devices)
             _, stored = unpack_dist_inputs(stored_inputs, self._num_devices)
 
         dist_inputs, embeddings = [], []
@@ -192,6 +196,8 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             pad_node_values(out.node_logits, g.node_valid, 0.0),
             pad_node_values(local, g.node_valid, PADDED_GROUP),
         )
+        if out.move_logits is not None:
+            dist_inputs = pack_move_inputs(dist_inputs, pad_node_values(out.move_logits, g.node_valid, 0.0))
         next_state = pad_node_values(out.next_node_state, g.node_valid, 0.0)
         return _StepOut(dist_inputs, out.graph_embedding, next_state)
 

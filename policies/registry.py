@@ -101,11 +101,14 @@ def load(target: str) -> Any:
 def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
     return {"hidden_dim": s["hidden_dim"], "num_gcn_layers": s["gcn_layers"],
             "node_state_update": s["node_state_update"], "max_seq_len": s["episode_len"],
-            "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"]}
+            "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"],
+            "node_moves": s.get("node_moves", False),
+            "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0)}
 
 
 def _batch_advantages(s: Mapping[str, Any]) -> dict:
-    return {"advantages": s["advantages"]}
+    return {"advantages": s["advantages"], "replay_episodes": s.get("replay_episodes", 0),
+            "replay": s.get("replay", "elite"), "num_epochs": s.get("num_epochs", 1)}
 
 
 register(Method(
