@@ -356,16 +356,19 @@ class HSDAGNet(nn.Module):
         num_graphs: Optional[int] = None,
         assignment: Optional[Tensor] = None,
         grouping_noise: float = 0.0,
+        embedding: Optional[Tensor] = None,
     ) -> HSDAGOutput:
         """One step. ``node_state`` is :math:`\\mathbf{M}^{(t)}` (zeros if ``None``);
         ``assignment`` replaces the parsed grouping and ``grouping_noise`` perturbs
-        the parsing (see :meth:`GraphParsingPool.forward`)."""
+        the parsing (see :meth:`GraphParsingPool.forward`); ``embedding`` is
+        :meth:`embed`'s result for these ``x`` and ``edge_index`` when the caller
+        already has it (the steps of an episode share it)."""
         num_nodes = x.size(0)
         if batch is None:
             batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
         if num_graphs is None:
             num_graphs = int(batch.max()) + 1 if num_nodes > 0 else 1
-        emb = self.embed(x, edge_index, batch, num_graphs)
+        emb = self.embed(x, edge_index, batch, num_graphs) if embedding is None else embedding
         z = self.state_norm(emb if node_state is None else emb + node_state)
         grouping, pooled = self.pool(z, edge_index, batch, num_graphs, assignment, grouping_noise)
 

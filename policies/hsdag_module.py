@@ -160,6 +160,14 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                 stored_inputs, _ = split_move_inputs(stored_inputs, self._num_devices)
             _, stored = unpack_dist_inputs(stored_inputs, self._num_devices)
 
+        # the structural embedding depends on the graph only: when every step of the
+        # episodes sees the same graphs, compute it (and its backward) once, not per step
+        shared = None
+        if steps > 1 and all(torch.equal(v[:, t], v[:, 0]) for v in obs.values() for t in range(1, steps)):
+            g = unpad_graphs(obs["x"][:, 0].float(), obs["edge_index"][:, 0], obs["node_mask"][:, 0],
+                             obs["edge_mask"][:, 0])
+            shared = self.net.embed(g.x, g.edge_index, g.batch, g.num_graphs)
+
         dist_inputs, embeddings = [], []
         for t in range(steps):
             out = self._step(
@@ -167,6 +175,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                 state,
                 stored[:, t] if stored is not None else None,
                 grouping_noise,
+                shared,
             )
             dist_inputs.append(out.dist_inputs)
             embeddings.append(out.embedding)
@@ -179,7 +188,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         return dist, emb, ({NODE_STATE: state} if state is not None else None)
 
     def _step(self, obs: Mapping[str, Tensor], state: Optional[Tensor], stored: Optional[Tensor],
-              grouping_noise: float = 0.0) -> _StepOut:
+              grouping_noise: float = 0.0, embedding: Optional[Tensor] = None) -> _StepOut:
         g = unpad_graphs(obs["x"].float(), obs["edge_index"], obs["node_mask"], obs["edge_mask"])
         flat_valid = g.node_valid.reshape(-1)
         node_state = None
@@ -188,7 +197,8 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         assignment = self._stored_assignment(stored, g) if stored is not None else None
 
         out = self.net(g.x, g.edge_index, node_state=node_state, batch=g.batch,
-                       num_graphs=g.num_graphs, assignment=assignment, grouping_noise=grouping_noise)
+                       num_graphs=g.num_graphs, assignment=assignment, grouping_noise=grouping_noise,
+                       embedding=embedding)
         groups_per_graph = torch.bincount(out.grouping.group_batch, minlength=g.num_graphs)
         first_group = torch.cumsum(groups_per_graph, 0) - groups_per_graph
         local = out.grouping.assignment - first_group[g.batch]

@@ -612,6 +612,33 @@ def test_stepwise_state_matches_the_learners_sequence_pass():
     assert Columns.STATE_OUT not in out
 
 
+def test_an_episode_shares_one_structural_embedding_with_the_same_gradients():
+    """The learner's [B, T] pass embeds the graphs once when every step sees the same
+    graphs; values and gradients equal those of embedding them at every step."""
+    torch.manual_seed(0)
+    module = make_module()
+    obs = two_padded_observations()
+    seq_obs = {k: v.unsqueeze(1).expand(-1, 4, *v.shape[1:]) for k, v in obs.items()}
+    calls = []
+    module.net.embed = (lambda f: lambda *a, **k: calls.append(1) or f(*a, **k))(module.net.embed)
+    shared = module.forward_train({Columns.OBS: seq_obs})[Columns.ACTION_DIST_INPUTS]
+    assert len(calls) == 1
+    shared.square().sum().backward()
+    grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+    module.zero_grad()
+    state, per_step = torch.zeros(2, 10, 16), []
+    for t in range(4):  # the same episode, embedding at every step
+        out = module._step({k: v[:, t] for k, v in seq_obs.items()}, state, None)
+        per_step.append(out.dist_inputs)
+        state = out.next_state
+    assert len(calls) == 5
+    torch.stack(per_step, 1).square().sum().backward()
+    assert torch.allclose(torch.stack(per_step, 1), shared, atol=1e-6)
+    for n, p in module.named_parameters():
+        if n in grads:
+            assert torch.allclose(p.grad, grads[n], atol=1e-5), n
+
+
 def test_learner_logp_equals_sampler_logp_under_the_sampled_grouping():
     torch.manual_seed(0)
     module = make_module(devices=3)
