@@ -56,8 +56,11 @@ class TrainConfig:
             whole batch fails; see policies/reinforce.py).
         advantages: rank (fitness shaping, default), normalized or centered
             (see policies/reinforce.py).
-        reward: inverse (1/latency, the paper), speedup, neg_log.
+        reward: inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the
+            RNN placer's); empty = the method's own.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
+        rnn_groups: RNN placer: 0 places every op; G > 0 places G groups of a learned
+            feed-forward grouper (the hierarchical placer of Mirhoseini et al., 2018).
         grouping_noise: Gumbel noise on the edge scores when sampling groupings
             (0 = the deterministic parsing of inference).
         self_loops: a node may choose its own loop in graph parsing and stay
@@ -108,11 +111,12 @@ class TrainConfig:
     lr: float = 3e-3
     entropy_coeff: float = 0.01
     advantages: str = "rank"
-    reward: str = "inverse"
+    reward: str = ""
     hidden_dim: int = 64
     gcn_layers: int = 2
     node_state_update: bool = True
     grouping_noise: float = 0.3
+    rnn_groups: int = 0
     self_loops: bool = False
     no_fractal: bool = False
     no_shape: bool = False
@@ -160,7 +164,7 @@ class TrainConfig:
              f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
             (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
              "entropy_coeff and grouping_noise must be 0 or more"),
-            (self.reward in REWARDS, f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
+            (self.reward in REWARDS + ("",), f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
             (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
@@ -170,6 +174,7 @@ class TrainConfig:
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),
+            (self.rnn_groups >= 0, "rnn_groups must be 0 (no grouper) or a number of groups"),
             (self.lr > 0, "lr must be positive"),
             (self.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
             (self.torch_threads >= 1, "torch_threads must be at least 1"),
