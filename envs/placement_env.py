@@ -8,7 +8,7 @@ every step (the policy carries its node states from step to step itself).
 
 Rewards (``reward``): ``inverse`` = 1 / latency in seconds (the paper),
 ``speedup`` = reference latency / latency, ``neg_log`` = -log(latency in
-seconds). A failed measurement (does not compile, times out) is counted and
+seconds), ``neg_sqrt`` = -sqrt(latency in seconds) (Mirhoseini et al., 2017). A failed measurement (does not compile, times out) is counted and
 rewarded as a placement ``failure_factor`` times slower than the reference,
 never a crash. A placement that breaks a device's memory limit is rewarded on
 a graded scale, ``failure_factor * (1 + over)`` times the reference with
@@ -35,7 +35,7 @@ from hsdag_ray.core.features import FeatureConfig
 __all__ = ["EnvConfig", "PlacementEnv", "REWARDS", "TRANSIENT_STAGES", "reward_of",
            "reporting_errors"]
 
-REWARDS = ("inverse", "speedup", "neg_log")
+REWARDS = ("inverse", "speedup", "neg_log", "neg_sqrt")
 #: failure stages that say nothing about the placement (measured again when proposed again)
 TRANSIENT_STAGES = ("timeout",)
 MEMORY_PENALTIES = ("graded", "flat")
@@ -153,6 +153,8 @@ def reward_of(latency_s: float, kind: str, reference_s: float) -> float:
         return reference_s / latency_s
     if kind == "neg_log":
         return -math.log(latency_s)
+    if kind == "neg_sqrt":
+        return -math.sqrt(latency_s)
     raise ValueError(f"unknown reward {kind!r}; choose one of {', '.join(REWARDS)}")
 
 

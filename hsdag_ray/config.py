@@ -63,8 +63,11 @@ class TrainConfig:
         replay: which earlier episodes: elite (those with the best placements) or recent.
         num_epochs: optimiser passes over each update's batch (2: more learning per
             measured placement, measured faster than 1).
-        reward: inverse (1/latency, the paper), speedup, neg_log.
+        reward: inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the
+            RNN placer's); empty = the method's own.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
+        rnn_groups: RNN placer: 0 places every op; G > 0 places G groups of a learned
+            feed-forward grouper (the hierarchical placer of Mirhoseini et al., 2018).
         grouping_noise: Gumbel noise on the edge scores when sampling groupings
             (0 = the deterministic parsing of inference).
         node_moves: (on by default; --no-node-moves for the paper's grouped placement)
@@ -128,11 +131,12 @@ class TrainConfig:
     replay_episodes: int = 0
     replay: str = "elite"
     num_epochs: int = 2
-    reward: str = "inverse"
+    reward: str = ""
     hidden_dim: int = 64
     gcn_layers: int = 2
     node_state_update: bool = True
     grouping_noise: float = 0.3
+    rnn_groups: int = 0
     self_loops: bool = False
     node_moves: bool = True
     start: str = "uniform"
@@ -187,7 +191,7 @@ class TrainConfig:
              "replay_episodes must be 0 or more and num_epochs at least 1"),
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),
             (self.start in ("uniform", "best_single"), "start must be uniform or best_single"),
-            (self.reward in REWARDS, f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
+            (self.reward in REWARDS + ("",), f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
             (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
@@ -197,6 +201,7 @@ class TrainConfig:
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),
+            (self.rnn_groups >= 0, "rnn_groups must be 0 (no grouper) or a number of groups"),
             (self.lr > 0, "lr must be positive"),
             (self.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
             (self.torch_threads >= 1, "torch_threads must be at least 1"),

@@ -136,13 +136,20 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
 
 
+def reward_of_run(cfg: TrainConfig) -> str:
+    """The run's reward: ``--reward``, or the method's own when none is given."""
+    from policies.registry import get
+
+    return cfg.reward or get(cfg.method).reward
+
+
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
                store: str) -> dict[str, Any]:
     from envs.base import TimingConfig
 
     timing = TimingConfig(repeats=cfg.repeats, threads=cfg.threads, timeout_s=cfg.timeout)
     return {"model": cfg.model, "coarsen": cfg.coarsen, "backend": backend, "devices": devices,
-            "profile": profile, "objective": cfg.objective, "reward": cfg.reward,
+            "profile": profile, "objective": cfg.objective, "reward": reward_of_run(cfg),
             "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
             "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty}

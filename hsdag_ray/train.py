@@ -235,7 +235,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         (run_dir.dir / "config.json").write_text(json.dumps(
             {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,
                                                 "env_runners": env_runners,
-                                                "algo": cfg_run.algo}}, indent=1))
+                                                "algo": cfg_run.algo,
+                                                "reward": env_cfg["reward"]}}, indent=1))
         driver = make_driver(cfg_run, method, env_cfg, real, env, singles)
         if resume is not None and run_dir.checkpoint.is_dir():
             driver.restore(run_dir.checkpoint)

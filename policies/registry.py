@@ -49,8 +49,8 @@ class Method:
         ppo_config: ``rl``: extra settings of RLlib's ``PPOConfig.training`` when it
             trains with PPO, from the run's settings.
         run: ``search`` / ``solver``: ``"pkg.mod:function"`` that does the work.
-        episode_len: ``rl``: the number of steps of one episode from the
-            settings and the environment's graph size (default: ``episode_len``).
+        reward: the environment's reward (:data:`envs.placement_env.REWARDS`)
+            when the run names none.
     """
 
     name: str
@@ -64,6 +64,7 @@ class Method:
     learner_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
     ppo_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
     run: str = ""
+    reward: str = "inverse"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -135,6 +136,20 @@ register(Method(
     module="policies.placeto_module:PlacetoRLModule", learner="policies.placeto_learner:PlacetoTorchLearner",
     env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
     learner_config=_placeto_learner_config))
+
+
+def _rnn_model_config(s: Mapping[str, Any]) -> dict:
+    return {"hidden_dim": s["hidden_dim"], "grouper": s["rnn_groups"] > 0,
+            "num_groups": max(1, s["rnn_groups"])}
+
+
+register(Method(
+    name="rnn", kind="rl",
+    description="RNN placer (Mirhoseini et al., ICML 2017): seq2seq over ops in topological order, "
+                "bidirectional LSTM encoder, attentional LSTM decoder; --rnn-groups G adds the "
+                "learned grouper of the 2018 paper",
+    module="policies.rnn_module:RNNPlacerRLModule", learner="policies.rnn_learner:RNNPlacerTorchLearner",
+    model_config=_rnn_model_config, reward="neg_sqrt"))
 
 
 register(Method(
