@@ -32,8 +32,10 @@ def _num(v) -> Optional[float]:
 class RLDriver:
     """A learned method: one RLlib training iteration per ``iterate()``."""
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
-        self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode).build_algo()
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                 resources: Optional[dict] = None) -> None:
+        self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
+                                resources).build_algo()
 
     @property
     def handle(self):
@@ -61,11 +63,13 @@ class SearchDriver:
     run's store on a measuring machine (a Ray actor holding a measuring slot
     with a real backend)."""
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                 resources: Optional[dict] = None) -> None:
         from envs.measuring import call, measuring_service
 
         self.cfg = cfg
-        self.service = measuring_service(env_cfg, real, MEASURE_RESOURCE, tracked=True)
+        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
+                                         tracked=True)
         singles = call(self.service, "single_devices")
         fastest = min(range(len(env.devices)), key=lambda k: singles[env.devices[k]])
         start = np.full(env.graph.num_nodes, fastest, dtype=np.int64)
@@ -99,10 +103,12 @@ class SearchDriver:
         release(self.service)
 
 
-def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env):
-    """The driver of ``method``'s kind."""
+def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                resources: Optional[dict] = None):
+    """The driver of ``method``'s kind; ``resources``: what each measuring actor asks
+    for with a real backend (:func:`hsdag_ray.nodes.measuring_resources`)."""
     if method.kind == "rl":
-        return RLDriver(cfg, method, env_cfg, real, env)
+        return RLDriver(cfg, method, env_cfg, real, env, resources)
     if method.kind == "search":
-        return SearchDriver(cfg, method, env_cfg, real, env)
+        return SearchDriver(cfg, method, env_cfg, real, env, resources)
     raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")

@@ -164,7 +164,7 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
     (simulator) or a measuring slot (real devices: one per measuring machine)."""
     from ray import tune
 
-    real = cfg.backend not in ("simulator",)
+    real = cfg.backend != "simulator" or cfg.sim_delay_s > 0
     runners = cfg.env_runners
     if real:
         return tune.PlacementGroupFactory([{"CPU": 1}] + [{MEASURE_RESOURCE: 1}] * max(runners, 1),
@@ -242,7 +242,8 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
             tuner = tune.Tuner(
                 trainable,
                 param_space={"sweep": asdict(sc), "runs": str(runs), "trial": tune.grid_search(grid)},
-                tune_config=tune.TuneConfig(max_concurrent_trials=sc.max_concurrent or None),
+                tune_config=tune.TuneConfig(max_concurrent_trials=sc.max_concurrent or None,
+                                            reuse_actors=True),  # imports paid once per slot
                 run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0,
                                           failure_config=tune.FailureConfig(max_failures=1)))
         tuner.fit()
