@@ -161,13 +161,17 @@ def _trainable(config: dict[str, Any]) -> None:
 
 def _resources(sc: SweepConfig, cfg: TrainConfig):
     """What one trial holds: a CPU for its driver and learner, then per EnvRunner a CPU
-    (simulator) or a measuring slot (real devices: one per measuring machine)."""
+    (simulator) or a measuring slot (real devices: one per measuring machine, of a machine
+    with the trial's devices when the cluster names device sets)."""
     from ray import tune
+
+    from hsdag_ray.nodes import measuring_resources
 
     real = cfg.backend != "simulator" or cfg.sim_delay_s > 0
     runners = cfg.env_runners
     if real:
-        return tune.PlacementGroupFactory([{"CPU": 1}] + [{MEASURE_RESOURCE: 1}] * max(runners, 1),
+        slot = measuring_resources(cfg.devices) if cfg.devices else {MEASURE_RESOURCE: 1}
+        return tune.PlacementGroupFactory([{"CPU": 1}] + [slot] * max(runners, 1),
                                           strategy="SPREAD")
     return tune.PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1}] * runners, strategy="PACK")
 

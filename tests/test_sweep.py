@@ -117,3 +117,39 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert all(after[name] == t for name, t in finished.items())  # not run again
     rows = [r for r in read_csv(tmp_path / "r" / "results.csv") if r["kind"] == "run"]
     assert len(rows) == 8
+
+
+def test_a_sweep_on_a_cluster_spreads_its_trials_over_the_machines(tmp_path):
+    """Two machines with one CPU each and a head with none: the two trials run at the
+    same time, one per machine."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    machines = {cluster.add_node(num_cpus=1).node_id for _ in range(2)}
+    cluster.wait_for_nodes()
+    try:
+        sc = SweepConfig(models=["tiny_cnn"], methods=["random"], seeds=[0, 1], budget=10,
+                         train=TINY, out=str(tmp_path), name="spread", address=cluster.address)
+        run_sweep(sc, say=lambda m: None)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    rows = [r for r in read_csv(tmp_path / "spread" / "results.csv") if r["kind"] == "run"]
+    nodes = {json.loads((Path(r["run_dir"]) / "summary.json").read_text())["measured_on"] for r in rows}
+    assert len(rows) == 2 and nodes == machines
+
+
+@pytest.mark.slow
+def test_the_ablation_preset_writes_its_own_table(tmp_path):
+    assert main(["--preset", "ablation", "--models", "tiny_cnn", "--seeds", "0", "--budget", "10",
+                 "--wandb", "disabled", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "ablation" / "results.md").read_text()
+    assert md.startswith("## HSDAG feature ablation")
+    for variant in ABLATION_VARIANTS:
+        assert sum(line.startswith(f"| tiny_cnn | hsdag [{variant}] |") for line in md.splitlines()) == 1
+    runs = [r for r in read_csv(tmp_path / "ablation" / "results.csv") if r["kind"] == "run"]
+    feats = {r["variant"]: json.loads((Path(r["run_dir"]) / "summary.json").read_text())["features"]
+             for r in runs}
+    assert feats["no output shape"]["shape"] is False and feats["no node id"]["position"] == "none"
+    assert feats["no structural"]["fractal"] is False and feats["full"]["fractal"] is True
