@@ -29,6 +29,18 @@ class TimingConfig:
             ``stage="timeout"``.
         threads: inference threads per device (``0`` = the plugin's default).
         validate_outputs: compare outputs with the unsplit model's once.
+        race: when a method's placement is measured against the best so far,
+            stop timing it once it is clearly slower, and time it longer when
+            it claims a new best by a small margin (:mod:`envs.openvino.racing`);
+            baselines and re-measurements are always timed in full.
+        race_margin: relative margin of "clearly slower" and "small margin".
+        race_min_blocks: blocks timed before a placement may be stopped.
+        race_extra: a close new best is timed up to this many times the
+            planned blocks again.
+        stage_cache: compiled pipeline stages (and single-device models) kept
+            between placements, so shared stages compile once (0 = off).
+        stage_cache_mb: memory bound of that cache, in MB (an estimate: the
+            stages' constants and outputs).
     """
 
     warmup: int = 2
@@ -37,6 +49,12 @@ class TimingConfig:
     timeout_s: float = 120.0
     threads: int = 1
     validate_outputs: bool = False
+    race: bool = True
+    race_margin: float = 0.05
+    race_min_blocks: int = 2
+    race_extra: int = 1
+    stage_cache: int = 64
+    stage_cache_mb: float = 1024.0
 
 
 @dataclass

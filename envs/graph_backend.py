@@ -36,12 +36,15 @@ class OpenVINOGraphBackend:
         self.devices = self.ov.devices
         self.name = self.ov.name
 
-    def measure(self, placement: Mapping[str, str]) -> Measurement:
+    races = True
+    """:meth:`measure` takes ``race`` (see :mod:`envs.openvino.racing`)."""
+
+    def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
         try:
             affinity = self.graph.expand_placement(placement)
         except GraphError as e:
             return Measurement.failure(self.name, "validate", str(e))
-        return self.ov.measure_ops(affinity)
+        return self.ov.measure_ops(affinity, race)
 
 
 def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),

@@ -228,7 +228,7 @@ class PlacementEnv(gym.Env):
                             stage=hit["info"].get("stage"), error=hit["info"].get("error"),
                             info=extra)
             return m, True
-        m = self.measure_untracked(p)
+        m = self._measure(p, race=True)
         info = {"stage": m.stage, "error": m.error} if not m.ok else {}
         if "memory_over" in m.info:
             info["memory_over"] = m.info["memory_over"]
@@ -240,11 +240,20 @@ class PlacementEnv(gym.Env):
 
     def measure_untracked(self, placement: np.ndarray) -> Measurement:
         """Measure a placement that is not the policy's (a baseline or
-        reference): never cached, never counted, never the run's best."""
+        reference): never cached, never counted, never the run's best, and
+        always timed in full."""
+        return self._measure(placement, race=False)
+
+    def _measure(self, placement: np.ndarray, race: bool) -> Measurement:
+        """Measure on the backend; ``race`` lets a real backend time a clearly
+        slower placement shorter (:mod:`envs.openvino.racing`)."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
         if hasattr(self.backend, "measure_array"):
             return self.backend.measure_array(p)
-        return self.backend.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, p)})
+        placement_map = {nm: self.devices[int(d)] for nm, d in zip(self.graph.names, p)}
+        if race and getattr(self.backend, "races", False):
+            return self.backend.measure(placement_map, race=True)
+        return self.backend.measure(placement_map)
 
     def _reference(self) -> tuple[float, dict[str, float]]:
         """The reference latency of rewards and failures, and each device's latency.

@@ -102,8 +102,9 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
             if busy:
                 profile.devices[name]["note"] = busy
             profile.op_time_s[name] = backend.ov.profile_ops(name)
+    host = next(iter(profile.devices), None)  # the first measured device
     for name in modeled:
-        add_modeled_device(profile, fine, name)
+        add_modeled_device(profile, fine, name, relative_to=host)
     real = list(profile.devices)[: len(devices)]
     if backend is not None and len(real) >= 2 and fit > 0:
         placements = split_placements(fine.num_nodes, 2, fit)

@@ -33,10 +33,11 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
     if algo == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig
 
+        extra = method.ppo_config(settings) if method.ppo_config else {}
         ac = PPOConfig().training(
             lr=cfg.lr, entropy_coeff=cfg.entropy_coeff, gamma=0.0, lambda_=0.0,
             train_batch_size_per_learner=steps_per_episode * cfg.episodes_per_iteration,
-            minibatch_size=steps_per_episode, num_epochs=4)
+            minibatch_size=steps_per_episode, num_epochs=4, **extra)
     else:
         extra = method.learner_config(settings) if method.learner_config else {}
         ac = REINFORCEConfig().training(lr=cfg.lr, entropy_coeff=cfg.entropy_coeff,

@@ -85,6 +85,11 @@ class TrainConfig:
         sim_delay_s: with the simulator, seconds every measurement takes, as on a real
             device (0 = instant); above 0 the run measures on measuring machines as a
             real one does (scaling benchmarks, multi-machine tests).
+        init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
+            wrote): its weights are loaded into the RLModule before training; with
+            --budget 0 the run places zero-shot with it, nothing learned.
+        zero_shot_samples: with --budget 0, placements measured: the policy's greedy
+            one, plus this many minus one sampled from it.
         torch_threads: threads of every torch process (driver, learner, EnvRunners);
             more than one on a small machine shared with Ray and OpenVINO makes
             each update many times slower (threads spin waiting for each other).
@@ -134,6 +139,8 @@ class TrainConfig:
     solver_time_limit: float = 120.0
     torch_threads: int = 1
     sim_delay_s: float = 0.0
+    init: str = ""
+    zero_shot_samples: int = 1
 
     def validate(self) -> None:
         from envs.placement_env import REWARDS
@@ -161,7 +168,9 @@ class TrainConfig:
             (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
-            (self.budget >= 1, "budget must be at least 1 placement"),
+            (self.budget >= 1 or (self.budget == 0 and bool(self.init)),
+             "budget must be at least 1 placement (0 places zero-shot with --init CHECKPOINT)"),
+            (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),
@@ -177,6 +186,9 @@ class TrainConfig:
         for ok, msg in checks:
             if not ok:
                 raise UsageError(msg)
+        if self.init and not Path(self.init).exists():
+            raise UsageError(f"pre-trained checkpoint {self.init} does not exist; pass the folder "
+                             "python -m hsdag_ray.pretrain printed")
         if self.profile and not Path(self.profile).is_file():
             raise UsageError(f"profile file {self.profile} does not exist; record one with "
                              "python -m hsdag_ray.profile")

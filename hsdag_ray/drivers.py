@@ -36,6 +36,10 @@ class RLDriver:
                  resources: Optional[dict] = None) -> None:
         self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
                                 resources).build_algo()
+        if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
+            from hsdag_ray.pretrained import load_into_algo, read_pretrained
+
+            load_into_algo(self.algo, read_pretrained(cfg.init), method.name)
 
     @property
     def handle(self):
@@ -105,8 +109,13 @@ class SearchDriver:
 
 def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                 resources: Optional[dict] = None):
-    """The driver of ``method``'s kind; ``resources``: what each measuring actor asks
-    for with a real backend (:func:`hsdag_ray.nodes.measuring_resources`)."""
+    """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``);
+    ``resources``: what each measuring actor asks for with a real backend
+    (:func:`hsdag_ray.nodes.measuring_resources`)."""
+    if cfg.budget == 0:
+        from hsdag_ray.pretrained import ZeroShotDriver
+
+        return ZeroShotDriver(cfg, method, env_cfg, real, env)
     if method.kind == "rl":
         return RLDriver(cfg, method, env_cfg, real, env, resources)
     if method.kind == "search":

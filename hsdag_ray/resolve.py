@@ -24,6 +24,11 @@ __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "env_con
 DEFAULT_ACCELERATOR = "GPU_SMALLMEM"
 
 
+#: bumped when implicit profiles are recorded differently (2: modeled devices
+#: scaled to the host), so older cached ones are recorded again
+PROFILE_FORMAT = 2
+
+
 def _content_tag(model: str) -> str:
     """``""`` for a zoo model; for a file, a short hash of its content, so two
     different files of the same name never share a cached profile."""
@@ -53,7 +58,7 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
     from envs.profiling import busy_note, record
     from hsdag_ray.core.graph import parse_input_shapes
     from hsdag_ray.core.models import cache_dir, load_model
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile
+    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, default_boundary_s
 
     devices = list(devices) or ["CPU", DEFAULT_ACCELERATOR]
     modeled = [d for d in devices if d in MODELED_DEVICES]
@@ -64,7 +69,8 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
         measured = resolve_devices(measured, threads)
     shape = "-" + input_shape.replace(",", "x").replace(":", "_").replace(";", "_") if input_shape else ""
     path = (cache_dir().parent / "profiles"
-            / f"{Path(model).stem}{_content_tag(model)}{shape}-{'-'.join(measured + modeled)}.json")
+            / f"{Path(model).stem}{_content_tag(model)}{shape}-{'-'.join(measured + modeled)}"
+               f"-p{PROFILE_FORMAT}.json")
     if path.is_file():
         prof = Profile.load(path)
         busy_then = any("note" in d for d in prof.devices.values())
@@ -85,9 +91,8 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
     prof = record(model, measured, modeled, fit=fit, input_shapes=parse_input_shapes(input_shape),
                   progress=False)
     if not prof.fit:
-        # one stage boundary costs about half a millisecond on CPU devices (fitted on
-        # ResNet-50 splits); without it fine-grained placements look free
-        prof.boundary_s = 5e-4
+        # without a boundary cost fine-grained placements look free
+        prof.boundary_s = default_boundary_s(prof)
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.save(path)
     return prof, path

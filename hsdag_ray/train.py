@@ -16,6 +16,8 @@ Examples::
     python -m hsdag_ray.train --config sweep/run.yaml --seed 3
     python -m hsdag_ray.train --address auto --backend auto --devices CPU,GPU   # on a cluster
     python -m hsdag_ray.train --resume runs/resnet50-hsdag-20261122-101500
+    python -m hsdag_ray.train --model resnet50 --init pre/pretrained --budget 200   # fine-tune
+    python -m hsdag_ray.train --model resnet50 --init pre/pretrained --budget 0     # zero-shot
 
 Outputs go to a run folder (``--out``, default ``runs/``): ``config.json``,
 ``metrics.jsonl``, ``best_placement.json`` (OpenVINO op name -> device),
@@ -151,7 +153,8 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
           progress, single_device_s: dict[str, float], on_iteration) -> None:
     """Iterate until the budget of placements is reached; checkpoint on the way."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
-    while store.stats()["placements"] < cfg.budget:
+    target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
+    while store.stats()["placements"] < target:
         t_it = time.time()
         before = store.stats()
         method_metrics = driver.iterate()
@@ -199,6 +202,10 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
 
     t_start = time.time()
     method = get(cfg.method)
+    if cfg.init:  # a checkpoint of another method is refused before anything starts
+        from hsdag_ray.pretrained import check_method, read_pretrained
+
+        check_method(read_pretrained(cfg.init), cfg.method)
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
     # a simulator with a measuring time stands for real devices: measured on measuring machines

@@ -46,6 +46,8 @@ class Method:
             run's settings (a mapping of :class:`hsdag_ray.config.TrainConfig`'s fields).
         learner_config: ``rl``: extra settings of its REINFORCE algorithm
             config (e.g. which advantages), from the run's settings.
+        ppo_config: ``rl``: extra settings of RLlib's ``PPOConfig.training`` when it
+            trains with PPO, from the run's settings.
         run: ``search`` / ``solver``: ``"pkg.mod:function"`` that does the work.
         episode_len: ``rl``: the number of steps of one episode from the
             settings and the environment's graph size (default: ``episode_len``).
@@ -60,6 +62,7 @@ class Method:
     env: str = "envs.placement_env:PlacementEnv"
     model_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
     learner_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
+    ppo_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
     run: str = ""
 
     def __post_init__(self) -> None:
@@ -138,3 +141,23 @@ register(Method(
 register(Method(
     name="anneal", kind="search", run="policies.search:SimulatedAnnealing",
     description="simulated annealing from the fastest single device over node and block moves"))
+
+
+def _gdp_model_config(s: Mapping[str, Any]) -> dict:
+    # the placer's depth, heads and segment length: GDPConfig's defaults
+    return {"hidden_dim": s["hidden_dim"]}
+
+
+def _gdp_ppo_config(s: Mapping[str, Any]) -> dict:
+    # No KL penalty: the KL of a placement sums over every node, so it passes PPO's target
+    # (0.01) after any real step and the adaptive coefficient grows until the policy freezes
+    # (tiny_cnn, lr 1e-2: no progress in 360 placements). The clipped ratio bounds the steps.
+    return {"use_kl_loss": False}
+
+
+register(Method(
+    name="gdp", kind="rl", algo="ppo",
+    description="GDP (Zhou et al., 2019): GraphSAGE, segment-recurrent attention placer "
+                "conditioned on the graph (superposition), all nodes in one shot, PPO",
+    module="policies.gdp_module:GDPRLModule", model_config=_gdp_model_config,
+    ppo_config=_gdp_ppo_config))

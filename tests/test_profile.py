@@ -6,7 +6,8 @@ from envs.simulator import Simulator
 from hsdag_ray.core.graph import GraphError, from_ov_model
 from hsdag_ray.core.models import tiny_cnn
 from envs.profiling import fit_link_costs, record
-from hsdag_ray.core.profile import (DeviceSpec, Profile, add_modeled_device, cost_graph,
+from hsdag_ray.core.profile import (MODELED_DEVICES, REFERENCE_BOUNDARY_S, DeviceSpec, Profile,
+                                    add_modeled_device, cost_graph, default_boundary_s,
                                     modeled_op_times, split_placements)
 from tests.test_graph import small_model
 
@@ -19,6 +20,27 @@ def test_modeled_times_roofline_plus_overhead():
     assert t["mm1"] == pytest.approx(max(32 / 1e9, 96 / 1e6) + 1e-3)
     assert t["W"] == 0 and t["x"] == 0
     assert set(t) == {op for n in g.nodes for op in n.ops}
+
+
+def test_modeled_devices_scale_to_the_measured_host():
+    """A host 3x faster than the reference CPU gets a GPU_SMALLMEM 3x faster
+    in everything (math, launches, link) and a boundary cost 3x smaller, so
+    the placement problem has the same shape on a slow and a fast CPU."""
+    g = from_ov_model(small_model())
+    reference = modeled_op_times(g, MODELED_DEVICES["CPU_MODEL"])
+    prof = Profile("small", {"CPU": {"kind": "measured"}}, {"CPU": {k: v / 3 for k, v in reference.items()}})
+    add_modeled_device(prof, g, "GPU_SMALLMEM", relative_to="CPU")
+    assert prof.devices["GPU_SMALLMEM"]["host_scale"] == pytest.approx(3.0)
+    absolute = modeled_op_times(g, MODELED_DEVICES["GPU_SMALLMEM"])
+    assert prof.op_time_s["GPU_SMALLMEM"] == pytest.approx({k: v / 3 for k, v in absolute.items()})
+    assert prof.pairs["CPU->GPU_SMALLMEM"]["latency_s"] == pytest.approx(
+        MODELED_DEVICES["GPU_SMALLMEM"].link_latency_s / 3)
+    assert prof.mem_capacity["GPU_SMALLMEM"] == MODELED_DEVICES["GPU_SMALLMEM"].memory_bytes
+    assert default_boundary_s(prof) == pytest.approx(REFERENCE_BOUNDARY_S / 3)
+    # without relative_to the spec is taken as written
+    add_modeled_device(prof, g, "GPU_MODEL")
+    assert "host_scale" not in prof.devices["GPU_MODEL"]
+    assert prof.op_time_s["GPU_MODEL"] == pytest.approx(modeled_op_times(g, MODELED_DEVICES["GPU_MODEL"]))
 
 
 def test_cost_graph_sums_op_times_and_keeps_tensors():

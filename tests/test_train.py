@@ -239,10 +239,11 @@ def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
 
 
 def test_an_optimum_the_solver_did_not_prove_is_reported_as_such(tmp_path):
-    # the memory-limited MILP on Inception-V3's 216-node graph needs about 0.3 s to prove
+    # the memory-limited MILP on Inception-V3's 216-node graph needs seconds to prove; 0.1 s
+    # finds an incumbent (a gap of about 25% here) even on a loaded machine
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--model", "inception_v3",
                         "--coarsen", "none", "--backend", "simulator",
-                        "--devices", "CPU,GPU_SMALLMEM", "--solver-time-limit", "0.01",
+                        "--devices", "CPU,GPU_SMALLMEM", "--solver-time-limit", "0.1",
                         "--budget", "20", "--episode-len", "10", "--env-runners", "0",
                         "--wandb", "disabled", "--out", str(tmp_path), "--name", "u"],
                        capture_output=True, text=True, timeout=900)

@@ -14,6 +14,9 @@ Names understood by :func:`load_model`:
     any torchvision model by its builder name (``tv:mobilenet_v3_small``,
     ``tv:efficientnet_b0``, ``tv:vit_b_16``, ``tv:convnext_tiny`` ...), random
     weights, batch 1, 224x224 (299x299 for Inception).
+``gen:KIND:...``
+    a generated graph of a family (random layered DAG, NAS cells; see
+    :mod:`hsdag_ray.core.generated`), built directly, no conversion.
 ``hf:TYPE``
     any Hugging Face model type buildable from its default config without a
     download (``hf:gpt2``, ``hf:distilbert``, ``hf:roberta``, ``hf:electra``,
@@ -221,7 +224,11 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
     """
     import openvino as ov
 
-    if _builder(spec) is not None:
+    from hsdag_ray.core.generated import generated_model, is_generated
+
+    if is_generated(spec):
+        model = generated_model(spec)
+    elif _builder(spec) is not None:
         model = _convert_zoo(spec)
     else:
         path = Path(spec)

@@ -13,7 +13,10 @@ Per-op times come from OpenVINO's own profiling (``enable_profiling``) on each
 real device; ops OpenVINO fused away get 0. A device can instead be
 *modeled* from a :class:`DeviceSpec` (peak FLOP/s, memory bandwidth, per-op
 overhead): its time per node is ``max(flops / peak, bytes / bandwidth) +
-overhead``, and the profile marks it ``"kind": "modeled"``.
+overhead``, and the profile marks it ``"kind": "modeled"``. Next to a measured
+host, the ready-made specs (:data:`MODELED_DEVICES`) are scaled to that host
+(:func:`host_scale`, recorded as ``host_scale``), so a modeled accelerator is
+as much faster than your CPU as its spec is than :data:`REFERENCE_HOST`.
 
 Transfers cost ``latency + bytes / bandwidth`` per tensor and destination
 device; each stage boundary costs ``boundary_s``. Both are fitted by
@@ -23,7 +26,7 @@ when two real devices are profiled (:func:`envs.profiling.fit_link_costs`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -32,8 +35,9 @@ import numpy as np
 from hsdag_ray.core.costgraph import CostGraph
 from hsdag_ray.core.graph import CompGraph, GraphError
 
-__all__ = ["DeviceSpec", "Profile", "MODELED_DEVICES", "cost_graph", "modeled_op_times",
-           "add_modeled_device", "split_placements"]
+__all__ = ["DeviceSpec", "Profile", "MODELED_DEVICES", "REFERENCE_HOST", "cost_graph",
+           "modeled_op_times", "add_modeled_device", "host_scale", "default_boundary_s",
+           "split_placements"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,13 @@ class DeviceSpec:
     link_bandwidth_Bps: float = 16e9
     link_latency_s: float = 20e-6
 
+    def scaled(self, h: float) -> "DeviceSpec":
+        """The same device ``h`` times faster in everything: math, memory,
+        launches and its link (memory size unchanged)."""
+        return replace(self, peak_flops=self.peak_flops * h, mem_bandwidth_Bps=self.mem_bandwidth_Bps * h,
+                       op_overhead_s=self.op_overhead_s / h, link_bandwidth_Bps=self.link_bandwidth_Bps * h,
+                       link_latency_s=self.link_latency_s / h)
+
 
 #: ready-made modeled devices (names usable wherever a device is named)
 MODELED_DEVICES: dict[str, DeviceSpec] = {
@@ -69,6 +80,16 @@ MODELED_DEVICES: dict[str, DeviceSpec] = {
     "CPU_MODEL": DeviceSpec(peak_flops=1.0e11, mem_bandwidth_Bps=20e9, op_overhead_s=5e-6,
                             link_bandwidth_Bps=16e9, link_latency_s=5e-6),
 }
+
+#: the CPU the ready-made specs are written against. Next to a measured host
+#: CPU, a ready-made modeled device is scaled to it (:func:`host_scale`): it is
+#: to the host what its spec is to ``CPU_MODEL``, so a run has the same shape
+#: (which split is optimal, by how much) on a slow CPU and on one with AMX.
+REFERENCE_HOST = "CPU_MODEL"
+
+#: one stage boundary on the reference host (fitted on ResNet-50 splits of two
+#: CPU devices on a host 2.4x faster than ``CPU_MODEL``: about 0.5 ms)
+REFERENCE_BOUNDARY_S = 1.2e-3
 
 
 @dataclass
@@ -160,15 +181,40 @@ def modeled_op_times(graph: CompGraph, spec: DeviceSpec) -> dict[str, float]:
     return out
 
 
+def host_scale(profile: Profile, graph: CompGraph, host: str) -> float:
+    """How many times faster the measured device ``host`` runs ``graph`` than
+    :data:`REFERENCE_HOST` would (summed per-op times)."""
+    measured = sum(profile.op_time_s[host].get(op, 0.0) for n in graph.nodes for op in n.ops)
+    reference = sum(modeled_op_times(graph, MODELED_DEVICES[REFERENCE_HOST]).values())
+    if measured <= 0:
+        raise GraphError(f"the profile has no op times on {host}; cannot scale modeled devices to it")
+    return reference / measured
+
+
+def default_boundary_s(profile: Profile) -> float:
+    """The cost of one stage boundary when none was fitted: the reference
+    host's, scaled like the profile's modeled devices (unscaled without any)."""
+    scales = [d["host_scale"] for d in profile.devices.values() if "host_scale" in d]
+    return REFERENCE_BOUNDARY_S / (scales[0] if scales else 1.0)
+
+
 def add_modeled_device(profile: Profile, graph: CompGraph, name: str,
-                       spec: Optional[DeviceSpec] = None) -> None:
-    """Add a modeled device (``spec`` or a name of :data:`MODELED_DEVICES`)."""
+                       spec: Optional[DeviceSpec] = None, relative_to: Optional[str] = None) -> None:
+    """Add a modeled device (``spec`` or a name of :data:`MODELED_DEVICES`).
+
+    With ``relative_to`` (a measured device of ``profile``) the spec is scaled
+    by :func:`host_scale`, and the profile records the scale."""
     if spec is None:
         if name not in MODELED_DEVICES:
             raise GraphError(f"unknown modeled device {name!r}; choose one of "
                              f"{', '.join(MODELED_DEVICES)}")
         spec = MODELED_DEVICES[name]
-    profile.devices[name] = {"kind": "modeled", "spec": asdict(spec)}
+    info: dict = {"kind": "modeled"}
+    if relative_to is not None:
+        h = host_scale(profile, graph, relative_to)
+        spec = spec.scaled(h)
+        info.update(relative_to=relative_to, host_scale=h)
+    profile.devices[name] = {**info, "spec": asdict(spec)}
     profile.op_time_s[name] = modeled_op_times(graph, spec)
     if np.isfinite(spec.memory_bytes):
         profile.mem_capacity[name] = spec.memory_bytes

@@ -1,0 +1,177 @@
+"""Placements measured per second on real OpenVINO, with and without the compiled-stage cache and racing.
+
+    python bench/bench_measure.py                               # resnet50 and bert_base, CPU + CPU_F32
+    python bench/bench_measure.py --models tiny_cnn --placements 20
+
+For each model (placement graph coarsened as in training, ``colocation``) two
+streams of distinct placements are measured:
+
+* ``cold``: unrelated placements (contiguous splits, blocks, random per
+  node), as an untrained policy proposes;
+* ``converging``: a replayed local search around a moving incumbent (each
+  placement flips a short run of nodes of the incumbent, which moves to the
+  new placement one time in three), as a converging policy proposes: most
+  placements share most stages with earlier ones.
+
+Each placement of a stream is measured by three backends in turn, so drifts
+of a shared machine hit all alike: ``old`` (no cache, no racing: the
+behaviour before), ``cache`` (compiled-stage cache), ``cache+race`` (cache
+and racing against the best so far, as the training loop measures). Printed:
+placements per second of each, the speed-up over ``old``, and for each
+setting its best placement re-measured ``--rounds`` times in full (as a run's
+end does) with the relative spread ``(max - min) / median`` of the rounds.
+With ``--overlap`` it also times the best placement while another thread
+compiles, to show whether compiling the next placement during timing would
+disturb the timings.
+"""
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import numpy as np
+
+from envs.base import TimingConfig
+from envs.graph_backend import OpenVINOGraphBackend
+from hsdag_ray.core.graph import build_graph
+
+SETTINGS = {
+    "old": dict(stage_cache=0, race=False),
+    "cache": dict(race=False),
+    "cache+race": dict(),
+}
+
+
+def cold_stream(n: int, count: int, seed: int) -> list[np.ndarray]:
+    """Unrelated placements: a third contiguous splits, a third blocks, a third random per node."""
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray] = []
+    while len(out) < count:
+        kind = len(out) % 3
+        if kind == 0:
+            p = (np.arange(n) >= rng.integers(1, n)).astype(np.int64)
+        elif kind == 1:
+            p = ((np.arange(n) // rng.integers(2, max(3, n // 3)) + rng.integers(0, 2)) % 2).astype(np.int64)
+        else:
+            p = rng.integers(0, 2, n)
+        out.append(p if rng.random() < 0.5 else 1 - p)
+    return out
+
+
+def converging_stream(n: int, count: int, seed: int) -> list[np.ndarray]:
+    """Distinct placements of a local search: flip 1-4 consecutive nodes of a moving incumbent."""
+    rng = np.random.default_rng(seed)
+    incumbent = (np.arange(n) >= n // 2).astype(np.int64)
+    seen = {incumbent.tobytes()}
+    out = [incumbent.copy()]
+    while len(out) < count:
+        p = incumbent.copy()
+        start = int(rng.integers(0, n))
+        p[start:start + int(rng.integers(1, 5))] ^= 1
+        if p.tobytes() in seen:
+            continue
+        seen.add(p.tobytes())
+        out.append(p)
+        if rng.random() < 1 / 3:
+            incumbent = p
+    return out
+
+
+def run_stream(backends: dict, graph, stream: list[np.ndarray], devices: list[str]) -> dict:
+    """Measure ``stream`` with every backend in turn; seconds, bests and counts per setting."""
+    spent = {k: 0.0 for k in backends}
+    best: dict[str, tuple[float, np.ndarray]] = {}
+    stopped = {k: 0 for k in backends}
+    failed = {k: 0 for k in backends}
+    for p in stream:
+        placement = {nm: devices[int(d)] for nm, d in zip(graph.names, p)}
+        for name, backend in backends.items():
+            t0 = time.perf_counter()
+            m = backend.measure(placement, race=True)
+            spent[name] += time.perf_counter() - t0
+            if not m.ok:
+                failed[name] += 1
+                continue
+            stopped[name] += m.info.get("raced") == "stopped"
+            if m.info.get("raced") != "stopped" and (name not in best or m.latency_s < best[name][0]):
+                best[name] = (m.latency_s, p)
+    return {"spent": spent, "best": best, "stopped": stopped, "failed": failed}
+
+
+def remeasure(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float]:
+    """Median and (max - min) / median of ``rounds`` full measurements of ``p``."""
+    placement = {nm: devices[int(d)] for nm, d in zip(graph.names, p)}
+    xs = [backend.measure(placement).latency_s for _ in range(rounds)]
+    med = float(np.median(xs))
+    return med, (max(xs) - min(xs)) / med
+
+
+def overlap(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float]:
+    """Median latency of ``p`` alone and while another thread compiles the whole model."""
+    placement = {nm: devices[int(d)] for nm, d in zip(graph.names, p)}
+    alone = [backend.measure(placement).latency_s for _ in range(rounds)]
+    stop = threading.Event()
+
+    def compile_loop() -> None:
+        core = backend.ov.device_set.core
+        while not stop.is_set():
+            core.compile_model(backend.ov.model, devices[-1])
+
+    worker = threading.Thread(target=compile_loop, daemon=True)
+    worker.start()
+    try:
+        busy = [backend.measure(placement).latency_s for _ in range(rounds)]
+    finally:
+        stop.set()
+        worker.join()
+    return float(np.median(alone)), float(np.median(busy))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="resnet50,bert_base")
+    ap.add_argument("--devices", default="CPU,CPU_F32")
+    ap.add_argument("--coarsen", default="colocation")
+    ap.add_argument("--placements", type=int, default=30, help="placements per stream")
+    ap.add_argument("--mode", default="pipeline", help="OpenVINO backend mode (pipeline, auto, hetero)")
+    ap.add_argument("--rounds", type=int, default=5, help="full re-measurements of each setting's best")
+    ap.add_argument("--overlap", action="store_true", help="also time the best while another thread compiles")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    devices = args.devices.split(",")
+    default = TimingConfig()
+    print(f"devices {args.devices}, mode {args.mode}, timing: {default.warmup} warm-up + "
+          f"{default.repeats}x{default.block} runs, 1 thread per device; race margin "
+          f"{default.race_margin:.0%}, cache {default.stage_cache} stages / {default.stage_cache_mb:g} MB")
+    print(f"{'model':<11}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
+          f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'spread':>8}")
+    for model_name in args.models.split(","):
+        model, _, graph, _ = build_graph(model_name, args.coarsen)
+        n = graph.num_nodes
+        for stream_name, make in (("cold", cold_stream), ("converging", converging_stream)):
+            backends = {k: OpenVINOGraphBackend(graph, model, devices, args.mode, TimingConfig(**kw))
+                        for k, kw in SETTINGS.items()}
+            stream = make(n, args.placements, args.seed)
+            res = run_stream(backends, graph, stream, devices)
+            base = len(stream) / res["spent"]["old"]
+            for k, backend in backends.items():
+                rate = len(stream) / res["spent"][k]
+                best = res["best"].get(k)
+                if best is None:
+                    print(f"{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
+                    continue
+                med, spread = remeasure(backend, graph, best[1], devices, args.rounds)
+                print(f"{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
+                      f"{res['stopped'][k]:>9}{res['failed'][k]:>8}{best[0] * 1e3:>9.2f}{med * 1e3:>16.2f}"
+                      f"{spread:>8.1%}")
+            if args.overlap and "cache+race" in res["best"]:
+                alone, busy = overlap(backends["cache+race"], graph, res["best"]["cache+race"][1], devices,
+                                      args.rounds)
+                print(f"{model_name:<11}{stream_name:<12}overlap: best alone {alone * 1e3:.2f} ms, while "
+                      f"another thread compiles {busy * 1e3:.2f} ms ({busy / alone - 1:+.1%})")
+            del backends
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-trained vs from scratch.
+
+    python bench/bench_transfer.py                                   # synthetic family
+    python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
+
+For each method: pre-train on the family's training graphs
+(:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
+``CPU_MODEL`` + an accelerator holding half the graph's weights, sequential
+objective, the exact optimum from the MILP solver):
+
+* zero-shot: best/optimum of the policy's greedy placement (1 inference) and of
+  its best of 10 (greedy + 9 sampled), next to random placements (1 and best of
+  10, mean over 20 draws) and the best single device;
+* fine-tuning: measured placements until the run's own best is within 1.05x and
+  1.01x of the optimum, from the pre-trained weights (``--init``) and from
+  scratch, at the same ``--finetune-budget`` (``>B`` = not reached in B).
+
+Prints markdown tables. Zero-shot needs no Ray; the fine-tuning runs share one
+local Ray.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20) -> list[dict]:
+    from envs.simulator import Simulator
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_ray.pretrain import family_graph_configs
+    from hsdag_ray.pretrained import build_module, infer_placements, read_pretrained
+    from policies.exact import solve
+    from policies.registry import get, load
+
+    m = get(method)
+    ckpt = read_pretrained(pre)
+    cfg = TrainConfig(method=method, **base)
+    rows = []
+    for env_cfg in family_graph_configs(cfg, family, "held_out", None):
+        env = load(m.env)(env_cfg)
+        cg = cost_graph(env.graph, Profile.from_json(env_cfg["profile"]), env.devices)
+        opt = solve(cg, "sequential", "milp", time_limit=60)
+        lat = lambda p: env.reward_latency(env.measure_untracked(np.asarray(p)))  # noqa: E731
+        t_opt = lat(opt.placement)
+        module = build_module(ckpt, m, env)
+        ps = infer_placements(module, env, 10, seed=0)
+        one, ten = lat(ps[0]), min(lat(p) for p in ps)
+        rng = np.random.default_rng(0)
+        n, D = env.graph.num_nodes, len(env.devices)
+        rnd = [[lat(rng.integers(0, D, n)) for _ in range(10)] for _ in range(seeds)]
+        single = min(env.single_device_s.values())
+        rows.append({"graph": env.graph.name, "nodes": n, "optimum_s": t_opt,
+                     "proven": bool(opt.optimal), "zero_shot_1": one / t_opt,
+                     "zero_shot_10": ten / t_opt, "random_1": float(np.mean([r[0] for r in rnd])) / t_opt,
+                     "random_10": float(np.mean([min(r) for r in rnd])) / t_opt,
+                     "best_single": single / t_opt, "profile": env_cfg["profile"],
+                     "optimum_placement": [int(d) for d in opt.placement]})
+    return rows
+
+
+def reach(metrics: Path, optimum_s: float, factor: float) -> float:
+    """Measurements until the run's best is within ``factor`` of the optimum (inf: never)."""
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        b = row.get("best_latency_s")
+        if b is not None and b <= factor * optimum_s * (1 + 1e-9):
+            return row["measurements"]
+    return math.inf
+
+
+def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
+             seed: int) -> dict:
+    """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch."""
+    import dataclasses
+
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.core.families import FAMILY_DEVICES
+    from hsdag_ray.core.profile import Profile
+    from hsdag_ray.train import train
+
+    import re
+
+    out.mkdir(parents=True, exist_ok=True)
+    tag = re.sub(r"[^A-Za-z0-9_.=-]", "_", graph["graph"])
+    prof_file = out / f"profile-{tag}.json"
+    Profile.from_json(graph["profile"]).save(prof_file)
+    res = {}
+    for kind, init in (("pretrained", str(pre)), ("scratch", "")):
+        cfg = TrainConfig(method=method, model=graph["graph"], backend="simulator",
+                          devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
+                          budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
+                          name=f"{method}-{kind}-{tag}-{seed}", **base)
+        cfg = dataclasses.replace(cfg)
+        summary = train(cfg, quiet=True, library_log=True)
+        metrics = Path(summary["run_dir"]) / "metrics.jsonl"
+        opt = graph["optimum_s"]
+        res[kind] = (reach(metrics, opt, 1.05), reach(metrics, opt, 1.01))
+    return res
+
+
+def fmt(x: float, budget: int) -> str:
+    return f">{budget}" if math.isinf(x) else f"{int(x)}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", default="synthetic")
+    ap.add_argument("--methods", default="hsdag,placeto")
+    ap.add_argument("--pretrain-budget", type=int, default=3000)
+    ap.add_argument("--finetune-budget", type=int, default=300)
+    ap.add_argument("--finetune-graphs", type=int, default=2,
+                    help="held-out graphs fine-tuned on (the first ones); 0 = none")
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--hidden-dim", type=int, default=64)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix="bench_transfer_")).resolve()
+    base = {"hidden_dim": args.hidden_dim}
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.pretrain import pretrain
+
+    all_rows: dict[str, list[dict]] = {}
+    tunes: dict[str, list[tuple[str, int, dict]]] = {}
+    for method in args.methods.split(","):
+        t0 = time.time()
+        pre = out / f"{args.family}-{method}-pretrain"
+        meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
+                                    wandb="disabled", **base), args.family, pre,
+                        say=lambda s: print(s, flush=True))
+        print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
+              flush=True)
+        rows = zero_shot_rows(method, pre, args.family, base)
+        all_rows[method] = rows
+        print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({meta['placements']} placements)\n")
+        print("| held-out graph | nodes | greedy (1) | best of 10 | random (1) | random best of 10 "
+              "| best single device |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            star = "" if r["proven"] else "*"
+            print(f"| {r['graph']}{star} | {r['nodes']} | {r['zero_shot_1']:.3f} | {r['zero_shot_10']:.3f} "
+                  f"| {r['random_1']:.3f} | {r['random_10']:.3f} | {r['best_single']:.3f} |", flush=True)
+        tunes[method] = []
+        if args.finetune_graphs:
+            import ray
+
+            ray.init(address="local", include_dashboard=False, log_to_driver=False,
+                     configure_logging=False, num_cpus=1)
+            try:
+                for r in rows[: args.finetune_graphs]:
+                    for seed in (int(s) for s in args.seeds.split(",")):
+                        res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed)
+                        tunes[method].append((r["graph"], seed, res))
+                        print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
+            finally:
+                ray.shutdown()
+    if any(tunes.values()):
+        B = args.finetune_budget
+        print(f"\n### Fine-tuning: measured placements to reach 1.05x / 1.01x of the optimum "
+              f"(budget {B})\n")
+        print("| method | held-out graph | seed | pre-trained 1.05x | scratch 1.05x | pre-trained 1.01x "
+              "| scratch 1.01x |")
+        print("|---|---|---|---|---|---|---|")
+        for method, items in tunes.items():
+            for graph, seed, res in items:
+                p, s = res["pretrained"], res["scratch"]
+                print(f"| {method} | {graph} | {seed} | {fmt(p[0], B)} | {fmt(s[0], B)} | {fmt(p[1], B)} "
+                      f"| {fmt(s[1], B)} |")
+    (out / "bench_transfer.json").write_text(json.dumps(
+        {"zero_shot": {m: [{k: v for k, v in r.items() if k != "profile"} for r in rows]
+                       for m, rows in all_rows.items()}, "finetune": {m: [(g, s, r) for g, s, r in v] for m, v in tunes.items()}},
+        indent=1, default=str))
+    print(f"\noutputs in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Racing: time a placement only as long as it takes to know whether it can beat the best.
+
+A learner needs the latency of a clearly slow placement only roughly, and the
+latency of a placement close to the best precisely. While timing a placement
+block by block (:func:`envs.openvino.runners.time_runs`) against the best
+latency measured so far, :func:`race_step` decides after each block:
+
+* ``stop``: after at least ``TimingConfig.race_min_blocks`` blocks, even the
+  fastest block so far is more than ``race_margin`` slower than the best. The
+  fastest of a few blocks is a low estimate of a placement's latency (timing
+  noise only adds time), so a placement that really is as fast as the best
+  stops here only if every one of its blocks came out ``race_margin`` slow.
+  A placement stopped early can never become the best: its reported median
+  is at least its fastest block.
+* ``more``: the planned blocks are done and the median claims a new best by
+  less than ``race_margin``: time up to ``race_extra`` times the planned
+  blocks again before believing it (a lucky block is not a new best).
+* ``go`` / ``done``: keep timing / finished.
+
+Racing only applies to the method's own placements; baselines and the final
+re-measurement are always timed in full (the backend is asked to race only by
+:meth:`envs.placement_env.PlacementEnv.measure_array`).
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional, Sequence
+
+import numpy as np
+
+from envs.base import TimingConfig
+
+__all__ = ["race_step"]
+
+Decision = Literal["go", "stop", "more", "done"]
+
+
+def race_step(samples: Sequence[float], best: Optional[float], timing: TimingConfig) -> Decision:
+    """What to do after the block samples ``samples`` (block means, seconds) against ``best``.
+
+    ``best`` None (nothing measured yet, or racing off) times the planned
+    ``timing.repeats`` blocks exactly, as without racing.
+    """
+    n = len(samples)
+    planned = timing.repeats
+    if best is None or not timing.race:
+        return "go" if n < planned else "done"
+    if n < planned:
+        if n >= timing.race_min_blocks and min(samples) > best * (1.0 + timing.race_margin):
+            return "stop"
+        return "go"
+    limit = planned * (1 + max(0, timing.race_extra))
+    if n < limit:
+        median = float(np.median(samples))
+        if best * (1.0 - timing.race_margin) <= median < best:
+            return "more"
+    return "done"

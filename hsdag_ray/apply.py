@@ -1,0 +1,281 @@
+"""Deploy a placement: ``python -m hsdag_ray.apply``.
+
+Compiles the model with a placement on real devices, checks its outputs
+against the unsplit model, times it next to every single device and
+OpenVINO's AUTO device, prints the table and writes ``apply.json``; with
+``--save DIR`` also writes the placed model, which
+:func:`hsdag_ray.placed.load_placed` loads and runs (see that module).
+
+Examples::
+
+    # the best placement of a training run, on the devices it was trained for
+    python -m hsdag_ray.apply --model resnet50 --devices CPU,CPU_F32 \\
+        --placement runs/r50/best_placement.json --save deployed/r50
+    # then, in any program
+    python -c "from hsdag_ray.placed import load_placed; import numpy as np; \\
+        m = load_placed('deployed/r50'); print(m(np.zeros((1, 3, 224, 224)))[0].shape)"
+    # a shorthand placement through the stage pipeline
+    python -m hsdag_ray.apply --model tiny_cnn --placement split:0.5 --backend pipeline
+
+The placement is a JSON file mapping OpenVINO op friendly names to devices
+(``best_placement.json`` of ``hsdag_ray.train``, or what ``hsdag_ray.solve``
+writes), or ``all:DEVICE``, ``split:F``, ``random:SEED``. The outputs are
+compared with the unsplit model run at f32 on the same random inputs; the
+allowed relative error (max abs error / max abs output) is that of the least
+precise device used: 1e-4 for f32, 1e-2 for f16, 5e-2 for bf16. Every
+latency is the median of ``--repeats`` blocks of ``--block`` runs (times
+``--rounds``, interleaved), with its relative spread (interquartile range /
+median). ``apply.json`` goes to
+``--out``, by default into ``--save DIR``, else beside the placement file.
+Exit status: 0 when the placement ran and its outputs matched, 1 when it
+failed or did not match, 2 for bad input (unknown model, a placement file
+that is missing or made for another model, a device that does not exist here).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from envs.base import Measurement, TimingConfig, summarize_times
+from envs.graph_backend import parse_placement
+from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
+from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
+                           run, timing_from_args)
+from hsdag_ray.core.graph import build_graph, parse_input_shapes
+
+__all__ = ["main", "apply", "TOLERANCE"]
+
+MODES = ("auto", "hetero", "pipeline")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.apply", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="zoo name or .xml / .onnx file (as for train)")
+    ap.add_argument("--placement", required=True,
+                    help="placement JSON file (op name -> device, e.g. RUN/best_placement.json) "
+                         "or all:DEVICE, split:F, random:SEED")
+    ap.add_argument("--devices", default="CPU,CPU_F32",
+                    help="comma-separated device specs the placement uses (default CPU,CPU_F32)")
+    ap.add_argument("--backend", choices=MODES, default="auto",
+                    help="how a split placement runs: auto (HETERO, the stage pipeline if HETERO "
+                         "fails), hetero, pipeline (default auto)")
+    ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
+    ap.add_argument("--save", metavar="DIR", help="write the placed model here (IR + stages + manifest)")
+    ap.add_argument("--out", metavar="FILE", help="where to write apply.json (default: see above)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the placement, each device and AUTO this many times, interleaved, "
+                         "and pool the samples (default 1)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random input data (default 0)")
+    ap.add_argument("--json", action="store_true", help="print apply.json on stdout instead of the table")
+    add_timing_args(ap)
+    return ap
+
+
+def _reference(model, device_set, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of the unsplit model at f32 on the first device's hardware."""
+    import openvino as ov
+
+    base = next(iter(device_set.specs.values())).base
+    compiled = device_set.core.compile_model(model, base, {ov.properties.hint.inference_precision(): ov.Type.f32})
+    request = compiled.create_infer_request()
+    request.infer([ov.Tensor(a) for a in inputs])
+    return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
+
+
+def output_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> tuple[float, float]:
+    """Max abs error and relative error (max abs error / max abs reference) over all outputs."""
+    max_abs = max_rel = 0.0
+    for out, ref in zip(outputs, reference):
+        if ref.dtype.kind != "f":
+            err = float(np.count_nonzero(out != ref))
+            max_abs, max_rel = max(max_abs, err), (math.inf if err else max_rel)
+            continue
+        err = float(np.max(np.abs(out.astype(np.float64) - ref))) if ref.size else 0.0
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        max_abs, max_rel = max(max_abs, err), max(max_rel, err / max(scale, 1e-12))
+    return max_abs, max_rel
+
+
+def _row(name: str, m: Measurement) -> dict[str, Any]:
+    return {"name": name, **m.to_dict()}
+
+
+def _combine(rounds: Sequence[Measurement]) -> Measurement:
+    """One measurement from several rounds: all samples pooled (the first failure if any)."""
+    failed = [m for m in rounds if not m.ok]
+    if failed:
+        return failed[0]
+    samples = [t for m in rounds for t in m.samples_s]
+    latency, spread = summarize_times(samples)
+    return Measurement(ok=True, latency_s=latency, spread=spread, runs=sum(m.runs for m in rounds),
+                       backend=rounds[0].backend, samples_s=samples,
+                       info={**rounds[0].info, "rounds": len(rounds)})
+
+
+def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
+    """Measure, check and optionally save one placement; return the apply.json contents.
+
+    Raises:
+        UsageError / GraphError: bad model, placement or devices (exit 2).
+        RunError: the placement failed to run or its outputs did not match (exit 1).
+    """
+    timing = timing_from_args(args, validate=True)
+    if args.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    specs = [d for d in args.devices.split(",") if d]
+    if not specs:
+        raise UsageError("--devices is empty; name the devices, e.g. --devices CPU,CPU_F32")
+    names = resolve_devices(specs, timing.threads)
+    model, graph, _, _ = build_graph(args.model, "none", parse_input_shapes(args.input_shape))
+    placement = parse_placement(args.placement, graph, names)
+    affinity = complete_affinity(model, graph.expand_placement(placement))
+    backend = OpenVINOBackend(model, specs, mode=args.backend, timing=timing, seed=args.seed)
+    counts = Counter(placement.values())
+    say(f"{args.model}: {graph.num_nodes} nodes; placement "
+        + ", ".join(f"{d} {counts[d]}" for d in names if counts[d]))
+    placed = backend.measure_ops(affinity)
+    result: dict[str, Any] = {
+        "model": args.model, "placement_file": args.placement, "devices": specs,
+        "described_devices": describe_devices(specs, timing.threads), "backend": args.backend,
+        "nodes_per_device": {d: counts[d] for d in names if counts[d]},
+        "timing": {"warmup": timing.warmup, "repeats": timing.repeats, "block": timing.block,
+                   "threads": timing.threads, "rounds": args.rounds}, "seed": args.seed,
+        "placed": _row("placement", placed), "single": {}, "auto": None, "saved": None,
+    }
+    if not placed.ok:
+        result["error"] = f"the placement failed at {placed.stage}: {placed.error}"
+        return result
+    # each device alone, the whole model compiled on it (validated too: its own error), and AUTO
+    whole = backend if args.backend != "pipeline" else OpenVINOBackend(model, specs, "auto", timing, args.seed)
+    jobs: dict[str, Callable[[], Measurement]] = {"placement": lambda: backend.measure_ops(affinity)}
+    for name in names:
+        jobs[name] = partial(whole.measure_ops, {op: name for op in affinity})
+    jobs["auto"] = partial(measure_auto, model, specs, replace(timing, validate_outputs=False), seed=args.seed)
+    rounds: dict[str, list[Measurement]] = {key: [] for key in jobs}
+    rounds["placement"].append(placed)
+    for r in range(args.rounds):  # interleaved, so a slow spell of the machine hits every run alike
+        for key, job in jobs.items():
+            if len(rounds[key]) <= r:
+                rounds[key].append(job())
+    placed = _combine(rounds["placement"])
+    result["placed"] = _row("placement", placed)
+    result["single"] = {name: _row(f"{name} only", _combine(rounds[name])) for name in names}
+    result["auto"] = _row("OpenVINO AUTO", _combine(rounds["auto"]))
+    t = placed.latency_s
+    for row in [*result["single"].values(), result["auto"]]:
+        row["placement_speedup"] = (row["latency_s"] / t) if row["ok"] else None
+    if args.save:
+        result["saved"] = _save_and_check(args.save, model, affinity, specs, timing, placed,
+                                          backend.device_set, args.seed)
+    return result
+
+
+def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig,
+                    placed: Measurement, device_set, seed: int) -> dict[str, Any]:
+    """Write the placed model, load it back in a fresh Core and compare its outputs."""
+    from hsdag_ray.placed import load_placed, save_placed
+
+    path = str(placed.info.get("path", "pipeline"))
+    try:
+        save_placed(directory, model, affinity, specs, path, threads=timing.threads)
+        loaded = load_placed(directory)
+    except (ValueError, OSError) as exc:
+        raise RunError(f"cannot save the placed model to {directory}: {exc}") from None
+    inputs = random_inputs(model, seed)
+    max_abs, max_rel = output_error(loaded(inputs), _reference(model, device_set, inputs))
+    precisions = {device_set.info(d).precision for d in loaded.devices}
+    tolerance = max(TOLERANCE.get(p, max(TOLERANCE.values())) for p in precisions)
+    return {"dir": str(Path(directory).resolve()), "path": path, "stages": len(loaded.manifest["stages"]),
+            "max_abs_error": max_abs, "max_rel_error": max_rel, "tolerance": tolerance,
+            "ok": max_rel <= tolerance}
+
+
+def _ms(v: Optional[float]) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.3f}ms"
+
+
+def table(result: dict[str, Any]):
+    """The result as a rich table: the placement, each single device, AUTO."""
+    from rich.table import Table
+
+    tab = Table(title=f"{result['model']}: placement {result['placement_file']} (÷ placed: latency "
+                      "over the placement's)", title_justify="left", show_edge=False)
+    for col, justify in (("run", "left"), ("latency", "right"), ("spread", "right"), ("runs", "right"),
+                         ("÷ placed", "right"), ("rel err", "right"), ("how", "left")):
+        tab.add_column(col, justify=justify)
+    rows = [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else [])
+    for row in rows:
+        info = row["info"]
+        if not row["ok"]:
+            tab.add_row(row["name"], "failed", "", "", "", "", f"{row['stage']}: {row['error']}")
+            continue
+        err = f"{info['max_rel_error']:.1e}" if "max_rel_error" in info else "-"
+        how = str(info.get("path", ""))
+        if how == "pipeline":
+            how += f", {info.get('stages')} stage" + ("s" if info.get("stages") != 1 else "")
+        if info.get("execution_devices"):
+            how = f"on {','.join(info['execution_devices'])}"
+        speed = row.get("placement_speedup")
+        tab.add_row(row["name"], _ms(row["latency_s"]), f"{row['spread']:.0%}", str(row["runs"]),
+                    "-" if speed is None else f"{speed:.2f}x", err, how,
+                    style="bold" if row is result["placed"] else None)
+    return tab
+
+
+def _json_path(args: argparse.Namespace) -> Path:
+    if args.out:
+        return Path(args.out)
+    if args.save:
+        return Path(args.save) / "apply.json"
+    placement = Path(args.placement)
+    return placement.parent / "apply.json" if placement.is_file() else Path("apply.json")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    from rich.console import Console
+
+    out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    say = (lambda msg: None) if args.json else out.print
+    result = apply(args, say)
+    path = _json_path(args)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for line in result["described_devices"]:
+            say(f"device {line}")
+        out.print(table(result))
+        placed = result["placed"]
+        if placed["ok"]:
+            info = placed["info"]
+            say(f"outputs match the unsplit f32 model: max abs error {info['max_abs_error']:.3g}, "
+                f"relative {info['max_rel_error']:.3g} (tolerance {info['tolerance']:g})")
+        saved = result["saved"]
+        if saved:
+            say(f"placed model saved to {saved['dir']} ({saved['path']}"
+                + (f", {saved['stages']} stage(s)" if saved["stages"] else "")
+                + f"); reloaded, its outputs {'match' if saved['ok'] else 'DO NOT match'}: "
+                  f"max abs error {saved['max_abs_error']:.3g}, relative {saved['max_rel_error']:.3g}")
+        say(f"results in {path}")
+    if "error" in result:
+        raise RunError(result["error"])
+    if result["saved"] and not result["saved"]["ok"]:
+        raise RunError(f"the saved model's outputs differ from the unsplit model's "
+                       f"(relative error {result['saved']['max_rel_error']:.3g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main, prog="hsdag_ray.apply"))

@@ -1,0 +1,191 @@
+"""Pre-train one policy on a family of graphs: ``python -m hsdag_ray.pretrain``.
+
+The policy (``--method``: any learned method whose environment observes the
+padded graph, e.g. ``hsdag`` or ``placeto``) is trained with RLlib on the
+family's training graphs (:mod:`hsdag_ray.core.families`), a graph drawn per
+episode (:class:`envs.multi_graph.MultiGraphEnv`), on the simulator with
+devices modeled from specs (``CPU_MODEL`` and an accelerator holding half of
+each graph's weights), for ``--budget`` placements in all. Examples::
+
+    python -m hsdag_ray.pretrain --method hsdag --family synthetic --budget 4000 --out pre
+    python -m hsdag_ray.pretrain --method placeto --family tiny --budget 600 --out /tmp/pre
+
+Writes to ``--out`` (default ``runs/``) a folder ``<family>-<method>-pretrain``:
+``pretrained.pt`` (the RLModule's weights and its settings; ``train --init``
+reads it), ``pretrained.json``, ``graphs.json`` (every graph of the family,
+train and held out, with the profile file to place it with) and
+``profiles/``. Then, on a held-out graph::
+
+    python -m hsdag_ray.train --model SPEC --backend simulator --devices CPU_MODEL,GPU_PARTMEM \\
+        --profile DIR/profiles/FILE.json --init DIR --budget 0    # zero-shot
+    ... --budget 200                                              # fine-tune
+
+Every setting of ``python -m hsdag_ray.train`` applies (``--lr``,
+``--hidden-dim``, ``--episodes-per-iteration``, ``--reward`` ...) except the
+model, backend, devices and profile, which the family sets.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from hsdag_ray.cli import UsageError, run
+from hsdag_ray.config import TrainConfig, build_parser
+
+__all__ = ["pretrain", "family_graph_configs", "main", "profile_file"]
+
+#: pre-training budget when none is given (placements over all graphs)
+DEFAULT_BUDGET = 2000
+
+
+def profile_file(folder: Path, spec: str) -> Path:
+    """Where a family graph's profile is written in a pre-training folder."""
+    return Path(folder) / "profiles" / (re.sub(r"[^A-Za-z0-9_.=-]", "_", spec) + ".json")
+
+
+def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Optional[Path],
+                         say=lambda s: None) -> list[dict[str, Any]]:
+    """One environment config per graph of ``family``'s ``split``, each with its own
+    profile from device specs (written under ``folder/profiles`` when ``folder`` is set)."""
+    from hsdag_ray.core.families import FAMILY_DEVICES, family_profile, get_family
+    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.resolve import env_config
+
+    out = []
+    for g in get_family(family).graphs(split):
+        t0 = time.time()
+        _, _, graph, _ = build_graph(g.spec, cfg.coarsen)
+        prof = family_profile(graph)
+        if folder is not None:
+            path = profile_file(folder, g.spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.save(path)
+        c = dataclasses.replace(cfg, model=g.spec)
+        out.append(env_config(c, "simulator", list(FAMILY_DEVICES), prof.to_json(), store=""))
+        say(f"  {g.spec} ({g.group}): {graph.num_nodes} nodes ({time.time() - t0:.1f} s)")
+    return out
+
+
+def _local_env(algo):
+    """The driver-side EnvRunner's environment (the run samples there), or None."""
+    try:
+        env = algo.env_runner.env
+        while not hasattr(env, "envs") and hasattr(env, "env"):  # vector-env wrappers
+            env = env.env
+        return env.envs[0].unwrapped
+    except Exception:  # noqa: BLE001 - only a report is lost
+        return None
+
+
+def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[str, Any]:
+    """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary."""
+    import ray
+    import torch
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from envs.multi_graph import MultiGraphEnv, padding_of
+    from hsdag_ray.algos import algo_config
+    from hsdag_ray.core.families import FAMILY_DEVICES, get_family
+    from hsdag_ray.pretrained import save_pretrained
+    from policies.registry import get
+
+    method = get(cfg.method)
+    if method.kind != "rl":
+        raise UsageError(f"{cfg.method} is a {method.kind} method and learns no policy; pre-train "
+                         "a learned one (hsdag, placeto)")
+    fam = get_family(family)
+    torch.set_num_threads(cfg.torch_threads)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(f"family {family}: {len(fam.train)} training graphs, {len(fam.held_out)} held out")
+    train_cfgs = family_graph_configs(cfg, family, "train", out_dir, say)
+    held_cfgs = family_graph_configs(cfg, family, "held_out", out_dir, say)
+    n, e = padding_of(train_cfgs)
+    train_cfgs = [{**c, "max_nodes": n, "max_edges": e} for c in train_cfgs]
+    (out_dir / "graphs.json").write_text(json.dumps({
+        "family": family, "devices": list(FAMILY_DEVICES),
+        "train": [{"spec": g.spec, "group": g.group, "profile": str(profile_file(out_dir, g.spec))}
+                  for g in fam.train],
+        "held_out": [{"spec": g.spec, "group": g.group, "profile": str(profile_file(out_dir, g.spec))}
+                     for g in fam.held_out]}, indent=1))
+    del held_cfgs  # their profiles are written; nothing of them is seen in training
+    multi_cfg = {"graphs": train_cfgs, "env_class": method.env, "seed": cfg.seed}
+    env = MultiGraphEnv(multi_cfg)
+    say(f"padding {n} nodes / {e} edges; {env.observation_space['x'].shape[1]} features; "
+        f"devices {', '.join(env.devices)}")
+    ray.init(address="local", include_dashboard=False, log_to_driver=False,
+             configure_logging=False, num_cpus=max(1, cfg.env_runners + 1))
+    try:
+        ac = algo_config(cfg, method, multi_cfg, False, env.steps_per_episode)
+        ac = ac.environment(MultiGraphEnv, env_config=multi_cfg)
+        algo = ac.build_algo()
+        t0, steps, it = time.time(), 0, 0
+        while steps < cfg.budget:
+            result = algo.train()
+            it += 1
+            steps = int(result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", steps) or steps)
+            if it % 10 == 0:
+                ret = result.get("env_runners", {}).get("episode_return_mean")
+                say(f"  iteration {it}: {steps} placements, mean episode return "
+                    f"{ret if ret is None else round(float(ret), 4)} ({time.time() - t0:.0f} s)")
+        module = algo.learner_group._learner.module[DEFAULT_MODULE_ID] if hasattr(
+            algo.learner_group, "_learner") and algo.learner_group._learner else algo.get_module()
+        local = _local_env(algo)
+        per_graph = local.graph_stats() if isinstance(local, MultiGraphEnv) else []
+        settings = {k: v for k, v in asdict(cfg).items()
+                    if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
+                             "self_loops", "episode_len", "no_fractal", "no_shape", "no_cost",
+                             "no_op_type", "no_degree", "position", "coarsen")}
+        meta = {"method": cfg.method, "family": family, "model_config":
+                method.model_config(asdict(cfg)) if method.model_config else {},
+                "settings": settings, "devices": list(FAMILY_DEVICES),
+                "num_features": int(env.observation_space["x"].shape[1]),
+                "train_graphs": [g.spec for g in fam.train],
+                "held_out_graphs": [g.spec for g in fam.held_out],
+                "placements": steps, "iterations": it, "wall_s": time.time() - t0,
+                "per_graph": per_graph}
+        path = save_pretrained(out_dir, module, meta)
+        algo.stop()
+    finally:
+        ray.shutdown()
+    say(f"pre-trained {cfg.method} on {len(fam.train)} graphs of {family}: {steps} placements, "
+        f"{it} iterations, {meta['wall_s']:.0f} s; checkpoint {path}")
+    return meta
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from hsdag_ray.core.families import FAMILIES
+
+    ap = build_parser()
+    ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
+    ap.add_argument("--family", required=True,
+                    help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
+    args = ap.parse_args(argv)
+    if args.family not in FAMILIES:
+        raise UsageError(f"unknown graph family {args.family!r}; choose one of {', '.join(FAMILIES)}")
+    for flag in ("model", "backend", "devices", "profile", "init", "resume"):
+        if getattr(args, flag, None):
+            raise UsageError(f"--{flag} is set by the family in pre-training; leave it out")
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+    values.setdefault("budget", DEFAULT_BUDGET)
+    values.setdefault("env_runners", 0)
+    values.update(backend="simulator", wandb="disabled")
+    try:
+        cfg = TrainConfig(**values)
+    except TypeError as e:
+        raise UsageError(f"bad settings: {e}") from None
+    cfg.validate()
+    out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
+    pretrain(cfg, args.family, out)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main, prog="hsdag_ray.pretrain"))

@@ -1,0 +1,213 @@
+"""Pre-trained policies: their checkpoint file, loading one, placing with one.
+
+A pre-training run (``python -m hsdag_ray.pretrain``) writes ``pretrained.pt``:
+the RLModule's state dict and what it takes to rebuild and check it (the
+method, its ``model_config``, the feature and device names it observed, the
+family and graphs it learned on), with ``pretrained.json`` beside it for
+people. ``train --init`` loads it into the RLModule before training
+(:func:`load_into_algo`) and refuses, in one sentence, a checkpoint of
+another method or network shape; ``train --budget 0 --init`` places
+zero-shot (:class:`ZeroShotDriver`): the greedy placement of the policy, and
+with ``--zero-shot-samples N`` N-1 sampled ones besides, each measured once
+through the run's store like any placement.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from hsdag_ray.cli import UsageError
+
+__all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible",
+           "load_into_algo", "check_method", "build_module", "infer_placements", "ZeroShotDriver"]
+
+CHECKPOINT_FILE = "pretrained.pt"
+FORMAT = 1
+
+
+def save_pretrained(folder: Path, module, meta: Mapping[str, Any]) -> Path:
+    """Write ``folder/pretrained.pt`` (state dict + ``meta``) and ``pretrained.json`` (``meta``)."""
+    import torch
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+    path = folder / CHECKPOINT_FILE
+    torch.save({"format": FORMAT, **meta, "state_dict": state}, path)
+    (folder / "pretrained.json").write_text(json.dumps(dict(meta), indent=1, default=str))
+    return path
+
+
+def read_pretrained(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at ``path`` (the file or the folder holding it)."""
+    import torch
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / CHECKPOINT_FILE
+    if not p.is_file():
+        raise UsageError(f"{path} is not a pre-trained checkpoint (no {CHECKPOINT_FILE}); pass the "
+                         "folder python -m hsdag_ray.pretrain printed")
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same sentence
+        raise UsageError(f"{p} cannot be read as a pre-trained checkpoint ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT or "state_dict" not in ckpt:
+        raise UsageError(f"{p} is not a checkpoint written by python -m hsdag_ray.pretrain")
+    return ckpt
+
+
+def check_method(ckpt: Mapping[str, Any], method: str) -> None:
+    """Refuse (one sentence) a checkpoint of another method."""
+    if ckpt.get("method") != method:
+        raise UsageError(f"the checkpoint holds a {ckpt.get('method')} policy but the run's method is "
+                         f"{method}; pass --method {ckpt.get('method')} or another checkpoint")
+
+
+def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
+    """Refuse (one sentence) a checkpoint of another method or whose tensors differ in shape."""
+    check_method(ckpt, method)
+    own = module.state_dict()
+    theirs = ckpt["state_dict"]
+    missing = sorted(set(own) ^ set(theirs))
+    if missing:
+        raise UsageError(f"the checkpoint's {method} network differs from the run's (parameter "
+                         f"{missing[0]} is in only one of them); use the network settings it was "
+                         f"trained with: {ckpt.get('settings', {})}")
+    for k, v in own.items():
+        if tuple(v.shape) != tuple(theirs[k].shape):
+            raise UsageError(f"the checkpoint's {method} network has {k} of shape "
+                             f"{tuple(theirs[k].shape)}, the run's {tuple(v.shape)}: the features, "
+                             "devices or network settings differ; use the ones it was trained with: "
+                             f"{ckpt.get('settings', {})}")
+
+
+def load_into_algo(algo, ckpt: Mapping[str, Any], method: str) -> None:
+    """Load the checkpoint's weights into the learner's RLModule and every EnvRunner's."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    state = ckpt["state_dict"]
+
+    def load(learner):
+        module = learner.module[DEFAULT_MODULE_ID]
+        check_compatible(ckpt, method, module)
+        module.load_state_dict(state)
+        return True
+
+    algo.learner_group.foreach_learner(load)
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group,
+                                       inference_only=True)
+
+
+def build_module(ckpt: Mapping[str, Any], method, env):
+    """The checkpoint's RLModule for ``env``'s spaces, weights loaded (for inference)."""
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from policies.registry import load
+
+    module = RLModuleSpec(module_class=load(method.module), observation_space=env.observation_space,
+                          action_space=env.action_space,
+                          model_config=dict(ckpt.get("model_config") or {})).build()
+    check_compatible(ckpt, method.name, module)
+    module.load_state_dict(ckpt["state_dict"])
+    module.eval()
+    return module
+
+
+def _act(module, obs: Mapping[str, np.ndarray], greedy: bool):
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    batch = {Columns.OBS: {k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()}}
+    with torch.no_grad():
+        out = module.forward_inference(batch) if greedy else module.forward_exploration(batch)
+        dist = module.action_dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
+        if greedy:
+            dist = dist.to_deterministic()
+        return np.asarray(dist.sample()[0].cpu().numpy())
+
+
+def infer_placements(module, env, count: int, seed: int = 0) -> list[np.ndarray]:
+    """``count`` placements of ``env``'s graph by the policy, nothing measured: the
+    greedy one first, then sampled ones. A policy that places all nodes at once
+    (HSDAG) acts on the first observation of an episode; a policy that places one
+    node per step (Placeto) walks an episode, the environment's placement updated
+    without measuring (start times come from the simulator's schedule)."""
+    import torch
+
+    torch.manual_seed(seed)
+    n = env.graph.num_nodes
+    out = []
+    per_node = hasattr(env, "current_node")
+    for k in range(count):
+        obs, _ = env.reset(seed=seed + k)
+        if not per_node:
+            out.append(np.asarray(_act(module, obs, greedy=k == 0)).reshape(-1)[:n].astype(np.int64))
+            continue
+        for _ in range(env.steps_per_episode):
+            node = env.current_node
+            env.placement[node] = int(np.asarray(_act(module, obs, greedy=k == 0)).reshape(-1)[0])
+            env.visited[node] = True
+            env._step += 1
+            env.start_s = env._start_times()
+            obs = env.observation()
+        out.append(env.placement.copy())
+    return out
+
+
+class ZeroShotDriver:
+    """``train --budget 0``: one iteration that places with the pre-trained policy
+    and measures its placements (the greedy one, plus ``zero_shot_samples - 1``
+    sampled) through the run's store; nothing is learned."""
+
+    def __init__(self, cfg, method, env_cfg: dict, real: bool, env) -> None:
+        from envs.measuring import measuring_service
+        from hsdag_ray.config import MEASURE_RESOURCE
+        from policies.registry import load
+
+        if not cfg.init:
+            raise UsageError("--budget 0 places with a pre-trained policy: pass --init CHECKPOINT")
+        if method.kind != "rl":
+            raise UsageError(f"--budget 0 places with a pre-trained policy; {method.name} learns none")
+        self.cfg, self.done = cfg, False
+        self.ckpt = read_pretrained(cfg.init)
+        # the policy's own copy: measures nothing of the run (the simulator's references
+        # give Placeto's start times; a real backend measures only through the service)
+        own = {**env_cfg, "store": "", "measure_reference": not real}
+        self.env = load(method.env)(own)
+        self.module = build_module(self.ckpt, method, self.env)
+        self.service = measuring_service(env_cfg, real, MEASURE_RESOURCE, tracked=True)
+
+    @property
+    def handle(self):
+        return self.module
+
+    def iterate(self) -> dict[str, Optional[float]]:
+        from envs.measuring import call
+
+        if self.done:
+            return {}
+        placements = infer_placements(self.module, self.env, max(1, self.cfg.zero_shot_samples),
+                                      seed=self.cfg.seed)
+        call(self.service, "measure_batch", [p.tolist() for p in placements])
+        self.done = True
+        return {}
+
+    def save(self, folder: Path) -> None:
+        import shutil
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        src = Path(self.cfg.init)
+        shutil.copyfile(src / CHECKPOINT_FILE if src.is_dir() else src, folder / CHECKPOINT_FILE)
+
+    def restore(self, folder: Path) -> None:
+        self.done = True
+
+    def stop(self) -> None:
+        from envs.measuring import release
+
+        release(self.service)

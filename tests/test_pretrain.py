@@ -1,0 +1,106 @@
+"""Pre-training on a family, fine-tuning from the checkpoint (train --init), zero-shot (--budget 0)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hsdag_ray.cli import UsageError
+from hsdag_ray.config import TrainConfig
+from hsdag_ray.pretrain import pretrain
+from hsdag_ray.pretrained import CHECKPOINT_FILE, read_pretrained
+
+ROOT = Path(__file__).resolve().parents[1]
+HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pre") / "tiny-hsdag"
+    meta = pretrain(TrainConfig(method="hsdag", budget=60, episode_len=5, env_runners=0,
+                                hidden_dim=16, seed=0), "tiny", out, say=lambda s: None)
+    return out, meta
+
+
+def test_pretrain_writes_a_checkpoint_over_every_training_graph(pretrained):
+    out, meta = pretrained
+    ckpt = read_pretrained(out)
+    assert ckpt["method"] == "hsdag" and ckpt["family"] == "tiny"
+    assert ckpt["model_config"]["hidden_dim"] == 16
+    assert meta["placements"] >= 60
+    counts = [g["placements"] for g in meta["per_graph"]]
+    assert len(counts) == 4 and sum(counts) == meta["placements"] and sum(c > 0 for c in counts) >= 2
+    graphs = json.loads((out / "graphs.json").read_text())
+    assert HELD_OUT in {g["spec"] for g in graphs["held_out"]}
+    assert all(Path(g["profile"]).is_file() for g in graphs["held_out"] + graphs["train"])
+
+
+def _held_out_cfg(out, **kw):
+    graphs = json.loads((out / "graphs.json").read_text())
+    profile = next(g["profile"] for g in graphs["held_out"] if g["spec"] == HELD_OUT)
+    base = dict(model=HELD_OUT, backend="simulator", devices=list(graphs["devices"]), profile=profile,
+                init=str(out), env_runners=0, hidden_dim=16, episode_len=5, wandb="disabled")
+    return TrainConfig(**{**base, **kw})
+
+
+def test_init_loads_the_weights_into_the_learner_and_the_env_runner(pretrained):
+    import ray
+
+    from hsdag_ray.algos import algo_config
+    from hsdag_ray.pretrained import load_into_algo
+    from hsdag_ray.resolve import env_config, resolve_backend
+    from policies.registry import get
+
+    out, _ = pretrained
+    cfg = _held_out_cfg(out)
+    backend, devices, profile = resolve_backend(cfg, lambda s: None)
+    env_cfg = env_config(cfg, backend, devices, profile, "")
+    ckpt = read_pretrained(out / CHECKPOINT_FILE)
+    ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
+    try:
+        algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.episode_len).build_algo()
+        before = {k: v.clone() for k, v in algo.get_module().state_dict().items()}
+        load_into_algo(algo, ckpt, "hsdag")
+        learner = algo.learner_group._learner.module["default_policy"].state_dict()
+        runner = algo.get_module().state_dict()
+        for k, v in ckpt["state_dict"].items():
+            assert torch.equal(learner[k], v)
+            if k in runner:
+                assert torch.equal(runner[k], v)
+        assert any(not torch.equal(before[k], runner[k]) for k in runner)
+        with pytest.raises(UsageError, match="holds a hsdag policy"):
+            load_into_algo(algo, ckpt, "placeto")
+        wrong = {**ckpt, "state_dict": {k: torch.zeros(3) for k in ckpt["state_dict"]}}
+        with pytest.raises(UsageError, match="of shape"):
+            load_into_algo(algo, wrong, "hsdag")
+        algo.stop()
+    finally:
+        ray.shutdown()
+
+
+def test_budget_zero_places_zero_shot_with_one_measurement(pretrained, tmp_path):
+    out, _ = pretrained
+    cfg = _held_out_cfg(out)
+    args = ["--model", cfg.model, "--backend", "simulator", "--devices", ",".join(cfg.devices),
+            "--profile", cfg.profile, "--init", str(out), "--budget", "0", "--hidden-dim", "16",
+            "--episode-len", "5", "--env-runners", "0", "--wandb", "disabled",
+            "--out", str(tmp_path), "--name", "zs"]
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((tmp_path / "zs" / "summary.json").read_text())
+    assert summary["placements"] == 1 and summary["measurements"] == 1
+    assert summary["method_best_latency_s"] > 0
+    # another method's network: one sentence, exit code 2
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", *args[:-2], "--name", "zs2",
+                        "--method", "placeto"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "holds a hsdag policy" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_budget_zero_needs_a_checkpoint():
+    from hsdag_ray.config import config_from_args
+
+    with pytest.raises(UsageError, match="zero-shot with --init"):
+        config_from_args(["--budget", "0"])
