@@ -13,20 +13,11 @@ whose optimum the solver did not prove. Profiles are shared with
 """
 from __future__ import annotations
 
-import math
-import statistics
 from pathlib import Path
 
 from bench_learning import parse, run_grid
 
-
-def cell(ratios: list[float]) -> str:
-    if not ratios or all(math.isinf(r) for r in ratios):
-        return "no feasible"
-    med = statistics.median(ratios)
-    lo, hi = min(ratios), max(ratios)
-    text = f"{med:.3f}" if math.isfinite(med) else "inf"
-    return text + (f" ({lo:.3f}-{hi:.3f})" if hi > lo else "")
+from hsdag_ray.results import cell
 
 
 def main() -> None:

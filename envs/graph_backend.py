@@ -49,13 +49,14 @@ class OpenVINOGraphBackend:
 
 def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),
                  timing: TimingConfig = TimingConfig(), profile=None,
-                 objective: str = "sequential"):
+                 objective: str = "sequential", sim_delay_s: float = 0.0):
     """A backend measuring node placements of ``graph``.
 
     ``kind`` is one of :data:`BACKENDS`: ``auto``/``hetero``/``pipeline``
     need the ``model`` and real ``devices``; ``simulator`` needs a
     :class:`~hsdag_ray.core.profile.Profile` (``devices`` then selects among its
-    devices, all of them by default).
+    devices, all of them by default; ``sim_delay_s`` > 0 makes every simulated
+    measurement take that long, see :class:`envs.simulator.TimedSimulatorBackend`).
     """
     if kind == "simulator":
         from envs.simulator import SimulatorBackend
@@ -64,7 +65,12 @@ def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str]
         if profile is None:
             raise GraphError("the simulator backend needs a profile (--profile FILE); "
                              "record one with python -m hsdag_ray.profile")
-        return SimulatorBackend(cost_graph(graph, profile, list(devices) or None), objective)
+        cg = cost_graph(graph, profile, list(devices) or None)
+        if sim_delay_s > 0:
+            from envs.simulator import TimedSimulatorBackend
+
+            return TimedSimulatorBackend(cg, objective, sim_delay_s)
+        return SimulatorBackend(cg, objective)
     if kind not in BACKENDS:
         raise GraphError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
     if model is None:

@@ -128,8 +128,8 @@ class MeasuringService:
         return out
 
 
-def measuring_service(env_config: Mapping[str, Any], real: bool, resource: str,
-                      tracked: bool = False):
+def measuring_service(env_config: Mapping[str, Any], real: bool,
+                      resource: Union[str, Mapping[str, float]], tracked: bool = False):
     """A :class:`MeasuringService`: in this process for the simulator (exact and
     instant), else a Ray actor holding one ``resource`` slot (a measuring
     machine's). Call its methods through :func:`call`."""
@@ -137,7 +137,8 @@ def measuring_service(env_config: Mapping[str, Any], real: bool, resource: str,
         return MeasuringService(env_config, tracked)
     import ray
 
-    actor = ray.remote(num_cpus=0, resources={resource: 1})(MeasuringService)
+    resources = {resource: 1} if isinstance(resource, str) else dict(resource)
+    actor = ray.remote(num_cpus=0, resources=resources)(MeasuringService)
     return actor.remote(env_config, tracked)
 
 

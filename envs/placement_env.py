@@ -95,6 +95,7 @@ class EnvConfig:
             built; ``False`` for a copy that only describes the graph and devices.
         memory_penalty: ``graded`` (a placement over a memory limit is rewarded by how
             far over it is) or ``flat`` (like any other failure).
+        sim_delay_s: seconds every simulated measurement takes (0 = instant).
     """
 
     model: str = "resnet50"
@@ -115,6 +116,7 @@ class EnvConfig:
     input_shape: str = ""
     measure_reference: bool = True
     memory_penalty: str = "graded"
+    sim_delay_s: float = 0.0
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EnvConfig":
@@ -187,7 +189,7 @@ class PlacementEnv(gym.Env):
         profile = Profile.from_json(cfg.profile) if cfg.profile else None
         devices = list(cfg.devices) or (profile.device_names if profile else ["CPU"])
         self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, profile,
-                                    cfg.objective)
+                                    cfg.objective, cfg.sim_delay_s)
         self.devices = list(self.backend.devices)
         times = None
         if profile is not None and cfg.features.cost:

@@ -324,3 +324,18 @@ class SimulatorBackend:
         except KeyError as e:
             return Measurement.failure(self.name, "validate", str(e.args[0]))
         return self.measure_array(p)
+
+
+class TimedSimulatorBackend(SimulatorBackend):
+    """The simulator taking a fixed ``delay_s`` per measurement, like a real device
+    would: what scaling benchmarks and multi-machine tests measure with (a run on it
+    pins its measuring actors to measuring machines as a real one does)."""
+
+    def __init__(self, graph: CostGraph, objective: str = "sequential", delay_s: float = 0.1) -> None:
+        super().__init__(graph, objective)
+        self.delay_s = float(delay_s)
+        self.name = f"simulator/{objective}/timed"
+
+    def measure_array(self, placement: np.ndarray) -> Measurement:
+        time.sleep(self.delay_s)
+        return super().measure_array(placement)

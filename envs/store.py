@@ -124,11 +124,16 @@ class MeasurementStore:
 
 
 def store_actor(name: str):
-    """The run's store as a named, detached-free Ray actor (created once)."""
+    """The run's store as a named, detached-free Ray actor (created once), on the
+    caller's machine: a measuring machine that leaves the cluster must not take the
+    run's measurements with it."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     actor_cls = ray.remote(num_cpus=0, max_restarts=-1)(MeasurementStore)
-    return actor_cls.options(name=name, get_if_exists=True, lifetime=None).remote()
+    return actor_cls.options(name=name, get_if_exists=True, lifetime=None,
+                             scheduling_strategy=here).remote()
 
 
 class StoreClient:

@@ -9,7 +9,7 @@ measuring machine when a real backend measures, failed EnvRunners restarted.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Optional
 
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from policies.registry import Method, load
@@ -18,10 +18,13 @@ __all__ = ["algo_config"]
 
 
 def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
-                steps_per_episode: int, prior_device: int = -1):
+                steps_per_episode: int, prior_device: int = -1,
+                resources: Optional[dict] = None):
     """The RLlib ``AlgorithmConfig`` of ``method`` for this run; ``steps_per_episode``
     is the environment's (an iteration samples ``episodes_per_iteration`` episodes);
-    ``prior_device``: the device sampling starts around (``--start best_single``), -1 none."""
+    ``prior_device``: the device sampling starts around (``--start best_single``), -1 none;
+    ``resources``: what each EnvRunner asks for with a real backend (default: a
+    measuring slot; see :func:`hsdag_ray.nodes.measuring_resources`)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from policies.reinforce import REINFORCEConfig
@@ -50,7 +53,7 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
           .env_runners(num_env_runners=cfg.env_runners, rollout_fragment_length=steps_per_episode,
                        batch_mode="complete_episodes", num_cpus_per_env_runner=0 if real else 1,
                        custom_resources_per_env_runner=(
-                           {MEASURE_RESOURCE: 1} if real and cfg.env_runners else {}))
+                           dict(resources or {MEASURE_RESOURCE: 1}) if real and cfg.env_runners else {}))
           .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=1.0)
           .debugging(seed=cfg.seed))
     import torch

@@ -102,6 +102,9 @@ class TrainConfig:
             reported figure is a re-measured one (see hsdag_ray/summary.py).
         solver_time_limit: seconds the exact solver may take for the optimum; an optimum
             not proven within it is reported as such (optimum_proven, optimum_gap).
+        sim_delay_s: with the simulator, seconds every measurement takes, as on a real
+            device (0 = instant); above 0 the run measures on measuring machines as a
+            real one does (scaling benchmarks, multi-machine tests).
         init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
             wrote): its weights are loaded into the RLModule before training; with
             --budget 0 the run places zero-shot with it, nothing learned.
@@ -162,6 +165,7 @@ class TrainConfig:
     remeasure_rounds: int = 3
     solver_time_limit: float = 120.0
     torch_threads: int = 1
+    sim_delay_s: float = 0.0
     init: str = ""
     zero_shot_samples: int = 1
 
@@ -205,6 +209,7 @@ class TrainConfig:
             (self.lr > 0, "lr must be positive"),
             (self.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
             (self.torch_threads >= 1, "torch_threads must be at least 1"),
+            (self.sim_delay_s >= 0, "sim_delay_s must be 0 or more"),
             (self.remeasure_rounds >= 1 and self.solver_time_limit > 0,
              "remeasure_rounds must be at least 1 and solver_time_limit positive"),
             (self.repeats >= 1 and self.threads >= 0 and self.timeout > 0,

@@ -33,14 +33,14 @@ class RLDriver:
     """A learned method: one RLlib training iteration per ``iterate()``."""
 
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
-                 singles: Optional[dict] = None) -> None:
+                 singles: Optional[dict] = None, resources: Optional[dict] = None) -> None:
         prior = -1
         if cfg.start == "best_single" and singles:
             lat = [singles.get(d, float("inf")) for d in env.devices]
             if min(lat) < float("inf"):
                 prior = int(np.argmin(lat))
         self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
-                                prior_device=prior).build_algo()
+                                prior_device=prior, resources=resources).build_algo()
         if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
             from hsdag_ray.pretrained import load_into_algo, read_pretrained
 
@@ -72,11 +72,13 @@ class SearchDriver:
     run's store on a measuring machine (a Ray actor holding a measuring slot
     with a real backend)."""
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env) -> None:
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                 resources: Optional[dict] = None) -> None:
         from envs.measuring import call, measuring_service
 
         self.cfg = cfg
-        self.service = measuring_service(env_cfg, real, MEASURE_RESOURCE, tracked=True)
+        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
+                                         tracked=True)
         singles = call(self.service, "single_devices")
         fastest = min(range(len(env.devices)), key=lambda k: singles[env.devices[k]])
         start = np.full(env.graph.num_nodes, fastest, dtype=np.int64)
@@ -111,16 +113,17 @@ class SearchDriver:
 
 
 def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
-                singles: Optional[dict] = None):
+                singles: Optional[dict] = None, resources: Optional[dict] = None):
     """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``);
     ``singles``: each device's single-device latency (where a learned method may start
-    its sampling)."""
+    its sampling); ``resources``: what each measuring actor asks for with a real backend
+    (:func:`hsdag_ray.nodes.measuring_resources`)."""
     if cfg.budget == 0:
         from hsdag_ray.pretrained import ZeroShotDriver
 
         return ZeroShotDriver(cfg, method, env_cfg, real, env)
     if method.kind == "rl":
-        return RLDriver(cfg, method, env_cfg, real, env, singles)
+        return RLDriver(cfg, method, env_cfg, real, env, singles, resources)
     if method.kind == "search":
-        return SearchDriver(cfg, method, env_cfg, real, env)
+        return SearchDriver(cfg, method, env_cfg, real, env, resources)
     raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")

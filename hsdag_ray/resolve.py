@@ -152,4 +152,5 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "profile": profile, "objective": cfg.objective, "reward": reward_of_run(cfg),
             "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
             "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
-            "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty}
+            "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
+            "sim_delay_s": cfg.sim_delay_s}

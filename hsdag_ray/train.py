@@ -70,20 +70,25 @@ def _start_ray(cfg: TrainConfig, real: bool) -> bool:
     return True
 
 
-def _measuring_runners(cfg: TrainConfig, real: bool, say) -> int:
-    """EnvRunners of the run: with a real backend at most one per measuring machine."""
-    import ray
+def _measuring_runners(cfg: TrainConfig, real: bool, devices: list[str],
+                       say) -> tuple[int, Optional[dict[str, float]]]:
+    """EnvRunners of the run (with a real backend at most one per measuring machine that
+    has the run's devices) and what each measuring actor asks for (None: simulator)."""
+    from hsdag_ray.nodes import measuring_resources, measuring_slots
 
-    if not (real and cfg.env_runners):
-        return cfg.env_runners
-    slots = int(ray.cluster_resources().get(MEASURE_RESOURCE, 0))
+    if not real:
+        return cfg.env_runners, None
+    resources = measuring_resources(devices)
+    slots = measuring_slots(resources)
     if slots < 1:
         raise UsageError(f"no machine in the cluster advertises the {MEASURE_RESOURCE!r} "
                          "resource; start measuring nodes as in cluster/config.yaml")
+    if len(resources) > 1:
+        say(f"measuring on the {slots} machine(s) with the devices {', '.join(devices)}")
     if cfg.env_runners > slots:
         say(f"{slots} measuring machine(s): using {slots} EnvRunner(s), one per machine")
-        return slots
-    return cfg.env_runners
+        return slots, resources
+    return cfg.env_runners, resources
 
 
 def _metrics_row(state: dict[str, Any], new: list[dict], stats: dict[str, Any],
@@ -203,7 +208,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         check_method(read_pretrained(cfg.init), cfg.method)
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
-    real = backend != "simulator"
+    # a simulator with a measuring time stands for real devices: measured on measuring machines
+    real = backend != "simulator" or cfg.sim_delay_s > 0
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
     started_ray = _start_ray(cfg, real)
     try:
@@ -214,7 +220,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         wall_before = state["wall_s"]  # of the sessions before this one
         if resume is not None and run_dir.store_file.is_file():
             store.set_state(json.loads(run_dir.store_file.read_text()))
-        env_runners = _measuring_runners(cfg, real, say)
+        env_runners, resources = _measuring_runners(cfg, real, devices, say)
         cfg_run = dataclasses.replace(cfg, env_runners=env_runners, algo=cfg.algo or method.algo)
         env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
         # the driver's copy describes the graph and devices; it measures nothing
@@ -224,7 +230,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         if "latency_s" in (state.get("baselines") or {}):
             baselines = Baselines.from_json(state["baselines"])
         else:
-            service = measuring_service(env_cfg, real, MEASURE_RESOURCE)
+            service = measuring_service(env_cfg, real, resources)
             try:
                 baselines = compute_baselines(service, env, cfg.objective, say,
                                               time_limit=cfg.solver_time_limit)
@@ -237,7 +243,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                                                 "env_runners": env_runners,
                                                 "algo": cfg_run.algo,
                                                 "reward": env_cfg["reward"]}}, indent=1))
-        driver = make_driver(cfg_run, method, env_cfg, real, env, singles)
+        driver = make_driver(cfg_run, method, env_cfg, real, env, singles, resources)
         if resume is not None and run_dir.checkpoint.is_dir():
             driver.restore(run_dir.checkpoint)
             say(f"resumed {run_dir.dir} at iteration {state['iteration']}")
@@ -254,7 +260,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         driver.stop()  # frees the measuring slots for the final re-measurement
         remeasured = None
         if real:
-            service = measuring_service(env_cfg, real, MEASURE_RESOURCE)
+            service = measuring_service(env_cfg, real, resources)
             try:
                 remeasured = remeasure_result(service, store, baselines, cfg.remeasure_rounds, say)
             finally:

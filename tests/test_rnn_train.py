@@ -58,8 +58,9 @@ def test_rnn_learns_and_writes_every_output(profile_file, tmp_path):
     assert s["method"] == "rnn" and s["placements"] >= 400
     assert json.loads((run / "config.json").read_text())["resolved"]["reward"] == "neg_sqrt"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    # an iteration is one episode of episode_len whole placements, each counted
-    assert [r["placements"] for r in rows] == [20 * (i + 1) for i in range(len(rows))]
+    # an iteration is episodes_per_iteration episodes of episode_len whole placements, each counted
+    per_iteration = cfg.episode_len * cfg.episodes_per_iteration
+    assert [r["placements"] for r in rows] == [per_iteration * (i + 1) for i in range(len(rows))]
     b = s["baselines"]
     assert b["optimum"] <= s["best_latency_s"] * (1 + 1e-9)
     rng = np.random.default_rng(0)

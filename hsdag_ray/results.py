@@ -1,0 +1,226 @@
+"""The comparison table of many runs: ``results.csv``, ``results.md`` and ``results.png``.
+
+Every figure is read from the runs' ``summary.json`` (written by
+:func:`hsdag_ray.train.train`); nothing is measured or solved again here.
+
+One row per run (``kind: run``) and, per model, one row per baseline the runs
+were compared with (``kind: baseline``: each single device, OpenVINO AUTO when
+real devices were used, the exact optimum). A run's ``best_latency_s`` is its
+method's own best (``method_best_latency_s`` of the summary: re-measured with a
+real backend), not the fastest single device the run falls back to when the
+method did not beat it; that one stays in ``run_best_latency_s``.
+
+The markdown table, like the paper's: per model and method the best latency
+(median over seeds, with the range min-max), the speedup over CPU-only, the
+ratio to the exact optimum (``*`` when the solver did not prove it optimal),
+the measurements used and the wall time (medians).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+__all__ = ["COLUMNS", "cell", "rows_from_summary", "baseline_rows", "write_csv", "read_csv",
+           "markdown", "plot", "write_all"]
+
+COLUMNS = ("kind", "model", "method", "variant", "seed", "backend", "devices", "best_latency_s",
+           "run_best_latency_s", "best_source", "cpu_only_s", "speedup_vs_cpu", "optimum_s",
+           "optimum_proven", "ratio_to_optimum", "placements", "measurements", "failures",
+           "wall_s", "run_dir")
+
+
+def cell(values: Sequence[float], fmt: str = "{:.3f}") -> str:
+    """Median of ``values`` with their range (min-max) when they differ; ``-`` when none."""
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not vals:
+        return "-"
+    if all(math.isinf(v) for v in vals):
+        return "no feasible"
+    med = statistics.median(vals)
+    lo, hi = min(vals), max(vals)
+    text = fmt.format(med) if math.isfinite(med) else "inf"
+    sep = " to " if lo < 0 else "-"  # "-66.7%--56.1%" would not read
+    return text + (f" ({fmt.format(lo)}{sep}{fmt.format(hi)})" if hi > lo else "")
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    if a is None or b is None or not math.isfinite(b) or b <= 0:
+        return None
+    return a / b
+
+
+def rows_from_summary(s: dict[str, Any], variant: str = "") -> dict[str, Any]:
+    """The ``results.csv`` row of one run's summary."""
+    base = s.get("baselines") or {}
+    best = s.get("method_best_latency_s")
+    cpu = base.get("CPU_only")
+    opt = base.get("optimum")
+    return {"kind": "run", "model": s["model"], "method": s["method"], "variant": variant,
+            "seed": s.get("seed"), "backend": s.get("backend"), "devices": ",".join(s.get("devices", [])),
+            "best_latency_s": best, "run_best_latency_s": s.get("best_latency_s"),
+            "best_source": s.get("best_source"), "cpu_only_s": cpu,
+            "speedup_vs_cpu": (1 - best / cpu) if best is not None and cpu and math.isfinite(cpu) else None,
+            "optimum_s": opt, "optimum_proven": s.get("optimum_proven") if opt is not None else None,
+            "ratio_to_optimum": _ratio(best, opt), "placements": s.get("placements"),
+            "measurements": s.get("measurements"), "failures": s.get("failures"),
+            "wall_s": s.get("wall_s"), "run_dir": s.get("run_dir")}
+
+
+def baseline_rows(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]]) -> list[dict]:
+    """Per model, one row per baseline of its runs (median over the runs: the simulator's
+    are identical; re-measured real ones differ a little from run to run)."""
+    by_model: dict[str, list[tuple[dict, dict]]] = {}
+    for r, s in zip(runs, summaries):
+        by_model.setdefault(r["model"], []).append((r, s))
+    out = []
+    for model, pairs in by_model.items():
+        names: list[str] = []
+        for _, s in pairs:
+            names += [n for n in (s.get("baselines") or {}) if n not in names]
+        for name in names:
+            vals = [s["baselines"][name] for _, s in pairs if s.get("baselines", {}).get(name) is not None]
+            if not vals:
+                continue
+            t = statistics.median(vals)
+            cpu = statistics.median([r["cpu_only_s"] for r, _ in pairs if r["cpu_only_s"]] or [math.nan])
+            opt = statistics.median([r["optimum_s"] for r, _ in pairs if r["optimum_s"]] or [math.nan])
+            proven = all(r["optimum_proven"] is not False for r, _ in pairs)
+            method = {"optimum": f"optimum ({pairs[0][1].get('optimum_method', 'exact')})",
+                      "openvino_auto": "OpenVINO AUTO"}.get(name, name.replace("_only", " only"))
+            out.append({c: None for c in COLUMNS} | {
+                "kind": "baseline", "model": model, "method": method, "variant": "",
+                "backend": pairs[0][0]["backend"], "devices": pairs[0][0]["devices"],
+                "best_latency_s": t, "cpu_only_s": cpu if math.isfinite(cpu) else None,
+                "speedup_vs_cpu": (1 - t / cpu) if math.isfinite(cpu) and math.isfinite(t) else None,
+                "optimum_s": opt if math.isfinite(opt) else None,
+                "optimum_proven": proven if math.isfinite(opt) else None,
+                "ratio_to_optimum": _ratio(t, opt if math.isfinite(opt) else None),
+                "measurements": 0})
+    return out
+
+
+def write_csv(rows: Iterable[dict[str, Any]], path: Path) -> None:
+    with Path(path).open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """``results.csv`` back as dicts (numbers as floats, empty cells as None)."""
+    out = []
+    with Path(path).open() as f:
+        for r in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in r.items():
+                if v == "":
+                    row[k] = None
+                elif v in ("True", "False"):
+                    row[k] = v == "True"
+                else:
+                    try:
+                        row[k] = float(v)
+                    except ValueError:
+                        row[k] = v
+            out.append(row)
+    return out
+
+
+def _label(r: dict[str, Any]) -> str:
+    return r["method"] + (f" [{r['variant']}]" if r.get("variant") else "")
+
+
+def _groups(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict]]:
+    g: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        g.setdefault((r["model"], _label(r)), []).append(r)
+    return g
+
+
+def markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
+    """The comparison table (see the module docstring) as markdown."""
+    lines = [f"## {title}", ""] if title else []
+    seeds = sorted({int(r["seed"]) for r in rows if r["kind"] == "run" and r.get("seed") is not None})
+    lines += [f"Best latency: median over seeds {', '.join(map(str, seeds))} (min-max); the "
+              "method's own best. Ratio to the exact optimum: `*` = the solver did not prove it "
+              "optimal. Measurements and wall time: medians per run.", "",
+              "| model | method | best latency (ms) | speedup vs CPU | ratio to optimum "
+              "| measurements | wall (s) | runs |",
+              "|---|---|---|---|---|---|---|---|"]
+    for (model, label), rs in _groups(rows).items():
+        unproven = any(r.get("optimum_proven") is False for r in rs)
+        ratio = cell([r["ratio_to_optimum"] for r in rs])
+        runs = [r for r in rs if r["kind"] == "run"]
+        lines.append(
+            f"| {model} | {label} | {cell([r['best_latency_s'] * 1e3 if r['best_latency_s'] is not None else None for r in rs])} "
+            f"| {cell([r['speedup_vs_cpu'] * 100 if r['speedup_vs_cpu'] is not None else None for r in rs], '{:.1f}%')} "
+            f"| {ratio}{' *' if unproven and ratio != '-' else ''} "
+            f"| {cell([r['measurements'] for r in runs], '{:.0f}') if runs else '-'} "
+            f"| {cell([r['wall_s'] for r in runs], '{:.1f}') if runs else '-'} "
+            f"| {len(runs) if runs else 'baseline'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
+    """Per model, the best latency of each method and baseline relative to the exact
+    optimum (to CPU-only where there is none): median bar, min-max whisker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(max(5.0, 2.2 + 0.6 * len(_groups(rows)) / max(len(models), 1)) * len(models), 4.2),
+                             squeeze=False)
+    for ax, model in zip(axes[0], models):
+        groups = {k[1]: v for k, v in _groups(rows).items() if k[0] == model}
+        with_opt = any(r["optimum_s"] for rs in groups.values() for r in rs)
+        ref_name = "optimum" if with_opt else "CPU only"
+        labels, med, lo, hi, colors = [], [], [], [], []
+        for label, rs in groups.items():
+            vals = [r["best_latency_s"] / (r["optimum_s"] if with_opt else r["cpu_only_s"])
+                    for r in rs if r["best_latency_s"] is not None
+                    and (r["optimum_s"] if with_opt else r["cpu_only_s"])]
+            vals = [v for v in vals if math.isfinite(v)]
+            if not vals:
+                continue
+            m = statistics.median(vals)
+            labels.append(label)
+            med.append(m)
+            lo.append(m - min(vals))
+            hi.append(max(vals) - m)
+            colors.append("0.6" if rs[0]["kind"] == "baseline" else "C0")
+        x = np.arange(len(labels))
+        ax.bar(x, med, color=colors, yerr=[lo, hi], capsize=3)
+        ax.axhline(1.0, color="C3", lw=1, ls="--")
+        ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel(f"best latency / {ref_name}")
+        ax.set_title(model)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]], folder: Path,
+              title: str = "") -> list[dict[str, Any]]:
+    """Write ``results.csv``, ``results.md`` and ``results.png`` in ``folder``; return the rows."""
+    folder = Path(folder)
+    rows = list(runs) + baseline_rows(runs, summaries)
+    write_csv(rows, folder / "results.csv")
+    (folder / "results.md").write_text(markdown(rows, title))
+    plot(rows, folder / "results.png", title)
+    return rows
+
+
+def load_summary(run_dir: Path) -> Optional[dict[str, Any]]:
+    """A run folder's ``summary.json``, or None when the run did not finish."""
+    f = Path(run_dir) / "summary.json"
+    return json.loads(f.read_text()) if f.is_file() else None
