@@ -61,8 +61,9 @@ def test_gdp_learns_and_writes_every_output(profile_file, tmp_path):
     assert json.loads((run / "config.json").read_text())["resolved"]["algo"] == "ppo"
     assert s["method"] == "gdp" and s["placements"] >= 360
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    # an iteration is one episode of episode_len one-shot placements
-    assert [r["placements"] for r in rows] == [20 * (i + 1) for i in range(len(rows))]
+    # an iteration is episodes_per_iteration episodes of episode_len one-shot placements
+    per_iteration = cfg.episode_len * cfg.episodes_per_iteration
+    assert [r["placements"] for r in rows] == [per_iteration * (i + 1) for i in range(len(rows))]
     assert s["baselines"]["optimum"] <= s["best_latency_s"] * (1 + 1e-9)
     # the best is far better than a random placement on average
     n = probe.graph.num_nodes
