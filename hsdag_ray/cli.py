@@ -42,6 +42,25 @@ def run(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Sequence[
         return 130
 
 
+def read_yaml_mapping(path: str, what: str) -> dict:
+    """The mapping a YAML settings file holds; a :class:`UsageError` naming ``what``
+    (e.g. ``"config file"``) when it is missing, not YAML or not a mapping."""
+    from pathlib import Path
+
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{what} {path} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{what} {path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {path} must be a mapping of settings")
+    return data
+
+
 def add_timing_args(ap: argparse.ArgumentParser) -> None:
     t = TimingConfig()
     g = ap.add_argument_group("timing (real backends)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
-from hsdag_ray.cli import UsageError
+from hsdag_ray.cli import UsageError, read_yaml_mapping
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS", "Command",
            "build_parser", "config_from_args"]
@@ -234,17 +234,7 @@ class TrainConfig:
 
     @classmethod
     def from_yaml(cls, path: str) -> dict[str, Any]:
-        import yaml
-
-        p = Path(path)
-        if not p.is_file():
-            raise UsageError(f"config file {path} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise UsageError(f"config file {path} is not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"config file {path} must be a mapping of settings")
+        data = read_yaml_mapping(path, "config file")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

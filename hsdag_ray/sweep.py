@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hsdag_ray.cli import UsageError, run
+from hsdag_ray.cli import UsageError, read_yaml_mapping, run
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 
 __all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "trials", "run_trial", "run_sweep",
@@ -304,20 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
-    import yaml
-
     args = build_parser().parse_args(argv)
     values: dict[str, Any] = {"train": {"backend": "simulator"}}
     if args.config:
-        p = Path(args.config)
-        if not p.is_file():
-            raise UsageError(f"sweep file {args.config} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise UsageError(f"sweep file {args.config} is not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"sweep file {args.config} must be a mapping of settings")
+        data = read_yaml_mapping(args.config, "sweep file")
         known = {f.name for f in dataclasses.fields(SweepConfig)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -11,6 +11,7 @@ import pytest
 from hsdag_ray.apply import main
 from hsdag_ray.cli import run
 from hsdag_ray.core.graph import build_graph
+from tests.test_cli import assert_user_error
 from hsdag_ray.placed import load_placed
 
 FAST = ["--warmup", "1", "--repeats", "3", "--block", "1"]
@@ -22,13 +23,6 @@ def cli(*args):
     return r.returncode, r.stdout, r.stderr
 
 
-def assert_user_error(code, err, *words):
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [ln for ln in err.strip().splitlines() if ln.strip() and "warn" not in ln.lower()]
-    assert len(lines) == 1, err
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
