@@ -23,6 +23,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from hsdag_ray.core.errors import GraphError
+from hsdag_ray.core import op_costs
 
 __all__ = [
     "Node", "Edge", "CompGraph", "GraphError", "from_ov_model", "contract",
@@ -197,62 +198,6 @@ class CompGraph:
 
 
 # ============================================================ from OpenVINO
-_ELEMENTWISE = {"Add", "Multiply", "Subtract", "Divide", "Relu", "Sigmoid", "Tanh", "Clamp",
-                "Maximum", "Minimum", "Power", "Exp", "Sqrt", "Erf", "Swish", "HSwish",
-                "Mish", "Elu", "PRelu", "Abs", "Negative", "SquaredDifference", "Select"}
-_HEAVY_ELEMENTWISE = {"Gelu": 8, "MVN": 6, "Softmax": 5, "SoftMax": 5, "NormalizeL2": 4,
-                      "BatchNormInference": 2}
-
-
-def _numel(shape: Sequence[int]) -> int:
-    return int(np.prod(shape)) if len(shape) else 1
-
-
-def _static_shape(output) -> list[int]:
-    ps = output.get_partial_shape()
-    if ps.is_dynamic:
-        raise GraphError(
-            f"op {output.get_node().get_friendly_name()!r} has a dynamic output shape {ps}; "
-            "give the model static input shapes (reshape it) before placing it")
-    return [int(d) for d in ps.to_shape()]
-
-
-def _flops(op) -> float:
-    """A FLOP estimate from the op type and static shapes (0 if unknown)."""
-    t = op.get_type_name()
-    out = _static_shape(op.output(0)) if op.get_output_size() else []
-    n_out = _numel(out)
-    if t in ("Convolution", "GroupConvolution", "ConvolutionBackpropData"):
-        w = _static_shape(op.input_value(1))
-        # Convolution weights [Cout, Cin, k...]; GroupConvolution [G, Cout/G, Cin/G, k...]
-        per_out = _numel(w[2:]) if t == "Convolution" else _numel(w[3:])
-        cin = w[1] if t == "Convolution" else w[2]
-        return 2.0 * n_out * cin * per_out
-    if t == "MatMul":
-        a = _static_shape(op.input_value(0))
-        ta = bool(op.get_attributes().get("transpose_a", False))
-        k = a[-2] if (ta and len(a) > 1) else a[-1]
-        return 2.0 * n_out * k
-    if t == "ScaledDotProductAttention":
-        q = _static_shape(op.input_value(0))
-        kk = _static_shape(op.input_value(1))
-        return 4.0 * _numel(q[:-1]) * kk[-2] * q[-1]
-    if t in ("MaxPool", "AvgPool"):
-        k = op.get_attributes().get("kernel", [1])
-        return float(n_out * _numel(list(k)))
-    if t in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceProd"):
-        return float(_numel(_static_shape(op.input_value(0))))
-    if t in _HEAVY_ELEMENTWISE:
-        return float(_HEAVY_ELEMENTWISE[t] * n_out)
-    if t in _ELEMENTWISE:
-        return float(n_out)
-    return 0.0
-
-
-def _tensor_bytes(output) -> float:
-    return float(_numel(_static_shape(output)) * output.get_element_type().size)
-
-
 def from_ov_model(model, name: Optional[str] = None) -> CompGraph:
     """Build the placement graph of an ``openvino.Model`` with static shapes.
 
@@ -300,11 +245,11 @@ def from_ov_model(model, name: Optional[str] = None) -> CompGraph:
             outs = list(op.outputs())
             nodes.append(Node(
                 name=names[i], op_type=op.get_type_name(), ops=[names[i]],
-                output_shapes=[_static_shape(o) for o in outs],
+                output_shapes=[op_costs.static_shape(o) for o in outs],
                 output_types=[o.get_element_type().get_type_name() for o in outs],
-                flops=_flops(op),
-                bytes_read=float(sum(_tensor_bytes(x.get_source_output()) for x in op.inputs())),
-                bytes_written=float(sum(_tensor_bytes(o) for o in outs)),
+                flops=op_costs.flops(op),
+                bytes_read=float(sum(op_costs.tensor_bytes(x.get_source_output()) for x in op.inputs())),
+                bytes_written=float(sum(op_costs.tensor_bytes(o) for o in outs)),
                 members=[names[i]]))
     if not nodes:
         raise GraphError("the model has no compute op to place")
@@ -337,7 +282,7 @@ def from_ov_model(model, name: Optional[str] = None) -> CompGraph:
             nd = nodes[node_of[i]]
             nd.ops.append(names[i])
             if kind[i] == "constant":
-                nd.weight_bytes += _tensor_bytes(ops[i].output(0))
+                nd.weight_bytes += op_costs.tensor_bytes(ops[i].output(0))
 
     edges: list[Edge] = []
     seen: set[tuple[int, int, int]] = set()
@@ -354,9 +299,9 @@ def from_ov_model(model, name: Optional[str] = None) -> CompGraph:
                 continue
             seen.add(key)
             edges.append(Edge(src=node_of[j], dst=node_of[i], port=src_out.get_index(),
-                              shape=_static_shape(src_out),
+                              shape=op_costs.static_shape(src_out),
                               dtype=src_out.get_element_type().get_type_name(),
-                              bytes=_tensor_bytes(src_out)))
+                              bytes=op_costs.tensor_bytes(src_out)))
     return CompGraph(name or model.get_friendly_name(), nodes, edges)
 
 
