@@ -176,7 +176,7 @@ class GroupedPlacementDistribution(TorchDistribution):
         Set it as ``self.action_dist_cls`` in an RLModule's ``setup()``. The
         class is cached (one per ``D``) and picklable by reference.
         """
-        return _bound_class(int(num_devices))
+        return bind_devices(GroupedPlacementDistribution, int(num_devices))
 
     @classmethod
     def from_logits(
@@ -285,18 +285,25 @@ class GroupedPlacementDeterministic(TorchDeterministic):
 
 
 @functools.lru_cache(maxsize=None)
-def _bound_class(num_devices: int) -> type[GroupedPlacementDistribution]:
+def bind_devices(base: type, num_devices: int) -> type:
+    """``base`` with ``num_devices`` fixed: a subclass named ``<base>_D<num_devices>``
+    in ``base``'s module, cached, so it pickles by reference (the module's
+    ``__getattr__`` rebuilds it by name with :func:`bound_by_name`)."""
     if num_devices < 1:
         raise ValueError(f"num_devices must be >= 1, got {num_devices}.")
-    name = f"GroupedPlacementDistribution_D{num_devices}"
-    attrs = {"num_devices": num_devices, "__module__": __name__, "__qualname__": name}
-    return type(name, (GroupedPlacementDistribution,), attrs)
+    name = f"{base.__name__}_D{num_devices}"
+    attrs = {"num_devices": num_devices, "__module__": base.__module__, "__qualname__": name}
+    return type(name, (base,), attrs)
+
+
+def bound_by_name(base: type, name: str) -> type:
+    """The class :func:`bind_devices` names ``name``; a module's ``__getattr__`` calls it
+    so pickle finds the class in any process (e.g. a Ray worker that has not built it)."""
+    prefix = f"{base.__name__}_D"
+    if name.startswith(prefix) and name[len(prefix):].isdigit():
+        return bind_devices(base, int(name[len(prefix):]))
+    raise AttributeError(f"module {base.__module__!r} has no attribute {name!r}")
 
 
 def __getattr__(name: str):
-    # Lets pickle find GroupedPlacementDistribution.for_devices(D) by name in
-    # any process (e.g. a Ray worker that has not built the class yet).
-    prefix = "GroupedPlacementDistribution_D"
-    if name.startswith(prefix) and name[len(prefix):].isdigit():
-        return GroupedPlacementDistribution.for_devices(int(name[len(prefix):]))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return bound_by_name(GroupedPlacementDistribution, name)

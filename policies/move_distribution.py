@@ -34,7 +34,6 @@ then ``N_max`` move logits.
 """
 from __future__ import annotations
 
-import functools
 from typing import ClassVar, Optional, Tuple
 
 import gymnasium as gym
@@ -42,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from policies.distributions import GroupedPlacementDistribution, unpack_dist_inputs
+from policies.distributions import GroupedPlacementDistribution, bind_devices, bound_by_name, unpack_dist_inputs
 
 __all__ = ["GroupedMoveDistribution", "pack_move_inputs", "split_move_inputs"]
 
@@ -82,7 +81,7 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
 
     @classmethod
     def for_devices(cls, num_devices: int) -> type["GroupedMoveDistribution"]:
-        return _bound_class(int(num_devices))
+        return bind_devices(GroupedMoveDistribution, int(num_devices))
 
     @classmethod
     def from_logits(cls, logits: Tensor, num_devices: Optional[int] = None,
@@ -173,18 +172,6 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
         return GroupedPlacementDeterministic(loc=loc)
 
 
-@functools.lru_cache(maxsize=None)
-def _bound_class(num_devices: int) -> type[GroupedMoveDistribution]:
-    if num_devices < 1:
-        raise ValueError(f"num_devices must be >= 1, got {num_devices}.")
-    name = f"GroupedMoveDistribution_D{num_devices}"
-    attrs = {"num_devices": num_devices, "__module__": __name__, "__qualname__": name}
-    return type(name, (GroupedMoveDistribution,), attrs)
-
-
 def __getattr__(name: str):
     # lets pickle find GroupedMoveDistribution.for_devices(D) by name in any process
-    prefix = "GroupedMoveDistribution_D"
-    if name.startswith(prefix) and name[len(prefix):].isdigit():
-        return GroupedMoveDistribution.for_devices(int(name[len(prefix):]))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return bound_by_name(GroupedMoveDistribution, name)

@@ -21,14 +21,14 @@ the grouper's. ``kl`` compares the placer's steps only.
 """
 from __future__ import annotations
 
-import functools
 from typing import ClassVar, Optional
 
 import gymnasium as gym
 from torch import Tensor
 import torch
 
-from policies.distributions import GroupedPlacementDistribution, pack_dist_inputs, unpack_dist_inputs
+from policies.distributions import (GroupedPlacementDistribution, bind_devices, bound_by_name,
+                                    pack_dist_inputs, unpack_dist_inputs)
 
 __all__ = ["SequencePlacementDistribution", "pack_sequence_inputs"]
 
@@ -53,7 +53,7 @@ class SequencePlacementDistribution(GroupedPlacementDistribution):
 
     @classmethod
     def for_devices(cls, num_devices: int) -> type["SequencePlacementDistribution"]:
-        return _bound_class(int(num_devices))
+        return bind_devices(SequencePlacementDistribution, int(num_devices))
 
     @classmethod
     def from_logits(cls, logits: Tensor, num_devices: Optional[int] = None,
@@ -76,18 +76,6 @@ class SequencePlacementDistribution(GroupedPlacementDistribution):
         return super().entropy() + self.group_entropy
 
 
-@functools.lru_cache(maxsize=None)
-def _bound_class(num_devices: int) -> type[SequencePlacementDistribution]:
-    if num_devices < 1:
-        raise ValueError(f"num_devices must be >= 1, got {num_devices}.")
-    name = f"SequencePlacementDistribution_D{num_devices}"
-    attrs = {"num_devices": num_devices, "__module__": __name__, "__qualname__": name}
-    return type(name, (SequencePlacementDistribution,), attrs)
-
-
 def __getattr__(name: str):
-    # pickle finds SequencePlacementDistribution.for_devices(D) by name in any process
-    prefix = "SequencePlacementDistribution_D"
-    if name.startswith(prefix) and name[len(prefix):].isdigit():
-        return _bound_class(int(name[len(prefix):]))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # lets pickle find SequencePlacementDistribution.for_devices(D) by name in any process
+    return bound_by_name(SequencePlacementDistribution, name)
