@@ -40,6 +40,15 @@ def test_any_torchvision_or_hugging_face_architecture_by_name():
         assert 10 < coarse.num_nodes < fine.num_nodes
 
 
+@pytest.mark.slow
+def test_an_encoder_decoder_transformer_builds():
+    """hf:t5 (random weights, T5's default size) converts with the decoder's ids as an input."""
+    model, fine, _, _ = build_graph("hf:t5", "colocation")
+    assert [p.get_any_name() for p in model.inputs] == ["input_ids", "attention_mask", "decoder_input_ids"]
+    assert all(p.get_partial_shape().is_static for p in model.inputs)
+    assert fine.num_nodes > 100
+
+
 @pytest.mark.parametrize("spec,words", [("tv:no_such_net", "torchvision"),
                                         ("hf:no_such_type", "Hugging Face"),
                                         ("nope:x", "unknown model")])
