@@ -161,9 +161,13 @@ def infer_placements(module, env, count: int, seed: int = 0) -> list[np.ndarray]
 class ZeroShotDriver:
     """``train --budget 0``: one iteration that places with the pre-trained policy
     and measures its placements (the greedy one, plus ``zero_shot_samples - 1``
-    sampled) through the run's store; nothing is learned."""
+    sampled) through the run's store; nothing is learned. With a real backend
+    the measuring actor asks for ``resources`` (a measuring slot and, on a
+    cluster naming device sets, the run's ``devices_<A+B>``), as the training
+    drivers' do."""
 
-    def __init__(self, cfg, method, env_cfg: dict, real: bool, env) -> None:
+    def __init__(self, cfg, method, env_cfg: dict, real: bool, env,
+                 resources: Optional[dict] = None) -> None:
         from envs.measuring import measuring_service
         from hsdag_ray.config import MEASURE_RESOURCE
         from policies.registry import load
@@ -179,7 +183,10 @@ class ZeroShotDriver:
         own = {**env_cfg, "store": "", "measure_reference": not real}
         self.env = load(method.env)(own)
         self.module = build_module(self.ckpt, method, self.env)
-        self.service = measuring_service(env_cfg, real, MEASURE_RESOURCE, tracked=True)
+        # pinned like the training drivers' measuring actors: a measuring slot on a
+        # machine with the run's devices (hsdag_ray.nodes.measuring_resources)
+        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
+                                         tracked=True)
 
     @property
     def handle(self):

@@ -1,4 +1,5 @@
 """Pre-training on a family, fine-tuning from the checkpoint (train --init), zero-shot (--budget 0)."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -104,3 +105,34 @@ def test_budget_zero_needs_a_checkpoint():
 
     with pytest.raises(UsageError, match="zero-shot with --init"):
         config_from_args(["--budget", "0"])
+
+
+def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from hsdag_ray.config import MEASURE_RESOURCE
+    from hsdag_ray.nodes import devices_resource
+    from hsdag_ray.train import train
+
+    out, _ = pretrained
+    cfg = _held_out_cfg(out, sim_delay_s=0.01, remeasure_rounds=1, zero_shot_samples=3,
+                        budget=0, name="pinned")
+    cfg = dataclasses.replace(cfg, out=str(tmp_path))
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        # a measuring machine with other devices first, then the one with the run's
+        other = c.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,
+                                                  devices_resource(["CPU", "GPU"]): 1})
+        good = c.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,
+                                                 devices_resource(cfg.devices): 1})
+        c.wait_for_nodes()
+        ray.init(address=c.address)
+        s = train(cfg, quiet=True)
+        store = json.loads((tmp_path / "pinned" / "store.json").read_text())
+        nodes = {e["node"] for e in store["log"]}
+        assert s["placements"] >= 1 and store["log"]
+        assert nodes == {good.node_id} and other.node_id not in nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
