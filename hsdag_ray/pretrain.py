@@ -43,6 +43,9 @@ __all__ = ["pretrain", "family_graph_configs", "main", "profile_file"]
 
 #: pre-training budget when none is given (placements over all graphs)
 DEFAULT_BUDGET = 2000
+#: the reward of pre-training when none is given: the best single device's latency over
+#: the placement's, the same scale on every graph
+SCALE_FREE_REWARD = "speedup"
 
 
 def profile_file(folder: Path, spec: str) -> Path:
@@ -101,6 +104,10 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
         raise UsageError(f"{cfg.method} is a {method.kind} method and learns no policy; pre-train "
                          "a learned one (hsdag, placeto)")
     fam = get_family(family)
+    if not cfg.reward:
+        # latencies of a family's graphs differ by orders of magnitude: a reward relative to
+        # each graph's best single device keeps them comparable (a value baseline, PPO's)
+        cfg = dataclasses.replace(cfg, reward=SCALE_FREE_REWARD)
     torch.set_num_threads(cfg.torch_threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"family {family}: {len(fam.train)} training graphs, {len(fam.held_out)} held out")
@@ -141,10 +148,10 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
         settings = {k: v for k, v in asdict(cfg).items()
                     if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
                              "self_loops", "episode_len", "no_fractal", "no_shape", "no_cost",
-                             "no_op_type", "no_degree", "position", "coarsen")}
+                             "no_op_type", "no_degree", "position", "coarsen", "relative_features")}
         meta = {"method": cfg.method, "family": family, "model_config":
                 method.model_config(asdict(cfg)) if method.model_config else {},
-                "settings": settings, "devices": list(FAMILY_DEVICES),
+                "settings": settings, "reward": cfg.reward, "devices": list(FAMILY_DEVICES),
                 "num_features": int(env.observation_space["x"].shape[1]),
                 "train_graphs": [g.spec for g in fam.train],
                 "held_out_graphs": [g.spec for g in fam.held_out],
@@ -175,6 +182,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     values.setdefault("budget", DEFAULT_BUDGET)
     values.setdefault("env_runners", 0)
+    # scale-free features: measured to transfer to held-out graphs where the raw costs did not
+    values.setdefault("relative_features", True)
     values.update(backend="simulator", wandb="disabled")
     try:
         cfg = TrainConfig(**values)

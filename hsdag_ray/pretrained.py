@@ -21,7 +21,7 @@ import numpy as np
 
 from hsdag_ray.cli import UsageError
 
-__all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible",
+__all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible", "adopt_settings",
            "load_into_algo", "check_method", "build_module", "infer_placements", "ZeroShotDriver"]
 
 CHECKPOINT_FILE = "pretrained.pt"
@@ -65,6 +65,23 @@ def check_method(ckpt: Mapping[str, Any], method: str) -> None:
     if ckpt.get("method") != method:
         raise UsageError(f"the checkpoint holds a {ckpt.get('method')} policy but the run's method is "
                          f"{method}; pass --method {ckpt.get('method')} or another checkpoint")
+
+
+def adopt_settings(cfg, ckpt: Mapping[str, Any]):
+    """``cfg`` with the checkpoint's network, feature and reward settings wherever the
+    run left them at their defaults (a setting the run names itself is kept, and a
+    mismatch is then refused by :func:`check_compatible`): ``train --init`` needs no
+    copy of the pre-training's flags."""
+    import dataclasses
+
+    from hsdag_ray.config import TrainConfig
+
+    defaults = TrainConfig()
+    theirs = {**dict(ckpt.get("settings") or {}), "reward": ckpt.get("reward", "")}
+    change = {k: v for k, v in theirs.items()
+              if hasattr(cfg, k) and v not in (None, "") and getattr(cfg, k) == getattr(defaults, k)
+              and getattr(cfg, k) != v}
+    return dataclasses.replace(cfg, **change) if change else cfg
 
 
 def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
