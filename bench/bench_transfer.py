@@ -112,17 +112,27 @@ def fmt(x: float, budget: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="synthetic")
-    ap.add_argument("--methods", default="hsdag,placeto")
+    ap.add_argument("--methods", default="hsdag,placeto,gdp")
     ap.add_argument("--pretrain-budget", type=int, default=3000)
     ap.add_argument("--finetune-budget", type=int, default=300)
     ap.add_argument("--finetune-graphs", type=int, default=2,
                     help="held-out graphs fine-tuned on (the first ones); 0 = none")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--hidden-dim", type=int, default=64)
+    ap.add_argument("--relative-features", action=argparse.BooleanOptionalAction, default=True,
+                    help="scale-free node features (pre-training's default), in every run")
+    ap.add_argument("--reward", default="speedup",
+                    help="the reward of every run, pre-training and fine-tuning (pre-training's "
+                         "default: speedup over each graph's best single device)")
+    ap.add_argument("--entropy-coeff", type=float, default=None,
+                    help="entropy bonus of every run (default: train's)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_transfer_")).resolve()
-    base = {"hidden_dim": args.hidden_dim}
+    base = {"hidden_dim": args.hidden_dim, "relative_features": args.relative_features,
+            "reward": args.reward}
+    if args.entropy_coeff is not None:
+        base["entropy_coeff"] = args.entropy_coeff
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import pretrain
 

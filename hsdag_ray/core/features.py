@@ -40,7 +40,7 @@ import scipy.sparse as sp
 
 from hsdag_ray.core.graph import CompGraph
 
-__all__ = ["FeatureConfig", "OP_VOCAB", "node_features", "fractal_dimension", "to_data"]
+__all__ = ["FeatureConfig", "OP_VOCAB", "node_features", "relative_features", "MAX_MEMORY_FRACTION", "fractal_dimension", "to_data"]
 
 OP_VOCAB = (
     "Convolution", "GroupConvolution", "MatMul", "Add", "Multiply", "Subtract", "Divide",
