@@ -118,6 +118,9 @@ def main() -> None:
     ap.add_argument("--finetune-graphs", type=int, default=2,
                     help="held-out graphs fine-tuned on (the first ones); 0 = none")
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--imitate-steps", type=int, default=0,
+                    help="pre-training imitates each training graph's exact optimum for this many "
+                         "steps before its --pretrain-budget placements of reinforcement")
     ap.add_argument("--hidden-dim", type=int, default=64)
     ap.add_argument("--relative-features", action=argparse.BooleanOptionalAction, default=True,
                     help="scale-free node features (pre-training's default), in every run")
@@ -143,12 +146,14 @@ def main() -> None:
         pre = out / f"{args.family}-{method}-pretrain"
         meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
                                     wandb="disabled", **base), args.family, pre,
-                        say=lambda s: print(s, flush=True))
+                        say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
         print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
               flush=True)
         rows = zero_shot_rows(method, pre, args.family, base)
         all_rows[method] = rows
-        print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({meta['placements']} placements)\n")
+        how = (f"{args.imitate_steps} imitation steps + " if args.imitate_steps else "") + \
+            f"{meta['placements']} placements"
+        print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({how})\n")
         print("| held-out graph | nodes | greedy (1) | best of 10 | random (1) | random best of 10 "
               "| best single device |")
         print("|---|---|---|---|---|---|---|")

@@ -87,8 +87,11 @@ def _local_env(algo):
         return None
 
 
-def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[str, Any]:
-    """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary."""
+def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
+             imitate_steps: int = 0) -> dict[str, Any]:
+    """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary.
+    ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
+    optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement."""
     import ray
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
@@ -133,6 +136,17 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
         ac = ac.environment(MultiGraphEnv, env_config=multi_cfg)
         algo = ac.build_algo()
         t0, steps, it = time.time(), 0, 0
+        imitation = None
+        if imitate_steps > 0:
+            from hsdag_ray.imitate import imitate
+
+            learner_module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+            imitation = imitate(learner_module, env.envs, imitate_steps, lr=cfg.lr, seed=cfg.seed,
+                                say=say)
+            algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group,
+                                               inference_only=True)
+            say(f"imitation: loss {imitation['loss_before']:.3f} -> {imitation['loss_after']:.3f} "
+                f"in {imitation['wall_s']:.0f} s")
         while steps < cfg.budget:
             result = algo.train()
             it += 1
@@ -156,6 +170,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
                 "train_graphs": [g.spec for g in fam.train],
                 "held_out_graphs": [g.spec for g in fam.held_out],
                 "placements": steps, "iterations": it, "wall_s": time.time() - t0,
+                "imitation": {k: v for k, v in (imitation or {}).items() if k != "optima"},
                 "per_graph": per_graph}
         path = save_pretrained(out_dir, module, meta)
         algo.stop()
@@ -173,7 +188,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
     ap.add_argument("--family", required=True,
                     help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
+    ap.add_argument("--imitate-steps", type=int, default=0,
+                    help="first imitate each training graph's exact optimum for this many steps "
+                         "(the simulator's costs make it free of measurements; see "
+                         "hsdag_ray/imitate.py), then --budget placements of reinforcement")
     args = ap.parse_args(argv)
+    if args.imitate_steps < 0:
+        raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")
     if args.family not in FAMILIES:
         raise UsageError(f"unknown graph family {args.family!r}; choose one of {', '.join(FAMILIES)}")
     for flag in ("model", "backend", "devices", "profile", "init", "resume"):
@@ -191,7 +212,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError(f"bad settings: {e}") from None
     cfg.validate()
     out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
-    pretrain(cfg, args.family, out)
+    pretrain(cfg, args.family, out, imitate_steps=args.imitate_steps)
     print(out)
     return 0
 
