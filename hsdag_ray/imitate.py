@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["optimum_of", "demonstrations", "imitate"]
+__all__ = ["optimum_of", "demonstrations", "imitate", "IMITATION_ENTROPY"]
 
 
 def optimum_of(env, time_limit: float = 30.0) -> np.ndarray:
@@ -65,11 +65,20 @@ def _batch(pairs: Sequence[tuple[Mapping[str, np.ndarray], np.ndarray]]):
     return obs, torch.as_tensor(np.stack([a for _, a in pairs]))
 
 
+#: weight of the entropy bonus in imitation (per node): it stops a node's probability
+#: of its optimal device near 0.95 instead of 1, so the policy still explores when it
+#: is fine-tuned (imitated to certainty, HSDAG sampled 29 distinct placements in 200
+#: and fine-tuning stalled)
+IMITATION_ENTROPY = 0.35
+
+
 def imitate(module, envs: Sequence[Any], steps: int, lr: float = 3e-3, batch_size: int = 16,
-            seed: int = 0, say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+            seed: int = 0, entropy_coeff: float = IMITATION_ENTROPY,
+            say: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Train ``module`` (in place) for ``steps`` Adam steps to place every graph of
-    ``envs`` (per-graph environments with a simulator profile) as its exact optimum;
-    return the optima and the loss before and after."""
+    ``envs`` (per-graph environments with a simulator profile) as its exact optimum,
+    minus ``entropy_coeff`` times the entropy per node; return the optima and the
+    negative log-likelihood per node before and after."""
     import torch
     from ray.rllib.core.columns import Columns
 
@@ -101,19 +110,22 @@ def imitate(module, envs: Sequence[Any], steps: int, lr: float = 3e-3, batch_siz
         run = module._forward if greedy or not explores else module._forward_exploration
         out = run({Columns.OBS: obs})
         dist = module.action_dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
-        logp = dist.logp(actions)
-        return -(logp * w_all[idx]).sum() / len(idx)
+        w = w_all[idx]
+        nll = -(dist.logp(actions) * w).sum() / len(idx)
+        if entropy_coeff:
+            return nll, nll - entropy_coeff * (dist.entropy() * w).sum() / len(idx)
+        return nll, nll
 
     with torch.no_grad():
-        first = float(loss_of(np.arange(len(pairs))))
+        first = float(loss_of(np.arange(len(pairs)))[0])
     last = first
     for step in range(steps):
         idx = rng.choice(len(pairs), size=min(batch_size, len(pairs)), replace=False)
-        loss = loss_of(idx, greedy=step % 2 == 1)
+        nll, loss = loss_of(idx, greedy=step % 2 == 1)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        last = float(loss.detach())
+        last = float(nll.detach())
         if (step + 1) % 50 == 0:
             say(f"  imitation step {step + 1}: loss {last:.4f}")
     module.eval()

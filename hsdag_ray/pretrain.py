@@ -1,13 +1,21 @@
 """Pre-train one policy on a family of graphs: ``python -m hsdag_ray.pretrain``.
 
 The policy (``--method``: any learned method whose environment observes the
-padded graph, e.g. ``hsdag`` or ``placeto``) is trained with RLlib on the
+padded graph: ``hsdag``, ``placeto``, ``gdp``) is trained with RLlib on the
 family's training graphs (:mod:`hsdag_ray.core.families`), a graph drawn per
 episode (:class:`envs.multi_graph.MultiGraphEnv`), on the simulator with
 devices modeled from specs (``CPU_MODEL`` and an accelerator holding half of
-each graph's weights), for ``--budget`` placements in all. Examples::
+each graph's weights), for ``--budget`` placements in all. With
+``--imitate-steps K`` the policy first learns, in ``K`` gradient steps, to
+place each training graph as the exact solver's optimum does
+(:mod:`hsdag_ray.imitate`; no measurement: the family's costs are the
+simulator's). Pre-training defaults to the ``speedup`` reward (each graph's
+best single device over the placement's latency, one scale for all graphs)
+and to scale-free node features (``--relative-features``); ``train --init``
+adopts both. Examples::
 
     python -m hsdag_ray.pretrain --method hsdag --family synthetic --budget 4000 --out pre
+    python -m hsdag_ray.pretrain --method gdp --family synthetic --imitate-steps 300 --budget 500
     python -m hsdag_ray.pretrain --method placeto --family tiny --budget 600 --out /tmp/pre
 
 Writes to ``--out`` (default ``runs/``) a folder ``<family>-<method>-pretrain``:

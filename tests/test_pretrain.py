@@ -21,7 +21,8 @@ HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 def pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("pre") / "tiny-hsdag"
     meta = pretrain(TrainConfig(method="hsdag", budget=60, episode_len=5, env_runners=0,
-                                hidden_dim=16, seed=0), "tiny", out, say=lambda s: None)
+                                hidden_dim=16, seed=0), "tiny", out, say=lambda s: None,
+                    imitate_steps=20)
     return out, meta
 
 
@@ -31,6 +32,10 @@ def test_pretrain_writes_a_checkpoint_over_every_training_graph(pretrained):
     assert ckpt["method"] == "hsdag" and ckpt["family"] == "tiny"
     assert ckpt["model_config"]["hidden_dim"] == 16
     assert meta["placements"] >= 60
+    # the optima were imitated first; the run's reward and features are the scale-free ones
+    assert meta["imitation"]["steps"] == 20 and meta["imitation"]["demonstrations"] == 4
+    assert meta["imitation"]["loss_after"] < meta["imitation"]["loss_before"]
+    assert ckpt["reward"] == "speedup"
     counts = [g["placements"] for g in meta["per_graph"]]
     assert len(counts) == 4 and sum(counts) == meta["placements"] and sum(c > 0 for c in counts) >= 2
     graphs = json.loads((out / "graphs.json").read_text())
