@@ -26,8 +26,9 @@ def _envs_and_module(method_name: str, seed: int = 0):
     return multi.envs, module
 
 
-@pytest.mark.parametrize("method", ["hsdag", pytest.param("gdp", marks=pytest.mark.slow),
-                                    pytest.param("placeto", marks=pytest.mark.slow)])
+# minutes each on a loaded 2-core machine; CI checks imitation through test_pretrain's fixture
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["hsdag", "gdp", "placeto"])
 def test_imitation_learns_the_optima_of_the_training_graphs(method):
     from hsdag_ray.pretrained import infer_placements
 
