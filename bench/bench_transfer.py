@@ -2,6 +2,8 @@
 
     python bench/bench_transfer.py                                   # synthetic family
     python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
+    python bench/bench_transfer.py --family real --imitate-steps 300 --pretrain-budget 500 \
+        --finetune-budget 300 --finetune-graphs 2 --seeds 0,1          # the README's figures
 
 For each method: pre-train on the family's training graphs
 (:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
