@@ -22,7 +22,11 @@ then 500 placements of reinforcement, HSDAG's greedy zero-shot placement was
 device 1.43x, 1.62x) and 1.05-1.28x on ResNet-50, Inception-V3 and ConvNeXt
 held out of the real family (best single device 4.3-5.5x); on BERT-base it
 broke the accelerator's memory. GDP's reinforcement after imitation (PPO)
-returned it to the best single device. Without the entropy bonus
+returned it to the best single device. On the real family, reinforcement
+alone (800 placements) with the scale-free features already transferred for
+HSDAG (best of 10: 1.13-1.27x on four of five held-out models, where the raw
+features broke the accelerator's memory on three), so imitation is an option,
+not the default. Without the entropy bonus
 (:data:`IMITATION_ENTROPY`) fine-tuning from an imitated HSDAG stalled.
 """
 from __future__ import annotations
