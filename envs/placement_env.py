@@ -191,10 +191,12 @@ class PlacementEnv(gym.Env):
         self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, profile,
                                     cfg.objective, cfg.sim_delay_s)
         self.devices = list(self.backend.devices)
-        times = None
-        if profile is not None and cfg.features.cost:
-            times = cost_graph(graph, profile, [d for d in self.devices if d in profile.devices]).compute_s
-        x, self.feature_names = node_features(graph, cfg.features, times)
+        times = mem = cap = None
+        if profile is not None and (cfg.features.cost or cfg.features.relative):
+            cg = cost_graph(graph, profile, [d for d in self.devices if d in profile.devices])
+            times = cg.compute_s
+            mem, cap = cg.mem_bytes, cg.mem_capacity
+        x, self.feature_names = node_features(graph, cfg.features, times, mem, cap)
         n, m = graph.num_nodes, graph.edge_index().shape[1]
         self.max_nodes = cfg.max_nodes or n
         self.max_edges = cfg.max_edges or max(m, 1)
