@@ -34,7 +34,6 @@ model, backend, devices and profile, which the family sets.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
