@@ -33,8 +33,9 @@ machine). Its graph parsing then stopped keeping the ``[E, H]`` edge-scoring
 activations for backward (only the dominant edges' scores are differentiable
 outputs: every edge is scored without gradients, the dominant ones again with
 them), and the move distribution's ``logp`` stopped looping over devices:
-first update 6.1 -> 4.6 s CPU, next update 5.5 -> 4.2 s, peak 6.2 -> 3.7 GB
-(before and after measured alternately on the same, heavily shared, machine).
+first update 6.1 -> 4.4-4.6 s CPU, next update 5.5-6.1 -> 4.0-4.2 s, peak
+6.0-6.2 -> 3.7 GB (before and after run alternately, twice each, on the same
+heavily shared machine).
 
 The goal for 50,000 nodes is at most 2 s and 8 GB per update on a 2-core
 machine. A method that misses it is reported as it is (``timeout`` when it
