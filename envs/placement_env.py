@@ -179,7 +179,8 @@ class PlacementEnv(gym.Env):
 
     def _setup(self, cfg: EnvConfig) -> None:
         from envs.graph_backend import make_backend
-        from hsdag_ray.core.graph import build_graph, parse_input_shapes
+        from hsdag_ray.core.coarsening import build_graph
+        from hsdag_ray.core.graph import parse_input_shapes
         from hsdag_ray.core.features import node_features
         from hsdag_ray.core.profile import Profile, cost_graph
         from envs.observation import pad_graph_observation, placement_spaces

@@ -178,7 +178,7 @@ class TrainConfig:
     def validate(self) -> None:
         from envs.placement_env import REWARDS
         from envs.simulator import OBJECTIVES
-        from hsdag_ray.core.graph import COARSENINGS
+        from hsdag_ray.core.coarsening import COARSENINGS
         from policies.registry import METHODS
         from policies.reinforce import ADVANTAGES
 

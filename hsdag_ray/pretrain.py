@@ -65,7 +65,7 @@ def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Opti
     """One environment config per graph of ``family``'s ``split``, each with its own
     profile from device specs (written under ``folder/profiles`` when ``folder`` is set)."""
     from hsdag_ray.core.families import FAMILY_DEVICES, family_profile, get_family
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.resolve import env_config
 
     out = []

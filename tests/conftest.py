@@ -22,7 +22,7 @@ def benchmarks_dir() -> Path:
 def modeled_profile(model: str, devices=("CPU_MODEL", "GPU_MODEL"), boundary_s: float = 5e-4):
     """A profile of ``model`` on modeled devices only: the same costs on every machine,
     unlike a recorded one, so learning tests do not depend on the host or its load."""
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import Profile, add_modeled_device
 
     _, fine, _, _ = build_graph(model, "none")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 
 # (placeable nodes, edges, nodes after co-location coarsening)
 SIZES = {"resnet50": (123, 138, 37), "inception_v3": (216, 250, 62), "bert_base": (269, 327, 88)}
