@@ -43,6 +43,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run
 from hsdag_ray.config import TrainConfig, build_parser
 
@@ -219,7 +220,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError(f"bad settings: {e}") from None
     cfg.validate()
     out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
-    pretrain(cfg, args.family, out, imitate_steps=args.imitate_steps)
+    out.mkdir(parents=True, exist_ok=True)
+    # what Ray, RLlib and torch print goes to the checkpoint folder, as in a training run
+    with console.libraries_to(None if args.verbose else out / "libraries.log"):
+        pretrain(cfg, args.family, out, say=console.say(False), imitate_steps=args.imitate_steps)
     print(out)
     return 0
 

@@ -141,3 +141,20 @@ def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, 
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+def test_the_pretrain_command_reads_like_a_tool(tmp_path):
+    """From the command line: progress lines and the checkpoint folder on the console, what Ray,
+    RLlib and torch printed in the folder's libraries.log."""
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.pretrain", "--method", "hsdag", "--family",
+                        "tiny", "--budget", "20", "--episode-len", "5", "--hidden-dim", "16",
+                        "--imitate-steps", "5", "--out", str(tmp_path)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = tmp_path / "tiny-hsdag-pretrain"
+    assert r.stdout.strip().splitlines()[-1] == str(out)
+    console = r.stdout + r.stderr
+    assert "imitation:" in console and "pre-trained hsdag on 4 graphs of tiny" in console
+    for word in ("Warning", "Traceback", "Token authentication", "gputil"):
+        assert word not in console, f"{word!r} on the console:\n{console}"
+    assert (out / "libraries.log").stat().st_size > 0 and (out / CHECKPOINT_FILE).is_file()
