@@ -134,12 +134,16 @@ def result_table(summary: Mapping[str, Any]) -> Any:
     """The end of a run as a rich table: the run's best, every baseline, the speedups."""
     from rich.table import Table
 
-    cpu = summary.get("baselines", {}).get("CPU_only")
+    baselines = summary.get("baselines", {})
+    # the CPU alone is the reference: CPU_only, else a CPU-like device's (CPU_MODEL on the simulator)
+    ref = "CPU_only" if "CPU_only" in baselines else next(
+        (k for k in baselines if k.startswith("CPU") and k.endswith("_only")), "CPU_only")
+    cpu = baselines.get(ref)
     table = Table(title=f"{summary['model']} / {summary['method']} / {summary['backend']}",
                   title_justify="left", show_edge=False)
     table.add_column("placement")
     table.add_column("latency", justify="right")
-    table.add_column("vs CPU_only", justify="right")
+    table.add_column(f"vs {ref}", justify="right")
 
     def vs_cpu(v: Optional[float]) -> str:
         if v is None or cpu is None or not math.isfinite(v) or not math.isfinite(cpu):
@@ -150,7 +154,7 @@ def result_table(summary: Mapping[str, Any]) -> Any:
     label = f"best found ({summary['method']})" if source == "learner" else f"best: {source}"
     best = summary.get("best_latency_s")
     table.add_row(label, _ms(best), vs_cpu(best), style="bold")
-    for name, v in sorted(summary.get("baselines", {}).items(),
+    for name, v in sorted(baselines.items(),
                           key=lambda kv: kv[1] if kv[1] is not None else math.inf):
         note = ""
         if name == "optimum" and summary.get("optimum_proven") is False:

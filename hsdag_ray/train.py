@@ -251,7 +251,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
             say(f"resumed {run_dir.dir} at iteration {state['iteration']}")
         tracker = Tracker(cfg.wandb, cfg.wandb_project, run_dir.dir, asdict(cfg),
                           name=run_dir.dir.name, resume=resume is not None)
-        progress = console.Progress(cfg.budget, store.stats()["placements"], quiet,
+        planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
+        progress = console.Progress(planned, store.stats()["placements"], quiet,
                                     reference="CPU" if "CPU" in env.devices else env.devices[0],
                                     optimum_s=baselines.latency_s.get("optimum"))
         try:

@@ -163,3 +163,19 @@ def test_train_takes_input_shape_like_graph_and_profile(tmp_path):
     assert code == 0, err[-3000:]
     summary = json.loads((tmp_path / "runs" / "dyn" / "summary.json").read_text())
     assert summary["placements"] >= 20 and summary["best_latency_s"] > 0
+
+
+@pytest.mark.parametrize("cpu", ["CPU", "CPU_MODEL"])
+def test_the_result_table_compares_with_the_cpu_alone(cpu):
+    """The last column is relative to the CPU alone, real (CPU) or modeled (CPU_MODEL)."""
+    from rich.console import Console
+
+    from hsdag_ray.console import result_table
+
+    summary = {"model": "m", "method": "hsdag", "backend": "simulator", "best_latency_s": 0.5e-3,
+               "baselines": {f"{cpu}_only": 1e-3, "GPU_only": None, "optimum": 0.4e-3}}
+    console = Console(width=120, record=True)
+    console.print(result_table(summary))
+    text = console.export_text()
+    assert f"vs {cpu}_only" in text
+    assert "50.0% faster" in text and "60.0% faster" in text and "0.0% faster" in text
