@@ -63,6 +63,10 @@ class TrainConfig:
         replay: which earlier episodes: elite (those with the best placements) or recent.
         num_epochs: optimiser passes over each update's batch (2: more learning per
             measured placement, measured faster than 1).
+        stall_patience: updates without a new best placement after which the entropy
+            bonus weight becomes stall_entropy, until a new best is found (0 = off;
+            see policies/reinforce.py).
+        stall_entropy: the entropy bonus weight while stalled.
         reward: inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the
             RNN placer's); empty = the method's own.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
@@ -134,6 +138,8 @@ class TrainConfig:
     replay_episodes: int = 0
     replay: str = "elite"
     num_epochs: int = 2
+    stall_patience: int = 0
+    stall_entropy: float = 0.1
     reward: str = ""
     hidden_dim: int = 64
     gcn_layers: int = 2
@@ -191,6 +197,8 @@ class TrainConfig:
              f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
             (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
              "entropy_coeff and grouping_noise must be 0 or more"),
+            (self.stall_patience >= 0 and self.stall_entropy >= 0,
+             "stall_patience and stall_entropy must be 0 or more"),
             (self.replay_episodes >= 0 and self.num_epochs >= 1,
              "replay_episodes must be 0 or more and num_epochs at least 1"),
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),

@@ -161,12 +161,15 @@ class REINFORCEConfig(AlgorithmConfig):
         self.replay_episodes = 0
         self.replay = "elite"
         self.num_epochs = 1  # AlgorithmConfig's setting: passes over each update's batch
+        self.stall_patience = 0
+        self.stall_entropy = 0.1
 
     @override(AlgorithmConfig)
     def training(self, *, episodes_per_iteration=NotProvided, entropy_coeff=NotProvided,
                  advantages=NotProvided, normalize_advantages=NotProvided,
                  steps_per_episode=NotProvided, replay_episodes=NotProvided,
-                 replay=NotProvided, **kwargs) -> "REINFORCEConfig":
+                 replay=NotProvided, stall_patience=NotProvided, stall_entropy=NotProvided,
+                 **kwargs) -> "REINFORCEConfig":
         """``episodes_per_iteration``: complete episodes per update (over all
         EnvRunners); ``steps_per_episode``: the environment's episode length
         (its ``steps_per_episode``); ``entropy_coeff``: weight of the entropy bonus;
@@ -174,8 +177,18 @@ class REINFORCEConfig(AlgorithmConfig):
         ``normalize_advantages`` (older switch): ``True`` = ``"normalized"``,
         ``False`` = ``"centered"``; ``replay_episodes``: earlier episodes each
         update also trains on, ``replay``: which (``"elite"`` or ``"recent"``);
-        RLlib's ``num_epochs``: passes over each update's batch."""
+        RLlib's ``num_epochs``: passes over each update's batch; ``stall_patience``:
+        updates without a new best reward after which the entropy weight becomes
+        ``stall_entropy`` (until a new best; 0 = never)."""
         super().training(**kwargs)
+        if stall_patience is not NotProvided:
+            if int(stall_patience) < 0:
+                raise ValueError(f"stall_patience must be 0 or more, got {stall_patience}")
+            self.stall_patience = int(stall_patience)
+        if stall_entropy is not NotProvided:
+            if float(stall_entropy) < 0:
+                raise ValueError(f"stall_entropy must be 0 or more, got {stall_entropy}")
+            self.stall_entropy = float(stall_entropy)
         if replay_episodes is not NotProvided:
             if int(replay_episodes) < 0:
                 raise ValueError(f"replay_episodes must be 0 or more, got {replay_episodes}")
@@ -216,7 +229,34 @@ class REINFORCETorchLearner(TorchLearner):
 
     A method with advantages of its own (e.g. returns over an episode's steps
     minus a per-step baseline) overrides :meth:`step_advantages`.
+
+    With ``stall_patience`` the learner counts the updates since a batch last
+    held a better reward than every earlier batch (the run's best placement);
+    from ``stall_patience`` such updates on, the entropy weight is
+    ``stall_entropy`` instead of ``entropy_coeff`` (see "Exploration when
+    stalled" in the module docstring).
     """
+
+    _best_reward = -float("inf")
+    _stalled_updates = 0
+    _batch_best = -float("inf")
+
+    @override(TorchLearner)
+    def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
+        super().before_gradient_based_update(timesteps=timesteps)
+        # the previous update's batch (all its epochs) decides whether the run is stalled
+        if self._batch_best > self._best_reward:
+            self._best_reward, self._stalled_updates = self._batch_best, 0
+        elif self._batch_best > -float("inf"):
+            self._stalled_updates += 1
+        self._batch_best = -float("inf")
+
+    def entropy_weight(self, config: REINFORCEConfig) -> float:
+        """The entropy bonus weight of this update (``stall_entropy`` once stalled)."""
+        patience = getattr(config, "stall_patience", 0)
+        if patience > 0 and self._stalled_updates >= patience:
+            return float(config.stall_entropy)
+        return float(config.entropy_coeff)
 
     def step_advantages(self, batch: Dict[str, Any], rewards: torch.Tensor, mask: torch.Tensor,
                         config: REINFORCEConfig) -> torch.Tensor:
@@ -239,9 +279,13 @@ class REINFORCETorchLearner(TorchLearner):
         adv = self.step_advantages(batch, rewards, mask, config)
         pg_loss = -(logp * adv * mask).sum() / count
         entropy = (dist.entropy() * mask).sum() / count
-        loss = pg_loss - config.entropy_coeff * entropy
+        if bool((mask > 0.5).any()):
+            self._batch_best = max(self._batch_best, float(rewards[mask > 0.5].max()))
+        weight = self.entropy_weight(config)
+        loss = pg_loss - weight * entropy
         self.metrics.log_dict({"policy_loss": pg_loss.detach(), "entropy": entropy.detach(),
-                               "reward_mean": mean.detach()}, key=module_id, window=1)
+                               "reward_mean": mean.detach(), "entropy_weight": weight},
+                              key=module_id, window=1)
         groups = getattr(dist, "num_groups", None)  # the grouped placement distribution's
         if isinstance(groups, torch.Tensor):
             g = ((groups.to(mask.dtype) * mask).sum() / count).detach()
