@@ -78,6 +78,9 @@ class TrainConfig:
             after the groups' devices are drawn, each node may move off its
             group's device with a learned probability (about one node per placement at
             first), so placements with a node alone can be sampled (policies/move_distribution.py).
+        sampled_grouping: every node draws its dominant edge (softmax of its edges'
+            scores at temperature grouping_noise) and the draw's log-probability joins
+            the placement's, so REINFORCE trains the edge scorer on the reward.
         start: where sampling starts: uniform (every device equally likely, the paper)
             or best_single (the fastest single device's logit starts start_logit above
             the others' in every group, so the first placements explore around it;
@@ -148,6 +151,7 @@ class TrainConfig:
     rnn_groups: int = 0
     self_loops: bool = False
     node_moves: bool = True
+    sampled_grouping: bool = False
     start: str = "uniform"
     start_logit: float = 2.0
     no_fractal: bool = False

@@ -21,7 +21,7 @@ from torch_geometric.utils import coalesce, scatter
 from policies.layers import mlp, reset_sequential
 
 __all__ = ["POOLINGS", "Grouping", "PooledGraph", "GraphParsingPool", "dominant_edges",
-           "parse_groups"]
+           "parse_groups", "sample_partners", "partner_logp"]
 
 POOLINGS = ("mean", "sum")
 
@@ -40,6 +40,11 @@ class Grouping(NamedTuple):
             dominant edge, ``-1`` for a node without edges; with self-loop
             parsing, ``E + v`` when node ``v`` chose its own loop.
         group_batch: ``[G]`` long, graph of each group (all zeros for one graph).
+        partner: ``[N]`` long, with a sampled grouping (``sample_grouping``) the
+            node at the other end of each node's sampled dominant edge (``-1``
+            without edges), else ``None``.
+        partner_logp: ``[N]`` log-probability of each node's partner under the
+            current scores (differentiable; ``0`` without edges), or ``None``.
     """
 
     assignment: Tensor
@@ -48,6 +53,8 @@ class Grouping(NamedTuple):
     edge_score: Tensor
     dominant_edge: Tensor
     group_batch: Tensor
+    partner: Optional[Tensor] = None
+    partner_logp: Optional[Tensor] = None
 
 
 class PooledGraph(NamedTuple):
@@ -95,6 +102,71 @@ def dominant_edges(
     dom = torch.full((num_nodes,), num_edges, device=device, dtype=torch.long)
     dom = dom.scatter_reduce(0, nodes[is_best], inc[is_best], reduce="amin", include_self=True)
     return torch.where(dom == num_edges, torch.full_like(dom, -1), dom)
+
+
+def _incidences(edge_index: Tensor, self_loops: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(node, other end, edge id)`` of every (node, incident edge) pair, the graph
+    read as undirected; a self-loop counts once, and only with ``self_loops``."""
+    src, dst = edge_index
+    ids = torch.arange(edge_index.size(1), device=edge_index.device)
+    proper = src != dst
+    loop = ~proper if self_loops else torch.zeros_like(proper)
+    first = proper | loop
+    node = torch.cat([src[first], dst[proper]])
+    other = torch.cat([dst[first], src[proper]])
+    return node, other, torch.cat([ids[first], ids[proper]])
+
+
+def _log_softmax_per_node(values: Tensor, node: Tensor, num_nodes: int) -> Tensor:
+    """``values`` (one per incidence) minus the log-sum-exp over their node's incidences."""
+    top = torch.full((num_nodes,), -float("inf"), dtype=values.dtype, device=values.device)
+    top = top.scatter_reduce(0, node, values.detach(), reduce="amax", include_self=True)
+    shifted = values - top[node]
+    total = torch.zeros(num_nodes, dtype=values.dtype, device=values.device)
+    total = total.index_add(0, node, torch.exp(shifted))
+    return shifted - torch.log(total[node])
+
+
+def sample_partners(edge_index: Tensor, logits: Tensor, num_nodes: int, temperature: float,
+                    self_loops: bool = False) -> Tuple[Tensor, Tensor]:
+    """Every node draws its dominant edge from ``softmax(logit / temperature)`` over
+    its incident edges (Gumbel-max, independent per node).
+
+    Returns ``(dominant [N] edge ids, partner [N] node ids)``, ``-1`` for a node
+    without edges (see :func:`partner_logp` for the log-probability).
+    """
+    node, other, inc = _incidences(edge_index, self_loops)
+    uniform = torch.rand(node.numel(), device=logits.device).clamp(1e-10, 1.0 - 1e-7)
+    noisy = logits.detach()[inc] / max(float(temperature), 1e-6) - torch.log(-torch.log(uniform))
+    best = torch.full((num_nodes,), -float("inf"), dtype=noisy.dtype, device=noisy.device)
+    best = best.scatter_reduce(0, node, noisy, reduce="amax", include_self=True)
+    pick = torch.arange(node.numel(), device=node.device)
+    chosen = torch.full((num_nodes,), node.numel(), dtype=torch.long, device=node.device)
+    is_best = noisy == best[node]
+    chosen = chosen.scatter_reduce(0, node[is_best], pick[is_best], reduce="amin", include_self=True)
+    has = chosen < node.numel()
+    safe = chosen.clamp(max=max(node.numel() - 1, 0))
+    none = torch.full_like(chosen, -1)
+    if node.numel() == 0:
+        return none, none
+    return torch.where(has, inc[safe], none), torch.where(has, other[safe], none)
+
+
+def partner_logp(edge_index: Tensor, logits: Tensor, partner: Tensor, temperature: float,
+                 self_loops: bool = False) -> Tensor:
+    """``[N]`` log-probability that each node drew an edge to ``partner`` under
+    :func:`sample_partners` with these ``logits`` (parallel edges to the same
+    partner add up); ``0`` where ``partner`` is ``-1``. Differentiable in ``logits``."""
+    num_nodes = partner.numel()
+    node, other, inc = _incidences(edge_index, self_loops)
+    out = torch.zeros(num_nodes, dtype=logits.dtype, device=logits.device)
+    if node.numel() == 0:
+        return out
+    lp = _log_softmax_per_node(logits[inc] / max(float(temperature), 1e-6), node, num_nodes)
+    match = other == partner[node]
+    prob = torch.zeros(num_nodes, dtype=logits.dtype, device=logits.device)
+    prob = prob.index_add(0, node[match], torch.exp(lp[match]))
+    return torch.where(partner >= 0, torch.log(prob.clamp_min(1e-30)), out)
 
 
 def _components(pairs: Tensor, num_nodes: int) -> Tensor:
@@ -231,8 +303,12 @@ class GraphParsingPool(nn.Module):
 
     def score_edges(self, z: Tensor, edge_index: Tensor) -> Tensor:
         """``[E]`` scores :math:`\\sigma(\\mathrm{MLP}(\\mathbf{z}_u \\odot \\mathbf{z}_v))`."""
+        return torch.sigmoid(self.score_logits(z, edge_index))
+
+    def score_logits(self, z: Tensor, edge_index: Tensor) -> Tensor:
+        """``[E]`` the scores' logits :math:`\\mathrm{MLP}(\\mathbf{z}_u \\odot \\mathbf{z}_v)`."""
         src, dst = edge_index
-        return torch.sigmoid(self.score_mlp(z[src] * z[dst])).view(-1)
+        return self.score_mlp(z[src] * z[dst]).view(-1)
 
     def forward(
         self,
@@ -242,6 +318,8 @@ class GraphParsingPool(nn.Module):
         num_graphs: Optional[int] = None,
         assignment: Optional[Tensor] = None,
         grouping_noise: float = 0.0,
+        sample_grouping: bool = False,
+        partner: Optional[Tensor] = None,
     ) -> Tuple[Grouping, PooledGraph]:
         """Scores edges, groups nodes and pools.
 
@@ -255,6 +333,13 @@ class GraphParsingPool(nn.Module):
                 span two graphs.
             grouping_noise: Gumbel noise scale on the score logits for parsing
                 (``0`` = deterministic parsing); unused with ``assignment``.
+            sample_grouping: with ``grouping_noise > 0`` and no ``assignment``,
+                every node draws its dominant edge on its own
+                (:func:`sample_partners`, temperature ``grouping_noise``) and the
+                grouping returns the draws and their log-probabilities.
+            partner: ``[N]`` the partners drawn when ``assignment`` was sampled
+                (with ``sample_grouping``): their log-probability under the
+                current scores is returned (``Grouping.partner_logp``).
         """
         num_nodes = z.size(0)
         if batch is None:
@@ -266,9 +351,21 @@ class GraphParsingPool(nn.Module):
         if self.self_loops:  # candidate edges: the graph's, then one loop per node
             loops = torch.arange(num_nodes, device=edge_index.device)
             parse_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
-        parse_all = self.score_edges(z, parse_index)
+        parse_logits = self.score_logits(z, parse_index)
+        parse_all = torch.sigmoid(parse_logits)
         edge_score = parse_all[:num_edges]
         dominant = dominant_edges(parse_index, parse_all, num_nodes, self.self_loops)
+
+        temperature = float(grouping_noise)
+        if sample_grouping and assignment is None and temperature > 0:
+            parse_dominant, partner = sample_partners(parse_index, parse_logits, num_nodes,
+                                                      temperature, self.self_loops)
+            assignment = parse_groups(parse_index, parse_all, parse_dominant, batch, num_graphs)
+        elif not sample_grouping:
+            partner = None
+        logp = None
+        if partner is not None:
+            logp = partner_logp(parse_index, parse_logits, partner, temperature, self.self_loops)
 
         if assignment is None:
             parse_score, parse_dominant = parse_all, dominant
@@ -300,7 +397,8 @@ class GraphParsingPool(nn.Module):
             num_nodes=num_groups,
             reduce="sum",
         )
-        grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch)
+        grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch,
+                            partner, logp)
         return grouping, PooledGraph(x_pool, pooled_edges, pooled_weight, group_batch)
 
     @staticmethod

@@ -271,6 +271,9 @@ class REINFORCETorchLearner(TorchLearner):
         dist_cls = module.get_train_action_dist_cls()
         dist = dist_cls.from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
         logp = dist.logp(batch[Columns.ACTIONS])
+        grouping_logp = fwd_out.get("grouping_logp")  # a sampled grouping's (HSDAG's option)
+        if grouping_logp is not None:
+            logp = logp + grouping_logp.to(logp.dtype)
         rewards = batch[Columns.REWARDS].to(logp.dtype)
         mask = batch.get(Columns.LOSS_MASK)
         mask = torch.ones_like(rewards) if mask is None else mask.to(logp.dtype)
@@ -286,6 +289,9 @@ class REINFORCETorchLearner(TorchLearner):
         self.metrics.log_dict({"policy_loss": pg_loss.detach(), "entropy": entropy.detach(),
                                "reward_mean": mean.detach(), "entropy_weight": weight},
                               key=module_id, window=1)
+        if grouping_logp is not None:
+            g_logp = (grouping_logp.to(mask.dtype) * mask).sum() / count
+            self.metrics.log_value((module_id, "grouping_logp"), g_logp.detach(), window=1)
         groups = getattr(dist, "num_groups", None)  # the grouped placement distribution's
         if isinstance(groups, torch.Tensor):
             g = ((groups.to(mask.dtype) * mask).sum() / count).detach()
