@@ -244,7 +244,11 @@ class REINFORCETorchLearner(TorchLearner):
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
-        # the previous update's batch (all its epochs) decides whether the run is stalled
+        self.count_stall()
+
+    def count_stall(self) -> None:
+        """Counts the previous update (its batch's best reward, over all its epochs)
+        as stalled or as the run's new best."""
         if self._batch_best > self._best_reward:
             self._best_reward, self._stalled_updates = self._batch_best, 0
         elif self._batch_best > -float("inf"):

@@ -89,3 +89,25 @@ def test_without_the_option_nothing_changes():
     assert GROUPING_PARTNER not in sampled
     inference = make_module(sampled_grouping=True).forward_inference({Columns.OBS: observations()})
     assert GROUPING_PARTNER not in inference  # inference parses deterministically
+
+
+def test_the_entropy_bonus_grows_once_the_best_stops_improving():
+    from types import SimpleNamespace
+
+    from policies.reinforce import REINFORCEConfig, REINFORCETorchLearner as L
+
+    config = REINFORCEConfig().training(entropy_coeff=0.01, stall_patience=2, stall_entropy=0.2)
+    learner = SimpleNamespace(_best_reward=-float("inf"), _stalled_updates=0,
+                              _batch_best=-float("inf"))
+    weights = []
+    for best in (1.0, 2.0, 1.5, 2.0, 0.5, 3.0, 1.0):  # each update's batch best reward
+        learner._batch_best = best
+        L.count_stall(learner)  # at the start of the next update
+        weights.append(L.entropy_weight(learner, config))
+    # new bests at 1.0, 2.0 and 3.0; two updates without one (1.5, 2.0) reach the patience
+    assert weights == [0.01, 0.01, 0.01, 0.2, 0.2, 0.01, 0.01]
+    off = REINFORCEConfig().training(entropy_coeff=0.01)
+    learner._stalled_updates = 100
+    assert L.entropy_weight(learner, off) == 0.01
+    with pytest.raises(ValueError, match="stall_patience"):
+        REINFORCEConfig().training(stall_patience=-1)
