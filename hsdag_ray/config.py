@@ -67,6 +67,9 @@ class TrainConfig:
             bonus weight becomes stall_entropy, until a new best is found (0 = off;
             see policies/reinforce.py).
         stall_entropy: the entropy bonus weight while stalled.
+        stall_shrink: below 1, a stalled run also scales HSDAG's placer and move
+            head output layers by this factor (the placement distribution spreads
+            again, keeping its preferences), then counts stalled updates afresh.
         reward: inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the
             RNN placer's); empty = the method's own.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
@@ -143,6 +146,7 @@ class TrainConfig:
     num_epochs: int = 2
     stall_patience: int = 0
     stall_entropy: float = 0.1
+    stall_shrink: float = 1.0
     reward: str = ""
     hidden_dim: int = 64
     gcn_layers: int = 2
@@ -203,6 +207,7 @@ class TrainConfig:
              "entropy_coeff and grouping_noise must be 0 or more"),
             (self.stall_patience >= 0 and self.stall_entropy >= 0,
              "stall_patience and stall_entropy must be 0 or more"),
+            (0 < self.stall_shrink <= 1, "stall_shrink must be above 0 and at most 1"),
             (self.replay_episodes >= 0 and self.num_epochs >= 1,
              "replay_episodes must be 0 or more and num_epochs at least 1"),
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),

@@ -335,6 +335,16 @@ class HSDAGNet(nn.Module):
             nn.init.zeros_(self.mover[-1].weight)  # every node starts at the prior
             nn.init.zeros_(self.mover[-1].bias)
 
+    @torch.no_grad()
+    def soften(self, factor: float) -> None:
+        """Scales the placer's and the move head's output layers by ``factor``: the
+        group logits (and the moves, toward their prior) keep their order but lose
+        ``1 - factor`` of their spread, so sampling explores again."""
+        for head in (self.placer, self.mover):
+            if head is not None:
+                head[-1].weight.mul_(factor)
+                head[-1].bias.mul_(factor)
+
     def embed(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
               num_graphs: Optional[int] = None) -> Tensor:
         """``[N, H]`` structural embedding :math:`\\mathbf{E}` (GCN over the undirected

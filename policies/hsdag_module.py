@@ -139,6 +139,11 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             _, embeddings, _, _ = self._run(batch, reuse_grouping=self.hsdag_config.reuse_sampled_grouping)
         return self.value_head(embeddings).squeeze(-1)
 
+    def soften_policy(self, factor: float) -> None:
+        """Spreads the placement distribution again (:meth:`HSDAGNet.soften`); a
+        REINFORCE learner calls it when a run has stalled (``stall_shrink``)."""
+        self.net.soften(factor)
+
     # -- internals -------------------------------------------------------------------
     def _run(
         self, batch: Mapping[str, Any], reuse_grouping: bool, grouping_noise: float = 0.0

@@ -111,7 +111,8 @@ def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
 def _batch_advantages(s: Mapping[str, Any]) -> dict:
     return {"advantages": s["advantages"], "replay_episodes": s.get("replay_episodes", 0),
             "replay": s.get("replay", "elite"), "num_epochs": s.get("num_epochs", 1),
-            "stall_patience": s.get("stall_patience", 0), "stall_entropy": s.get("stall_entropy", 0.1)}
+            "stall_patience": s.get("stall_patience", 0), "stall_entropy": s.get("stall_entropy", 0.1),
+            "stall_shrink": s.get("stall_shrink", 1.0)}
 
 
 register(Method(

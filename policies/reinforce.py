@@ -163,13 +163,14 @@ class REINFORCEConfig(AlgorithmConfig):
         self.num_epochs = 1  # AlgorithmConfig's setting: passes over each update's batch
         self.stall_patience = 0
         self.stall_entropy = 0.1
+        self.stall_shrink = 1.0
 
     @override(AlgorithmConfig)
     def training(self, *, episodes_per_iteration=NotProvided, entropy_coeff=NotProvided,
                  advantages=NotProvided, normalize_advantages=NotProvided,
                  steps_per_episode=NotProvided, replay_episodes=NotProvided,
                  replay=NotProvided, stall_patience=NotProvided, stall_entropy=NotProvided,
-                 **kwargs) -> "REINFORCEConfig":
+                 stall_shrink=NotProvided, **kwargs) -> "REINFORCEConfig":
         """``episodes_per_iteration``: complete episodes per update (over all
         EnvRunners); ``steps_per_episode``: the environment's episode length
         (its ``steps_per_episode``); ``entropy_coeff``: weight of the entropy bonus;
@@ -179,7 +180,9 @@ class REINFORCEConfig(AlgorithmConfig):
         update also trains on, ``replay``: which (``"elite"`` or ``"recent"``);
         RLlib's ``num_epochs``: passes over each update's batch; ``stall_patience``:
         updates without a new best reward after which the entropy weight becomes
-        ``stall_entropy`` (until a new best; 0 = never)."""
+        ``stall_entropy`` (until a new best; 0 = never) and, with ``stall_shrink``
+        below 1, the module's ``soften_policy(stall_shrink)`` is called (then the
+        count starts again)."""
         super().training(**kwargs)
         if stall_patience is not NotProvided:
             if int(stall_patience) < 0:
@@ -189,6 +192,10 @@ class REINFORCEConfig(AlgorithmConfig):
             if float(stall_entropy) < 0:
                 raise ValueError(f"stall_entropy must be 0 or more, got {stall_entropy}")
             self.stall_entropy = float(stall_entropy)
+        if stall_shrink is not NotProvided:
+            if not 0 < float(stall_shrink) <= 1:
+                raise ValueError(f"stall_shrink must be in (0, 1], got {stall_shrink}")
+            self.stall_shrink = float(stall_shrink)
         if replay_episodes is not NotProvided:
             if int(replay_episodes) < 0:
                 raise ValueError(f"replay_episodes must be 0 or more, got {replay_episodes}")
@@ -245,6 +252,13 @@ class REINFORCETorchLearner(TorchLearner):
     def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
         self.count_stall()
+        patience, shrink = getattr(self.config, "stall_patience", 0), getattr(self.config, "stall_shrink", 1.0)
+        if patience > 0 and shrink < 1.0 and self._stalled_updates >= patience:
+            for module_id in list(self.module.keys()):
+                soften = getattr(self.module[module_id], "soften_policy", None)
+                if soften is not None:
+                    soften(shrink)
+            self._stalled_updates = 0
 
     def count_stall(self) -> None:
         """Counts the previous update (its batch's best reward, over all its epochs)
