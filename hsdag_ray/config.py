@@ -84,6 +84,9 @@ class TrainConfig:
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
+        incumbent: the run's best placement so far becomes node features (one-hot
+            device, refreshed at every episode's start), so the policy can learn to
+            place relative to it (see envs/placement_env.py).
         start: where sampling starts: uniform (every device equally likely, the paper)
             or best_single (the fastest single device's logit starts start_logit above
             the others' in every group, so the first placements explore around it;
@@ -156,6 +159,7 @@ class TrainConfig:
     self_loops: bool = False
     node_moves: bool = True
     sampled_grouping: bool = False
+    incumbent: bool = False
     start: str = "uniform"
     start_logit: float = 2.0
     no_fractal: bool = False
