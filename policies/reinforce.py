@@ -252,7 +252,12 @@ class REINFORCETorchLearner(TorchLearner):
     def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
         self.count_stall()
-        patience, shrink = getattr(self.config, "stall_patience", 0), getattr(self.config, "stall_shrink", 1.0)
+        self.soften_if_stalled(self.config)
+
+    def soften_if_stalled(self, config: REINFORCEConfig) -> None:
+        """After ``stall_patience`` stalled updates, with ``stall_shrink`` below 1,
+        spreads every module's policy (its ``soften_policy``) and counts afresh."""
+        patience, shrink = getattr(config, "stall_patience", 0), getattr(config, "stall_shrink", 1.0)
         if patience > 0 and shrink < 1.0 and self._stalled_updates >= patience:
             for module_id in list(self.module.keys()):
                 soften = getattr(self.module[module_id], "soften_policy", None)

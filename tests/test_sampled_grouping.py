@@ -111,3 +111,30 @@ def test_the_entropy_bonus_grows_once_the_best_stops_improving():
     assert L.entropy_weight(learner, off) == 0.01
     with pytest.raises(ValueError, match="stall_patience"):
         REINFORCEConfig().training(stall_patience=-1)
+
+
+def test_a_stalled_run_spreads_the_placement_distribution_again():
+    from types import SimpleNamespace
+
+    from policies.reinforce import REINFORCEConfig, REINFORCETorchLearner as L
+
+    torch.manual_seed(0)
+    module = make_module()
+    obs = {Columns.OBS: observations()}
+    with torch.no_grad():
+        for p in module.net.placer[-1].parameters():
+            p.mul_(20.0)  # a nearly deterministic placer
+        before = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
+    config = REINFORCEConfig().training(stall_patience=2, stall_shrink=0.25)
+    learner = SimpleNamespace(module={"default_policy": module}, _stalled_updates=1)
+    L.soften_if_stalled(learner, config)  # not stalled long enough: nothing changes
+    with torch.no_grad():
+        same = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
+    assert torch.equal(same, before)
+    learner._stalled_updates = 2
+    L.soften_if_stalled(learner, config)
+    assert learner._stalled_updates == 0
+    with torch.no_grad():
+        after = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
+    gap_before, gap_after = before[..., 1] - before[..., 0], after[..., 1] - after[..., 0]
+    assert torch.allclose(gap_after, 0.25 * gap_before, atol=1e-4)  # same order, a quarter of the spread
