@@ -271,6 +271,16 @@ class GraphParsingPool(nn.Module):
     of the noiseless dominant edges, so re-pooling the sampled grouping
     without noise (``assignment=``) gives the same pooled features.
 
+    **Sampled grouping** (``sample_grouping``). Instead of the shared edge
+    noise above, every node draws its dominant edge from the softmax of its
+    incident edges' score logits at temperature ``grouping_noise``
+    (:func:`sample_partners`); the draws travel with the sample, and
+    :func:`partner_logp` gives their log-probability under the current scores,
+    so a policy gradient trains the scorer on the reward. Measured (simulator,
+    64 MB accelerator, seeds 0-4, 200 placements): ResNet-50 1.018x the optimum
+    as without it, Inception-V3 1.102x against 1.185x, within the seeds'
+    spread (1.02-1.39x); temperature 1.0 did worse (1.209x). Off by default.
+
     Args:
         channels: embedding width ``H``.
         score_layers: layers of the scoring MLP (1 = linear).

@@ -68,6 +68,25 @@ everywhere measured and are the run's defaults (:mod:`hsdag_ray.config`);
 four passes with 20-placement episodes collapsed as replay did. ``"elite"``
 advantages are an option, not measured against ranks yet.
 
+**Exploration when stalled** (``stall_patience``, off by default). The learner
+counts the updates since a batch last beat every earlier reward (the run's
+best placement); after ``stall_patience`` of them the entropy weight becomes
+``stall_entropy`` and, with ``stall_shrink`` below 1, the module's
+``soften_policy(stall_shrink)`` scales HSDAG's placer and move-head output
+layers (the distribution spreads again, its preferences kept in order), then
+the count starts afresh. The larger entropy weight alone does not revive a
+policy that has settled: measured (ResNet-50, 64 MB accelerator, seed 3), at
+0.1 the entropy still fell from 8 to 0.02 while stalled, as the entropy's
+gradient vanishes near a deterministic policy; scaling the output layers
+does (the entropy went back up to 3-7 after every stall and the run kept
+measuring new placements). Measured on the simulator (host-scaled profile,
+500 placements, median of seeds 0-2, patience 3, shrink 0.3): DistilBERT with
+the unlimited accelerator went from 1.096x to 1.008x the optimum, but with the
+64 MB one from 1.256x to 1.468x and GPT-2 from 1.155x to 1.220x (a spread
+distribution samples mostly placements that overflow the memory);
+MobileNet-V3, EfficientNet-B0, ResNet-50 and Inception-V3 stayed where they
+were. So it is off by default.
+
 Built like RLlib's own ``examples/algorithms/classes/vpg.py``: a config, an
 :class:`~ray.rllib.algorithms.Algorithm` with ``training_step`` and a
 :class:`~ray.rllib.core.learner.torch.torch_learner.TorchLearner`.
