@@ -1,4 +1,4 @@
-"""The grouping as a sampled action (``--sampled-grouping``) and the entropy bonus
+"""Exploration options of HSDAG: the grouping as a sampled action (``--sampled-grouping``) and the
 that grows once a run stalls (``--stall-patience``)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from envs.observation import pad_graph_observation, placement_spaces
-from policies.graph_parsing import partner_logp, sample_partners
+from policies.edge_draws import partner_logp, sample_partners
 from policies.hsdag_module import GROUPING_LOGP, GROUPING_PARTNER, HSDAGRLModule
 
 # 0-1, 1-2, 1-3, 2-3 and a parallel 0->1: node 1 has four incident edges, two to node 0
