@@ -1,5 +1,5 @@
-"""Exploration options of HSDAG: the grouping as a sampled action (``--sampled-grouping``) and the
-that grows once a run stalls (``--stall-patience``)."""
+"""Exploration options of HSDAG: the grouping as a sampled action (``--sampled-grouping``)
+and what a run does once its best stops improving (``--stall-patience``)."""
 from __future__ import annotations
 
 import numpy as np
