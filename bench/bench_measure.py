@@ -34,7 +34,7 @@ import numpy as np
 
 from envs.base import TimingConfig
 from envs.graph_backend import OpenVINOGraphBackend
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 
 SETTINGS = {
     "old": dict(stage_cache=0, race=False),

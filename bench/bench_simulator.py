@@ -28,7 +28,7 @@ def time_eval(sim: Simulator, objective: str, reps: int, seed: int = 0) -> float
 
 
 def bert_cost_graph():
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph
 
     _, fine, _, _ = build_graph("bert_base", "none")

@@ -117,7 +117,7 @@ def solve_rows(name: str, graph: CostGraph, plan: dict, objectives, keep: set, l
 
 def run_models(args, keep: set, limit: float, out: list) -> None:
     """Rows of the paper models on each device set (see the module doc)."""
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import cost_graph
 
     models = [] if args.models.strip().lower() == "none" else \

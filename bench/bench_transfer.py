@@ -2,6 +2,8 @@
 
     python bench/bench_transfer.py                                   # synthetic family
     python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
+    python bench/bench_transfer.py --family real --imitate-steps 300 --pretrain-budget 500 \
+        --finetune-budget 300 --finetune-graphs 2 --seeds 0,1          # the README's figures
 
 For each method: pre-train on the family's training graphs
 (:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
@@ -112,17 +114,30 @@ def fmt(x: float, budget: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="synthetic")
-    ap.add_argument("--methods", default="hsdag,placeto")
+    ap.add_argument("--methods", default="hsdag,placeto,gdp")
     ap.add_argument("--pretrain-budget", type=int, default=3000)
     ap.add_argument("--finetune-budget", type=int, default=300)
     ap.add_argument("--finetune-graphs", type=int, default=2,
                     help="held-out graphs fine-tuned on (the first ones); 0 = none")
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--imitate-steps", type=int, default=0,
+                    help="pre-training imitates each training graph's exact optimum for this many "
+                         "steps before its --pretrain-budget placements of reinforcement")
     ap.add_argument("--hidden-dim", type=int, default=64)
+    ap.add_argument("--relative-features", action=argparse.BooleanOptionalAction, default=True,
+                    help="scale-free node features (pre-training's default), in every run")
+    ap.add_argument("--reward", default="speedup",
+                    help="the reward of every run, pre-training and fine-tuning (pre-training's "
+                         "default: speedup over each graph's best single device)")
+    ap.add_argument("--entropy-coeff", type=float, default=None,
+                    help="entropy bonus of every run (default: train's)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_transfer_")).resolve()
-    base = {"hidden_dim": args.hidden_dim}
+    base = {"hidden_dim": args.hidden_dim, "relative_features": args.relative_features,
+            "reward": args.reward}
+    if args.entropy_coeff is not None:
+        base["entropy_coeff"] = args.entropy_coeff
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import pretrain
 
@@ -133,12 +148,14 @@ def main() -> None:
         pre = out / f"{args.family}-{method}-pretrain"
         meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
                                     wandb="disabled", **base), args.family, pre,
-                        say=lambda s: print(s, flush=True))
+                        say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
         print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
               flush=True)
         rows = zero_shot_rows(method, pre, args.family, base)
         all_rows[method] = rows
-        print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({meta['placements']} placements)\n")
+        how = (f"{args.imitate_steps} imitation steps + " if args.imitate_steps else "") + \
+            f"{meta['placements']} placements"
+        print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({how})\n")
         print("| held-out graph | nodes | greedy (1) | best of 10 | random (1) | random best of 10 "
               "| best single device |")
         print("|---|---|---|---|---|---|---|")

@@ -87,8 +87,11 @@ def unpad_graphs(x: Tensor, edge_index: Tensor, node_mask: Tensor, edge_mask: Te
 
 
 def pad_node_values(values: Tensor, node_valid: Tensor, fill: float = 0.0) -> Tensor:
-    """Scatters union values ``[n, ...]`` back to padded ``[B, N_max, ...]`` slots."""
+    """Scatters union values ``[n, ...]`` back to padded ``[B, N_max, ...]`` slots
+    (a view of ``values`` when no slot is padded)."""
     num_graphs, max_nodes = node_valid.shape
+    if values.size(0) == num_graphs * max_nodes:  # every slot is a real node
+        return values.reshape(num_graphs, max_nodes, *values.shape[1:])
     out = values.new_full((num_graphs * max_nodes, *values.shape[1:]), fill)
     out[node_valid.reshape(-1)] = values
     return out.reshape(num_graphs, max_nodes, *values.shape[1:])

@@ -188,7 +188,8 @@ class PlacementEnv(gym.Env):
 
     def _setup(self, cfg: EnvConfig) -> None:
         from envs.graph_backend import make_backend
-        from hsdag_ray.core.graph import build_graph, parse_input_shapes
+        from hsdag_ray.core.coarsening import build_graph
+        from hsdag_ray.core.graph import parse_input_shapes
         from hsdag_ray.core.features import node_features
         from hsdag_ray.core.profile import Profile, cost_graph
         from envs.observation import pad_graph_observation, placement_spaces
@@ -200,10 +201,12 @@ class PlacementEnv(gym.Env):
         self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, profile,
                                     cfg.objective, cfg.sim_delay_s)
         self.devices = list(self.backend.devices)
-        times = None
-        if profile is not None and cfg.features.cost:
-            times = cost_graph(graph, profile, [d for d in self.devices if d in profile.devices]).compute_s
-        x, self.feature_names = node_features(graph, cfg.features, times)
+        times = mem = cap = None
+        if profile is not None and (cfg.features.cost or cfg.features.relative):
+            cg = cost_graph(graph, profile, [d for d in self.devices if d in profile.devices])
+            times = cg.compute_s
+            mem, cap = cg.mem_bytes, cg.mem_capacity
+        x, self.feature_names = node_features(graph, cfg.features, times, mem, cap)
         self._incumbent_at = x.shape[1]  # first incumbent column
         if cfg.incumbent:
             x = np.concatenate([x, np.zeros((x.shape[0], len(self.devices)), x.dtype)], axis=1)

@@ -43,6 +43,8 @@ per node ``x`` holds
   Placeto then reads FLOPs and bytes only;
 * output size and weight size: ``log1p`` of the bytes in MB (static properties
   of the graph, never profiled);
+* with ``relative_features``, the scale-free costs of
+  :func:`hsdag_ray.core.features.relative_features`;
 * the current device, one-hot over ``D``;
 * visited (the node was placed in this episode) and current (the node placed
   now) flags;
@@ -190,6 +192,14 @@ class PlacetoEnv(PlacementEnv):
         cols.append(np.log1p(np.array([[nd.bytes_written / 1e6, nd.weight_bytes / 1e6]
                                        for nd in g.nodes])))
         names += ["log_mb_out", "log_mb_weights"]
+        if cfg.features.relative and profile is not None and all(d in profile.devices
+                                                                 for d in self.devices):
+            from hsdag_ray.core.features import relative_features
+
+            cg = cost_graph(g, profile, self.devices)
+            rel, rel_names = relative_features(cg.compute_s, cg.mem_bytes, cg.mem_capacity)
+            cols.append(rel)
+            names += rel_names
         return np.concatenate(cols, axis=1).astype(np.float32), names
 
     def _start_times(self) -> np.ndarray:

@@ -86,7 +86,7 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
 
     from envs.base import TimingConfig
     from envs.graph_backend import OpenVINOGraphBackend
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
 
     model, fine, _, _ = build_graph(model_spec, "none", input_shapes)
     timing = timing or TimingConfig()

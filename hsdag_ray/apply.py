@@ -50,7 +50,8 @@ from envs.graph_backend import parse_placement
 from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
 from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
                            run, timing_from_args)
-from hsdag_ray.core.graph import build_graph, parse_input_shapes
+from hsdag_ray.core.coarsening import build_graph
+from hsdag_ray.core.graph import parse_input_shapes
 
 __all__ = ["main", "apply", "TOLERANCE"]
 

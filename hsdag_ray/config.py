@@ -97,6 +97,11 @@ class TrainConfig:
             a group of its own (off: it slowed learning; see policies/hsdag.py).
         no_fractal / no_shape / no_cost / no_op_type / no_degree: feature
             ablations (leave that feature group out).
+        relative_features: add scale-free costs (each node's time over the graph's mean
+            time per device, which device is faster for it, its and the whole graph's
+            memory as fractions of each device's capacity) so one policy reads graphs of
+            very different sizes alike; python -m hsdag_ray.pretrain turns it on (see
+            hsdag_ray/core/features.py).
         position: node position feature: id, sin or none.
         seed: random seed.
         wandb: offline, online or disabled.
@@ -167,6 +172,7 @@ class TrainConfig:
     no_op_type: bool = False
     no_degree: bool = False
     no_cost: bool = False
+    relative_features: bool = False
     position: str = "id"
     seed: int = 0
     wandb: str = "offline"
@@ -190,7 +196,7 @@ class TrainConfig:
     def validate(self) -> None:
         from envs.placement_env import REWARDS
         from envs.simulator import OBJECTIVES
-        from hsdag_ray.core.graph import COARSENINGS
+        from hsdag_ray.core.coarsening import COARSENINGS
         from policies.registry import METHODS
         from policies.reinforce import ADVANTAGES
 
@@ -251,7 +257,8 @@ class TrainConfig:
 
         return FeatureConfig(op_type=not self.no_op_type, shape=not self.no_shape,
                              degree=not self.no_degree, fractal=not self.no_fractal,
-                             position=self.position, cost=not self.no_cost)
+                             position=self.position, cost=not self.no_cost,
+                             relative=self.relative_features)
 
     @classmethod
     def from_yaml(cls, path: str) -> dict[str, Any]:

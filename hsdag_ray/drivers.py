@@ -121,7 +121,7 @@ def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env
     if cfg.budget == 0:
         from hsdag_ray.pretrained import ZeroShotDriver
 
-        return ZeroShotDriver(cfg, method, env_cfg, real, env)
+        return ZeroShotDriver(cfg, method, env_cfg, real, env, resources)
     if method.kind == "rl":
         return RLDriver(cfg, method, env_cfg, real, env, singles, resources)
     if method.kind == "search":

@@ -13,7 +13,8 @@ import sys
 from typing import Optional, Sequence
 
 from hsdag_ray.cli import run
-from hsdag_ray.core.graph import COARSENINGS, build_graph, parse_input_shapes
+from hsdag_ray.core.coarsening import COARSENINGS, build_graph
+from hsdag_ray.core.graph import parse_input_shapes
 from hsdag_ray.core.models import ZOO
 
 __all__ = ["main"]

@@ -32,7 +32,8 @@ from typing import Optional, Sequence
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
-from hsdag_ray.core.graph import COARSENINGS, build_graph, parse_input_shapes
+from hsdag_ray.core.coarsening import COARSENINGS, build_graph
+from hsdag_ray.core.graph import parse_input_shapes
 
 __all__ = ["main"]
 

@@ -30,13 +30,14 @@ that loads must have the real devices behind them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 import openvino as ov
 
+from envs.openvino.runners import PipelineRunner, RequestRunner, Runner, StageFailure
 from envs.openvino_backend import DeviceSet, DeviceSpec, split_stages
 from hsdag_ray.core.models import openvino_error_text
 
@@ -45,7 +46,6 @@ __all__ = ["FORMAT", "MANIFEST", "PlacedModel", "save_placed", "load_placed"]
 FORMAT = "hsdag_ray.placed/1"
 MANIFEST = "placed.json"
 _RT_KEY = "hsdag_placement"
-TensorKey = tuple[str, int]
 Inputs = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
 
 
@@ -130,13 +130,6 @@ def _save_stages(out: Path, model: ov.Model, affinity: Mapping[str, str]) -> lis
     return entries
 
 
-@dataclass
-class _Step:
-    request: ov.InferRequest
-    inputs: list[TensorKey]
-    outputs: list[TensorKey]
-
-
 class PlacedModel:
     """A saved placement compiled on its devices; call it with inputs to run it.
 
@@ -158,14 +151,15 @@ class PlacedModel:
         self._input_keys = [(i["tensor"][0], int(i["tensor"][1])) for i in manifest["inputs"]]
         self._output_keys = [(o["tensor"][0], int(o["tensor"][1])) for o in manifest["outputs"]]
         core = device_set.core
+        self._runner: Runner
         if self.path == "pipeline":
-            self._steps = []
+            stages, compiled = [], []
             for entry in manifest["stages"]:
-                compiled = core.compile_model(core.read_model(directory / entry["file"]), entry["device"])
-                self._steps.append(_Step(compiled.create_infer_request(),
-                                         [(k[0], int(k[1])) for k in entry["inputs"]],
-                                         [(k[0], int(k[1])) for k in entry["outputs"]]))
-            self._request = None
+                compiled.append(core.compile_model(core.read_model(directory / entry["file"]),
+                                                   entry["device"]))
+                stages.append(SimpleNamespace(inputs=[(k[0], int(k[1])) for k in entry["inputs"]],
+                                              outputs=[(k[0], int(k[1])) for k in entry["outputs"]]))
+            self._runner = PipelineRunner(stages, compiled, {}, self._output_keys)
         else:
             model = core.read_model(directory / manifest["model_file"])
             if self.path == "hetero":
@@ -175,7 +169,7 @@ class PlacedModel:
                 target = "HETERO:" + ",".join(self.devices)
             else:
                 target = self.devices[0]
-            self._request = core.compile_model(model, target).create_infer_request()
+            self._runner = RequestRunner(core.compile_model(model, target), [])
 
     def _arrays(self, inputs: Inputs) -> list[np.ndarray]:
         if isinstance(inputs, Mapping):
@@ -207,21 +201,18 @@ class PlacedModel:
 
         Raises:
             ValueError: for missing, extra or misshapen inputs.
+            RuntimeError: when OpenVINO fails to run the model.
         """
-        arrays = self._arrays(inputs)
-        if self._request is not None:
-            for i, array in enumerate(arrays):
-                self._request.set_input_tensor(i, ov.Tensor(array))
-            self._request.infer()
-            return [self._request.get_output_tensor(i).data.copy() for i in range(len(self.output_names))]
-        store: dict[TensorKey, ov.Tensor] = {k: ov.Tensor(a) for k, a in zip(self._input_keys, arrays)}
-        for step in self._steps:
-            for i, key in enumerate(step.inputs):
-                step.request.set_input_tensor(i, store[key])
-            step.request.infer()
-            for j, key in enumerate(step.outputs):
-                store[key] = step.request.get_output_tensor(j)
-        return [store[key].data.copy() for key in self._output_keys]
+        tensors = [ov.Tensor(a) for a in self._arrays(inputs)]
+        try:
+            if isinstance(self._runner, PipelineRunner):
+                self._runner.set_sources(dict(zip(self._input_keys, tensors)))
+            else:
+                self._runner.set_inputs(tensors)
+            self._runner.infer()
+        except StageFailure as exc:
+            raise RuntimeError(exc.message) from exc
+        return self._runner.outputs()
 
     infer = __call__
 
@@ -254,6 +245,6 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None) -> P
         raise ValueError("cannot recreate the placed model's devices: " + "; ".join(device_set.errors))
     try:
         return PlacedModel(folder, manifest, device_set)
-    except (RuntimeError, KeyError, OSError) as exc:
+    except (RuntimeError, KeyError, OSError, StageFailure) as exc:
         raise ValueError(f"cannot compile the placed model in {folder}: "
                          f"{openvino_error_text(exc)}") from None

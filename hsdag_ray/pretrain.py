@@ -1,13 +1,21 @@
 """Pre-train one policy on a family of graphs: ``python -m hsdag_ray.pretrain``.
 
 The policy (``--method``: any learned method whose environment observes the
-padded graph, e.g. ``hsdag`` or ``placeto``) is trained with RLlib on the
+padded graph: ``hsdag``, ``placeto``, ``gdp``) is trained with RLlib on the
 family's training graphs (:mod:`hsdag_ray.core.families`), a graph drawn per
 episode (:class:`envs.multi_graph.MultiGraphEnv`), on the simulator with
 devices modeled from specs (``CPU_MODEL`` and an accelerator holding half of
-each graph's weights), for ``--budget`` placements in all. Examples::
+each graph's weights), for ``--budget`` placements in all. With
+``--imitate-steps K`` the policy first learns, in ``K`` gradient steps, to
+place each training graph as the exact solver's optimum does
+(:mod:`hsdag_ray.imitate`; no measurement: the family's costs are the
+simulator's). Pre-training defaults to the ``speedup`` reward (each graph's
+best single device over the placement's latency, one scale for all graphs)
+and to scale-free node features (``--relative-features``); ``train --init``
+adopts both. Examples::
 
     python -m hsdag_ray.pretrain --method hsdag --family synthetic --budget 4000 --out pre
+    python -m hsdag_ray.pretrain --method gdp --family synthetic --imitate-steps 300 --budget 500
     python -m hsdag_ray.pretrain --method placeto --family tiny --budget 600 --out /tmp/pre
 
 Writes to ``--out`` (default ``runs/``) a folder ``<family>-<method>-pretrain``:
@@ -26,7 +34,6 @@ model, backend, devices and profile, which the family sets.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import re
@@ -43,6 +50,9 @@ __all__ = ["pretrain", "family_graph_configs", "main", "profile_file"]
 
 #: pre-training budget when none is given (placements over all graphs)
 DEFAULT_BUDGET = 2000
+#: the reward of pre-training when none is given: the best single device's latency over
+#: the placement's, the same scale on every graph
+SCALE_FREE_REWARD = "speedup"
 
 
 def profile_file(folder: Path, spec: str) -> Path:
@@ -55,7 +65,7 @@ def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Opti
     """One environment config per graph of ``family``'s ``split``, each with its own
     profile from device specs (written under ``folder/profiles`` when ``folder`` is set)."""
     from hsdag_ray.core.families import FAMILY_DEVICES, family_profile, get_family
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.resolve import env_config
 
     out = []
@@ -84,8 +94,11 @@ def _local_env(algo):
         return None
 
 
-def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[str, Any]:
-    """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary."""
+def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
+             imitate_steps: int = 0) -> dict[str, Any]:
+    """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary.
+    ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
+    optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement."""
     import ray
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
@@ -101,6 +114,10 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
         raise UsageError(f"{cfg.method} is a {method.kind} method and learns no policy; pre-train "
                          "a learned one (hsdag, placeto)")
     fam = get_family(family)
+    if not cfg.reward:
+        # latencies of a family's graphs differ by orders of magnitude: a reward relative to
+        # each graph's best single device keeps them comparable (a value baseline, PPO's)
+        cfg = dataclasses.replace(cfg, reward=SCALE_FREE_REWARD)
     torch.set_num_threads(cfg.torch_threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"family {family}: {len(fam.train)} training graphs, {len(fam.held_out)} held out")
@@ -126,6 +143,17 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
         ac = ac.environment(MultiGraphEnv, env_config=multi_cfg)
         algo = ac.build_algo()
         t0, steps, it = time.time(), 0, 0
+        imitation = None
+        if imitate_steps > 0:
+            from hsdag_ray.imitate import imitate
+
+            learner_module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+            imitation = imitate(learner_module, env.envs, imitate_steps, lr=cfg.lr, seed=cfg.seed,
+                                say=say)
+            algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group,
+                                               inference_only=True)
+            say(f"imitation: loss {imitation['loss_before']:.3f} -> {imitation['loss_after']:.3f} "
+                f"in {imitation['wall_s']:.0f} s")
         while steps < cfg.budget:
             result = algo.train()
             it += 1
@@ -141,14 +169,15 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print) -> dict[st
         settings = {k: v for k, v in asdict(cfg).items()
                     if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
                              "self_loops", "episode_len", "no_fractal", "no_shape", "no_cost",
-                             "no_op_type", "no_degree", "position", "coarsen")}
+                             "no_op_type", "no_degree", "position", "coarsen", "relative_features")}
         meta = {"method": cfg.method, "family": family, "model_config":
                 method.model_config(asdict(cfg)) if method.model_config else {},
-                "settings": settings, "devices": list(FAMILY_DEVICES),
+                "settings": settings, "reward": cfg.reward, "devices": list(FAMILY_DEVICES),
                 "num_features": int(env.observation_space["x"].shape[1]),
                 "train_graphs": [g.spec for g in fam.train],
                 "held_out_graphs": [g.spec for g in fam.held_out],
                 "placements": steps, "iterations": it, "wall_s": time.time() - t0,
+                "imitation": {k: v for k, v in (imitation or {}).items() if k != "optima"},
                 "per_graph": per_graph}
         path = save_pretrained(out_dir, module, meta)
         algo.stop()
@@ -166,7 +195,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
     ap.add_argument("--family", required=True,
                     help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
+    ap.add_argument("--imitate-steps", type=int, default=0,
+                    help="first imitate each training graph's exact optimum for this many steps "
+                         "(the simulator's costs make it free of measurements; see "
+                         "hsdag_ray/imitate.py), then --budget placements of reinforcement")
     args = ap.parse_args(argv)
+    if args.imitate_steps < 0:
+        raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")
     if args.family not in FAMILIES:
         raise UsageError(f"unknown graph family {args.family!r}; choose one of {', '.join(FAMILIES)}")
     for flag in ("model", "backend", "devices", "profile", "init", "resume"):
@@ -175,6 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
     values.setdefault("budget", DEFAULT_BUDGET)
     values.setdefault("env_runners", 0)
+    # scale-free features: measured to transfer to held-out graphs where the raw costs did not
+    values.setdefault("relative_features", True)
     values.update(backend="simulator", wandb="disabled")
     try:
         cfg = TrainConfig(**values)
@@ -182,7 +219,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError(f"bad settings: {e}") from None
     cfg.validate()
     out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
-    pretrain(cfg, args.family, out)
+    pretrain(cfg, args.family, out, imitate_steps=args.imitate_steps)
     print(out)
     return 0
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from hsdag_ray.cli import UsageError
 
-__all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible",
+__all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible", "adopt_settings",
            "load_into_algo", "check_method", "build_module", "infer_placements", "ZeroShotDriver"]
 
 CHECKPOINT_FILE = "pretrained.pt"
@@ -65,6 +65,23 @@ def check_method(ckpt: Mapping[str, Any], method: str) -> None:
     if ckpt.get("method") != method:
         raise UsageError(f"the checkpoint holds a {ckpt.get('method')} policy but the run's method is "
                          f"{method}; pass --method {ckpt.get('method')} or another checkpoint")
+
+
+def adopt_settings(cfg, ckpt: Mapping[str, Any]):
+    """``cfg`` with the checkpoint's network, feature and reward settings wherever the
+    run left them at their defaults (a setting the run names itself is kept, and a
+    mismatch is then refused by :func:`check_compatible`): ``train --init`` needs no
+    copy of the pre-training's flags."""
+    import dataclasses
+
+    from hsdag_ray.config import TrainConfig
+
+    defaults = TrainConfig()
+    theirs = {**dict(ckpt.get("settings") or {}), "reward": ckpt.get("reward", "")}
+    change = {k: v for k, v in theirs.items()
+              if hasattr(cfg, k) and v not in (None, "") and getattr(cfg, k) == getattr(defaults, k)
+              and getattr(cfg, k) != v}
+    return dataclasses.replace(cfg, **change) if change else cfg
 
 
 def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
@@ -161,9 +178,13 @@ def infer_placements(module, env, count: int, seed: int = 0) -> list[np.ndarray]
 class ZeroShotDriver:
     """``train --budget 0``: one iteration that places with the pre-trained policy
     and measures its placements (the greedy one, plus ``zero_shot_samples - 1``
-    sampled) through the run's store; nothing is learned."""
+    sampled) through the run's store; nothing is learned. With a real backend
+    the measuring actor asks for ``resources`` (a measuring slot and, on a
+    cluster naming device sets, the run's ``devices_<A+B>``), as the training
+    drivers' do."""
 
-    def __init__(self, cfg, method, env_cfg: dict, real: bool, env) -> None:
+    def __init__(self, cfg, method, env_cfg: dict, real: bool, env,
+                 resources: Optional[dict] = None) -> None:
         from envs.measuring import measuring_service
         from hsdag_ray.config import MEASURE_RESOURCE
         from policies.registry import load
@@ -179,7 +200,10 @@ class ZeroShotDriver:
         own = {**env_cfg, "store": "", "measure_reference": not real}
         self.env = load(method.env)(own)
         self.module = build_module(self.ckpt, method, self.env)
-        self.service = measuring_service(env_cfg, real, MEASURE_RESOURCE, tracked=True)
+        # pinned like the training drivers' measuring actors: a measuring slot on a
+        # machine with the run's devices (hsdag_ray.nodes.measuring_resources)
+        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
+                                         tracked=True)
 
     @property
     def handle(self):

@@ -93,7 +93,7 @@ def load_graph(args: argparse.Namespace) -> CostGraph:
 
 def model_cost_graph(args: argparse.Namespace):
     """``(placement graph, cost graph)`` of ``--model`` under ``--profile``."""
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import Profile, cost_graph
 
     if not args.profile:

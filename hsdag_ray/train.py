@@ -203,9 +203,11 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     t_start = time.time()
     method = get(cfg.method)
     if cfg.init:  # a checkpoint of another method is refused before anything starts
-        from hsdag_ray.pretrained import check_method, read_pretrained
+        from hsdag_ray.pretrained import adopt_settings, check_method, read_pretrained
 
-        check_method(read_pretrained(cfg.init), cfg.method)
+        ckpt = read_pretrained(cfg.init)
+        check_method(ckpt, cfg.method)
+        cfg = adopt_settings(cfg, ckpt)  # its features, network and reward unless the run sets them
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
     # a simulator with a measuring time stands for real devices: measured on measuring machines

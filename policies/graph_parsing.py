@@ -36,7 +36,8 @@ class Grouping(NamedTuple):
         num_groups: ``G``.
         node_score: ``[N]`` score of each node's dominant edge (``1`` for a node
             without edges); differentiable w.r.t. the edge scorer.
-        edge_score: ``[E]`` score in ``[0, 1]`` of every input edge.
+        edge_score: ``[E]`` score in ``[0, 1]`` of every input edge (without
+            gradients: only the dominant edges' scores, ``node_score``, carry them).
         dominant_edge: ``[N]`` long, index into ``edge_index`` of each node's
             dominant edge, ``-1`` for a node without edges; with self-loop
             parsing, ``E + v`` when node ``v`` chose its own loop.
@@ -66,14 +67,15 @@ class PooledGraph(NamedTuple):
             group's node states, :math:`\\mathbf{C}^{-1}\\mathbf{S}^\\top(\\mathbf{Z} \\odot \\mathbf{n})`.
         edge_index: ``[2, E']`` nonzero entries of
             :math:`\\mathbf{A}' = \\mathbf{S}^\\top\\mathbf{A}\\mathbf{S}` (directed;
-            diagonal entries count the edges inside a group).
-        edge_weight: ``[E']`` the entries' values (numbers of input edges).
+            diagonal entries count the edges inside a group); ``None`` when the
+            pool was asked not to build it (``pool_edges=False``).
+        edge_weight: ``[E']`` the entries' values (numbers of input edges), or ``None``.
         batch: ``[G]`` graph of each group.
     """
 
     x: Tensor
-    edge_index: Tensor
-    edge_weight: Tensor
+    edge_index: Optional[Tensor]
+    edge_weight: Optional[Tensor]
     batch: Tensor
 
 
@@ -242,6 +244,7 @@ class GraphParsingPool(nn.Module):
         self.reduce = reduce
         self.self_loops = bool(self_loops)
         self.score_mlp = mlp(channels, channels, 1, score_layers)
+        self.score_chunk = 4096
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -253,8 +256,17 @@ class GraphParsingPool(nn.Module):
 
     def score_logits(self, z: Tensor, edge_index: Tensor) -> Tensor:
         """``[E]`` the scores' logits :math:`\\mathrm{MLP}(\\mathbf{z}_u \\odot \\mathbf{z}_v)`."""
-        src, dst = edge_index
-        return self.score_mlp(z[src] * z[dst]).view(-1)
+        src, dst = edge_index  # index_select: its backward (index_add) is much cheaper than z[src]'s
+        return self.score_mlp(z.index_select(0, src) * z.index_select(0, dst)).view(-1)
+
+    @torch.no_grad()
+    def _score_all(self, z: Tensor, edge_index: Tensor) -> Tensor:
+        """:meth:`score_edges` without gradients, ``score_chunk`` edges at a time (the
+        ``[E, H]`` products of a large graph then stay in cache)."""
+        out = z.new_empty(edge_index.size(1))
+        for i in range(0, edge_index.size(1), self.score_chunk):
+            out[i:i + self.score_chunk] = self.score_edges(z, edge_index[:, i:i + self.score_chunk])
+        return out
 
     def forward(
         self,
@@ -266,6 +278,7 @@ class GraphParsingPool(nn.Module):
         grouping_noise: float = 0.0,
         sample_grouping: bool = False,
         partner: Optional[Tensor] = None,
+        pool_edges: bool = True,
     ) -> Tuple[Grouping, PooledGraph]:
         """Scores edges, groups nodes and pools.
 
@@ -286,6 +299,8 @@ class GraphParsingPool(nn.Module):
             partner: ``[N]`` the partners drawn when ``assignment`` was sampled
                 (with ``sample_grouping``): their log-probability under the
                 current scores is returned (``Grouping.partner_logp``).
+            pool_edges: build the pooled graph's edges :math:`\\mathbf{A}'` (a sort
+                of the ``E`` edges; skip it when only the pooled features are used).
         """
         num_nodes = z.size(0)
         if batch is None:
@@ -297,8 +312,12 @@ class GraphParsingPool(nn.Module):
         if self.self_loops:  # candidate edges: the graph's, then one loop per node
             loops = torch.arange(num_nodes, device=edge_index.device)
             parse_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
-        parse_logits = self.score_logits(z, parse_index)
-        parse_all = torch.sigmoid(parse_logits)
+        # Only the dominant edges' scores reach the outputs differentiably (the gates n_v);
+        # every edge is scored without gradients to choose them, and the (at most N)
+        # dominant ones are scored again with gradients: the values and gradients of
+        # scoring all E with gradients, without keeping [E, H] activations for backward.
+        parse_all = self._score_all(z, parse_index)
+        parse_logits = torch.logit(parse_all, eps=1e-6)  # the draws' (no gradients)
         edge_score = parse_all[:num_edges]
         dominant = dominant_edges(parse_index, parse_all, num_nodes, self.self_loops)
 
@@ -311,7 +330,9 @@ class GraphParsingPool(nn.Module):
             partner = None
         logp = None
         if partner is not None:
-            logp = partner_logp(parse_index, parse_logits, partner, temperature, self.self_loops)
+            # every incident edge's logit with gradients: the draws' softmax needs them all
+            logp = partner_logp(parse_index, self.score_logits(z, parse_index), partner,
+                                temperature, self.self_loops)
 
         if assignment is None:
             parse_score, parse_dominant = parse_all, dominant
@@ -327,22 +348,27 @@ class GraphParsingPool(nn.Module):
         group_batch = torch.zeros(num_groups, dtype=torch.long, device=z.device)
         group_batch = group_batch.scatter_reduce(0, assignment, batch, reduce="amax", include_self=False)
 
-        if parse_index.size(1) > 0:
-            node_score = torch.where(
-                dominant >= 0, parse_all[dominant.clamp(min=0)], torch.ones_like(dominant, dtype=z.dtype)
-            )
-        else:
-            node_score = torch.ones(num_nodes, dtype=z.dtype, device=z.device)
+        node_score = torch.ones(num_nodes, dtype=z.dtype, device=z.device)
+        has_edge = dominant >= 0
+        if bool(has_edge.any()):
+            if torch.is_grad_enabled():
+                chosen, which = torch.unique(dominant[has_edge], return_inverse=True)
+                scores = self.score_edges(z, parse_index[:, chosen])[which]
+            else:
+                scores = parse_all[dominant[has_edge]]
+            node_score = node_score.masked_scatter(has_edge, scores)
 
         x_pool = scatter(
             z * node_score.unsqueeze(-1), assignment, dim=0, dim_size=num_groups, reduce=self.reduce
         )
-        pooled_edges, pooled_weight = coalesce(
-            assignment[edge_index],
-            torch.ones(edge_index.size(1), dtype=z.dtype, device=z.device),
-            num_nodes=num_groups,
-            reduce="sum",
-        )
+        pooled_edges = pooled_weight = None
+        if pool_edges:
+            pooled_edges, pooled_weight = coalesce(
+                assignment[edge_index],
+                torch.ones(edge_index.size(1), dtype=z.dtype, device=z.device),
+                num_nodes=num_groups,
+                reduce="sum",
+            )
         grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch,
                             partner, logp)
         return grouping, PooledGraph(x_pool, pooled_edges, pooled_weight, group_batch)

@@ -248,7 +248,7 @@ class HSDAGOutput(NamedTuple):
         node_logits: ``[N, D]`` device logits of each node's group.
         group_logits: ``[G, D]`` device logits per group.
         grouping: the :class:`Grouping`.
-        pooled: the :class:`PooledGraph`.
+        pooled: the :class:`PooledGraph` (its edges only with ``pooled_gcn``, the one user of them).
         node_embedding: ``[N, H]`` the node states :math:`\\mathbf{Z}^{(t)}` used for grouping.
         next_node_state: ``[N, H]`` :math:`\\mathbf{M}^{(t+1)} = \\mathbf{S}\\mathbf{X}'`, each
             node's group embedding, to carry to the next step.
@@ -389,7 +389,8 @@ class HSDAGNet(nn.Module):
         emb = self.embed(x, edge_index, batch, num_graphs) if embedding is None else embedding
         z = self.state_norm(emb if node_state is None else emb + node_state)
         grouping, pooled = self.pool(z, edge_index, batch, num_graphs, assignment, grouping_noise,
-                                     sample_grouping=self.config.sampled_grouping, partner=partner)
+                                     sample_grouping=self.config.sampled_grouping, partner=partner,
+                                     pool_edges=self.pooled_conv is not None)
 
         gx = pooled.x
         if self.pooled_conv is not None and grouping.num_groups > 0:
@@ -400,7 +401,7 @@ class HSDAGNet(nn.Module):
         if self.group_norm is not None:
             gx = self.group_norm(gx)
         group_logits = self.placer(gx) + self.prior
-        node_logits = group_logits[grouping.assignment]
+        node_logits = group_logits.index_select(0, grouping.assignment)
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
         move_logits = None
         if self.mover is not None:
@@ -413,7 +414,7 @@ class HSDAGNet(nn.Module):
             grouping=grouping,
             pooled=pooled,
             node_embedding=z,
-            next_node_state=pooled.x[grouping.assignment],
+            next_node_state=pooled.x.index_select(0, grouping.assignment),
             graph_embedding=graph_embedding,
             move_logits=move_logits,
         )

@@ -188,11 +188,11 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
 
         # the structural embedding depends on the graph only: when every step of the
         # episodes sees the same graphs, compute it (and its backward) once, not per step
-        shared = None
+        shared, graphs = None, None
         if steps > 1 and all(torch.equal(v[:, t], v[:, 0]) for v in obs.values() for t in range(1, steps)):
-            g = unpad_graphs(obs["x"][:, 0].float(), obs["edge_index"][:, 0], obs["node_mask"][:, 0],
-                             obs["edge_mask"][:, 0])
-            shared = self.net.embed(g.x, g.edge_index, g.batch, g.num_graphs)
+            graphs = unpad_graphs(obs["x"][:, 0].float(), obs["edge_index"][:, 0], obs["node_mask"][:, 0],
+                                  obs["edge_mask"][:, 0])
+            shared = self.net.embed(graphs.x, graphs.edge_index, graphs.batch, graphs.num_graphs)
 
         dist_inputs, embeddings, drawn, logps = [], [], [], []
         for t in range(steps):
@@ -202,6 +202,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                 stored[:, t] if stored is not None else None,
                 grouping_noise,
                 shared,
+                graphs,
                 partners[:, t] if partners is not None else None,
             )
             dist_inputs.append(out.dist_inputs)
@@ -224,12 +225,17 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _step(self, obs: Mapping[str, Tensor], state: Optional[Tensor], stored: Optional[Tensor],
               grouping_noise: float = 0.0, embedding: Optional[Tensor] = None,
-              partner: Optional[Tensor] = None) -> _StepOut:
-        g = unpad_graphs(obs["x"].float(), obs["edge_index"], obs["node_mask"], obs["edge_mask"])
-        flat_valid = g.node_valid.reshape(-1)
+              graphs: Optional[GraphBatch] = None, partner: Optional[Tensor] = None) -> _StepOut:
+        """One step; ``embedding`` and ``graphs`` are the structural embedding and the
+        unpadded ``obs`` when the caller already has them (the steps of an episode share them);
+        ``partner``: the stored dominant-edge draws of a sampled grouping (local ids)."""
+        g = graphs if graphs is not None else unpad_graphs(
+            obs["x"].float(), obs["edge_index"], obs["node_mask"], obs["edge_mask"])
         node_state = None
         if state is not None:
-            node_state = state.reshape(-1, state.size(-1))[flat_valid]
+            node_state = state.reshape(-1, state.size(-1))
+            if node_state.size(0) != g.x.size(0):  # padded slots: keep the real nodes
+                node_state = node_state[g.node_valid.reshape(-1)]
         assignment = self._stored_assignment(stored, g) if stored is not None else None
         nodes_per_graph = torch.bincount(g.batch, minlength=g.num_graphs)
         first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]

@@ -112,24 +112,23 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
         rep = self._rep_index.expand(shape)
         move_logits = self.move_logits.expand(shape)
         logits = self.group_logits_at_node.expand(*shape, d)
-        log_stay = F.logsigmoid(-move_logits)
-        log_move = F.logsigmoid(move_logits)
-        glogp = torch.log_softmax(logits, -1)  # [..., N, D]
         if d == 1:
             return torch.zeros(shape[:-1], dtype=logits.dtype, device=logits.device)
-        per_c = []
-        for c in range(d):
-            # p_v(a | not c): the group's logits without c
-            masked = logits.clone()
-            masked[..., c] = -float("inf")
-            other = torch.log_softmax(masked, -1).gather(-1, a.unsqueeze(-1)).squeeze(-1)
-            other = torch.where(a == c, torch.zeros_like(other), other)  # no -inf into grads
-            node_term = torch.where(a == c, log_stay, log_move + other)
-            node_term = torch.where(valid, node_term, torch.zeros_like(node_term))
-            # sum the node terms of every group at its representative
-            summed = torch.zeros_like(node_term).scatter_add_(-1, rep, node_term)
-            per_c.append(glogp[..., c] + summed)
-        group_logp = torch.logsumexp(torch.stack(per_c, -1), -1)  # meaningful at representatives
+        log_stay = F.logsigmoid(-move_logits).unsqueeze(-1)
+        log_move = F.logsigmoid(move_logits).unsqueeze(-1)
+        glogp = torch.log_softmax(logits, -1)  # [..., N, D]
+        # every group device c at once (the last axis is c): log p_v(a | not c) is a's
+        # logit minus the log-sum-exp of the logits without c
+        without_c = torch.eye(d, dtype=torch.bool, device=logits.device)
+        lse_without = torch.logsumexp(logits.unsqueeze(-2).masked_fill(without_c, -float("inf")), -1)
+        other = logits.gather(-1, a.unsqueeze(-1)) - lse_without  # finite, also where a == c
+        stays = a.unsqueeze(-1) == torch.arange(d, device=a.device)
+        node_term = torch.where(stays, log_stay, log_move + other)
+        node_term = node_term.masked_fill(~valid.unsqueeze(-1), 0.0)
+        # sum the node terms of every group at its representative
+        index = rep.unsqueeze(-1).expand_as(node_term)
+        summed = torch.zeros_like(node_term).scatter_add_(-2, index, node_term)
+        group_logp = torch.logsumexp(glogp + summed, -1)  # meaningful at representatives
         return self._sum_over_groups(group_logp)
 
     def entropy(self) -> Tensor:

@@ -1,5 +1,4 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,3 +17,26 @@ def benchmarks_dir() -> Path:
     if not BENCHMARKS.is_dir():
         pytest.skip("the dnn-partitioning benchmark folder (../shared/benchmarks) is not beside the project")
     return BENCHMARKS
+
+
+def modeled_profile(model: str, devices=("CPU_MODEL", "GPU_MODEL"), boundary_s: float = 5e-4):
+    """A profile of ``model`` on modeled devices only: the same costs on every machine,
+    unlike a recorded one, so learning tests do not depend on the host or its load."""
+    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.profile import Profile, add_modeled_device
+
+    _, fine, _, _ = build_graph(model, "none")
+    prof = Profile(model=model, devices={}, op_time_s={})
+    for name in devices:
+        add_modeled_device(prof, fine, name)
+    prof.boundary_s = boundary_s
+    return prof
+
+
+@pytest.fixture(scope="session")
+def tiny_profile_file(tmp_path_factory) -> Path:
+    """tiny_cnn on a modeled CPU and accelerator with a 0.5 ms stage boundary (splitting is
+    not free): the profile the single-graph learning tests of every method train on."""
+    path = tmp_path_factory.mktemp("tiny-profile") / "tiny_cnn.json"
+    modeled_profile("tiny_cnn").save(path)
+    return path

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 
 
 def cli(*args, cwd=None):

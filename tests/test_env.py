@@ -6,7 +6,7 @@ import pytest
 
 from envs.placement_env import EnvConfig, PlacementEnv, reward_of
 from envs.store import MeasurementStore, placement_key
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device
 
 

@@ -1,7 +1,7 @@
 """The min cut and the MILP agree on the paper models' graphs with a modeled profile."""
 import pytest
 
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph
 from policies.exact import solve
 

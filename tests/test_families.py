@@ -5,7 +5,7 @@ import pytest
 from envs.multi_graph import MultiGraphEnv
 from hsdag_ray.core.errors import GraphError
 from hsdag_ray.core.families import FAMILIES, FAMILY_DEVICES, Family, FamilyGraph, family_profile, get_family
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.profile import cost_graph
 
 

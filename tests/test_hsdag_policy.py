@@ -197,6 +197,48 @@ def test_mean_pooling_does_not_grow_with_the_group():
     assert torch.allclose(pooled.x, (s1 * torch.tensor([1.0, 2.0])).expand(2, 2))
 
 
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_scoring_only_the_dominant_edges_with_gradients_changes_nothing(self_loops):
+    """The pool scores every edge without gradients (in chunks) and the dominant ones
+    again with them; values and gradients equal those of scoring every edge with them."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    n = 300
+    edges = random_dag(n, extra_edges=n, gen=gen)
+    pool = GraphParsingPool(8, score_layers=2, self_loops=self_loops)
+    pool.score_chunk = 64  # several chunks
+    z = torch.randn(n, 8, generator=gen, requires_grad=True)
+    weights = torch.randn(n, generator=gen)
+    grouping, pooled = pool(z, edges)
+    ((grouping.node_score * weights).sum() + pooled.x.square().sum()).backward()
+    grads = [z.grad.clone()] + [p.grad.clone() for p in pool.score_mlp.parameters()]
+
+    # reference: every candidate edge scored with gradients, the gates read from them
+    z.grad = None
+    pool.zero_grad()
+    parse_index = edges
+    if self_loops:
+        loops = torch.arange(n)
+        parse_index = torch.cat([edges, torch.stack([loops, loops])], 1)
+    every = pool.score_edges(z, parse_index)
+    dom = dominant_edges(parse_index, every, n, self_loops)
+    assert torch.equal(dom, grouping.dominant_edge)
+    assert torch.allclose(every[: edges.size(1)], grouping.edge_score, atol=1e-6)
+    gate = torch.where(dom >= 0, every[dom.clamp(min=0)], torch.ones(n))
+    assert torch.allclose(gate, grouping.node_score, atol=1e-6)
+    sizes = torch.bincount(grouping.assignment).unsqueeze(-1).float()
+    ref_x = torch.zeros(grouping.num_groups, 8).index_add(0, grouping.assignment, z * gate[:, None]) / sizes
+    ((gate * weights).sum() + ref_x.square().sum()).backward()
+    ref = [z.grad] + [p.grad for p in pool.score_mlp.parameters()]
+    for got, want in zip(grads, ref):
+        assert torch.allclose(got, want, atol=1e-5)
+    assert all(g.abs().sum() > 0 for g in grads)
+    # without gradients the gates are the no-gradient scores themselves
+    with torch.no_grad():
+        again, _ = pool(z, edges)
+    assert torch.allclose(again.node_score, grouping.node_score, atol=1e-6)
+
+
 def test_self_loops_let_a_node_stay_alone():
     # Path 0-1-2-3-4, score = sigmoid(z_u * z_v) on the first coordinate; a loop
     # scores sigmoid(z_v^2). Node 0's loop (9) beats its edge (-0.6) and node 1

@@ -2,7 +2,7 @@
 import numpy as np
 
 from envs.placement_env import EnvConfig, PlacementEnv
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device
 
 

@@ -1,4 +1,5 @@
 """Pre-training on a family, fine-tuning from the checkpoint (train --init), zero-shot (--budget 0)."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,7 +21,8 @@ HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 def pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("pre") / "tiny-hsdag"
     meta = pretrain(TrainConfig(method="hsdag", budget=60, episode_len=5, env_runners=0,
-                                hidden_dim=16, seed=0), "tiny", out, say=lambda s: None)
+                                hidden_dim=16, seed=0), "tiny", out, say=lambda s: None,
+                    imitate_steps=20)
     return out, meta
 
 
@@ -30,6 +32,10 @@ def test_pretrain_writes_a_checkpoint_over_every_training_graph(pretrained):
     assert ckpt["method"] == "hsdag" and ckpt["family"] == "tiny"
     assert ckpt["model_config"]["hidden_dim"] == 16
     assert meta["placements"] >= 60
+    # the optima were imitated first; the run's reward and features are the scale-free ones
+    assert meta["imitation"]["steps"] == 20 and meta["imitation"]["demonstrations"] == 4
+    assert meta["imitation"]["loss_after"] < meta["imitation"]["loss_before"]
+    assert ckpt["reward"] == "speedup"
     counts = [g["placements"] for g in meta["per_graph"]]
     assert len(counts) == 4 and sum(counts) == meta["placements"] and sum(c > 0 for c in counts) >= 2
     graphs = json.loads((out / "graphs.json").read_text())
@@ -104,3 +110,34 @@ def test_budget_zero_needs_a_checkpoint():
 
     with pytest.raises(UsageError, match="zero-shot with --init"):
         config_from_args(["--budget", "0"])
+
+
+def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from hsdag_ray.config import MEASURE_RESOURCE
+    from hsdag_ray.nodes import devices_resource
+    from hsdag_ray.train import train
+
+    out, _ = pretrained
+    cfg = _held_out_cfg(out, sim_delay_s=0.01, remeasure_rounds=1, zero_shot_samples=3,
+                        budget=0, name="pinned")
+    cfg = dataclasses.replace(cfg, out=str(tmp_path))
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        # a measuring machine with other devices first, then the one with the run's
+        other = c.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,
+                                                  devices_resource(["CPU", "GPU"]): 1})
+        good = c.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,
+                                                 devices_resource(cfg.devices): 1})
+        c.wait_for_nodes()
+        ray.init(address=c.address)
+        s = train(cfg, quiet=True)
+        store = json.loads((tmp_path / "pinned" / "store.json").read_text())
+        nodes = {e["node"] for e in store["log"]}
+        assert s["placements"] >= 1 and store["log"]
+        assert nodes == {good.node_id} and other.node_id not in nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()

@@ -4,27 +4,15 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from hsdag_ray.train import TrainConfig, train
 
 
-@pytest.fixture(scope="module")
-def profile_file(tmp_path_factory):
-    from envs.profiling import record
-
-    prof = record("tiny_cnn", ["CPU"], ["GPU_MODEL"], fit=0, progress=False)
-    prof.boundary_s = 5e-4  # as the default profile: splitting is not free
-    path = tmp_path_factory.mktemp("rnn-profile") / "tiny_cnn.json"
-    prof.save(path)
-    return path
-
-
-def test_rnn_learns_and_writes_every_output(profile_file, tmp_path):
-    """tiny_cnn on CPU + a modeled accelerator, 400 placements: the run's best is clearly
+def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):
+    """tiny_cnn on a modeled CPU and accelerator, 400 placements: the run's best is clearly
     better than a random placement, and so are the placements the final policy samples
-    (measured: the optimum by placement 180-200, the sampling entropy from 6.2 to under 0.01
-    by placement 400)."""
+    (the profile is modeled, the same on every machine;
+    the test passes with seeds 0-4)."""
     from envs.placement_env import PlacementEnv
     from envs.simulator import Simulator
     from hsdag_ray.core.profile import Profile, cost_graph
@@ -32,7 +20,7 @@ def test_rnn_learns_and_writes_every_output(profile_file, tmp_path):
     import torch
     from ray.rllib.core.columns import Columns
 
-    prof = Profile.load(profile_file)
+    prof = Profile.load(tiny_profile_file)
     probe = PlacementEnv({"model": "tiny_cnn", "backend": "simulator", "profile": prof.to_json(),
                           "measure_reference": False})
     n = probe.graph.num_nodes
@@ -40,7 +28,7 @@ def test_rnn_learns_and_writes_every_output(profile_file, tmp_path):
     obs = {k: torch.as_tensor(v)[None].repeat(50, *([1] * np.ndim(v))) for k, v in probe.reset()[0].items()}
     sampled: list[float] = []
     cfg = TrainConfig(model="tiny_cnn", method="rnn", backend="simulator",
-                      profile=str(profile_file), budget=400, env_runners=0, wandb="offline",
+                      profile=str(tiny_profile_file), budget=400, env_runners=0, wandb="offline",
                       out=str(tmp_path), name="rnn", seed=0, lr=3e-3)
 
     def probe_policy(algo, row) -> None:

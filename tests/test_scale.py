@@ -18,7 +18,7 @@ def test_forward_and_update_on_a_large_graph(method):
     r = run_isolated(method, NODES, steps=20, timeout=600)
     assert "error" not in r, r
     assert r["nodes"] == NODES and r["edges"] > NODES
-    for k in ("forward_s", "update_s", "forward_cpu_s", "update_cpu_s"):
+    for k in ("forward_s", "update_s", "forward_cpu_s", "update_cpu_s", "update_warm_s", "update_warm_cpu_s"):
         assert math.isfinite(r[k]) and r[k] > 0, (k, r)
     # one process with torch, RLlib and the module holds about 1 GB; a method that kept
     # per-node-pair state (3000^2 floats per head and layer) would not stay under 3 GB

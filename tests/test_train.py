@@ -170,7 +170,7 @@ def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
 def small_memory_profile(path: Path, model: str, capacity_fraction: float) -> Path:
     """A modeled CPU and an accelerator that holds ``capacity_fraction`` of the
     model's weights, so almost every random split overflows it."""
-    from hsdag_ray.core.graph import build_graph
+    from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
 
     _, fine, _, _ = build_graph(model, "none")

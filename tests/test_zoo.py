@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hsdag_ray.core.graph import build_graph
+from hsdag_ray.core.coarsening import build_graph
 
 # (placeable nodes, edges, nodes after co-location coarsening)
 SIZES = {"resnet50": (123, 138, 37), "inception_v3": (216, 250, 62), "bert_base": (269, 327, 88)}
@@ -38,6 +38,15 @@ def test_any_torchvision_or_hugging_face_architecture_by_name():
         ops = sorted(op.get_friendly_name() for op in model.get_ordered_ops())
         assert sorted(op for node in fine.nodes for op in node.ops) == ops
         assert 10 < coarse.num_nodes < fine.num_nodes
+
+
+@pytest.mark.slow
+def test_an_encoder_decoder_transformer_builds():
+    """hf:t5 (random weights, T5's default size) converts with the decoder's ids as an input."""
+    model, fine, _, _ = build_graph("hf:t5", "colocation")
+    assert [p.get_any_name() for p in model.inputs] == ["input_ids", "attention_mask", "decoder_input_ids"]
+    assert all(p.get_partial_shape().is_static for p in model.inputs)
+    assert fine.num_nodes > 100
 
 
 @pytest.mark.parametrize("spec,words", [("tv:no_such_net", "torchvision"),

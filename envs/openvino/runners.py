@@ -71,9 +71,14 @@ class RequestRunner:
         """
         with ov_errors("compile", "creating the infer request failed"):
             self.request = request if request is not None else compiled.create_infer_request()
+            self._n_outputs = len(compiled.outputs)
+        self.set_inputs(inputs)
+
+    def set_inputs(self, inputs: Sequence[ov.Tensor]) -> None:
+        """Feed the next inferences with ``inputs`` (model input order)."""
+        with ov_errors("compile", "setting the model inputs failed"):
             for i, tensor in enumerate(inputs):
                 self.request.set_input_tensor(i, tensor)
-            self._n_outputs = len(compiled.outputs)
 
     def infer(self) -> None:
         """Run one inference (raises StageFailure('infer') on an OpenVINO error)."""
@@ -107,6 +112,10 @@ class PipelineRunner:
                            for stage, c, r in zip(stages, compiled, reuse)]
         self._store = dict(sources)
         self._output_keys = list(output_keys)
+
+    def set_sources(self, sources: Mapping[TensorKey, ov.Tensor]) -> None:
+        """Feed the next inferences with new model inputs (keyed like ``sources``)."""
+        self._store.update(sources)
 
     @property
     def requests(self) -> list[ov.InferRequest]:

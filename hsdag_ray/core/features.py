@@ -20,6 +20,15 @@ Feature groups (each can be switched off for the paper's ablation):
     ``log1p`` of FLOPs (in MFLOP), of bytes read and written (in MB) and of
     weight bytes, and, when a per-node time per device is given, ``log1p`` of
     each device's time in ms.
+``relative`` (off by default; needs per-node times)
+    the same costs made free of the graph's scale, so that one policy reads
+    graphs whose latencies differ by orders of magnitude alike: per device,
+    ``log1p`` of the node's time over the graph's mean node time on that
+    device; per device after the first, the log of the node's time there over
+    its time on the first (which device is faster for this node); and, per
+    device with a memory limit, the node's memory and the whole graph's memory
+    as fractions of that device's capacity (capped at
+    :data:`MAX_MEMORY_FRACTION`), which say how much of the graph may go there.
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ import scipy.sparse as sp
 
 from hsdag_ray.core.graph import CompGraph
 
-__all__ = ["FeatureConfig", "OP_VOCAB", "node_features", "fractal_dimension", "to_data"]
+__all__ = ["FeatureConfig", "OP_VOCAB", "node_features", "relative_features", "MAX_MEMORY_FRACTION", "fractal_dimension", "to_data"]
 
 OP_VOCAB = (
     "Convolution", "GroupConvolution", "MatMul", "Add", "Multiply", "Subtract", "Divide",
@@ -42,6 +51,8 @@ OP_VOCAB = (
     "ScaledDotProductAttention", "Convert", "Select", "Pad",
 )
 SHAPE_DIMS = 4
+#: memory fractions of the ``relative`` group are capped here
+MAX_MEMORY_FRACTION = 4.0
 MAX_DEGREE = 8
 POS_DIMS = 8
 FRACTAL_RADII = 6
@@ -58,6 +69,7 @@ class FeatureConfig:
         fractal: per-node fractal dimension (graph-structural feature).
         position: ``"id"``, ``"sin"`` or ``"none"`` (node ids / topological position).
         cost: FLOPs, bytes and profiled times when known.
+        relative: scale-free costs (needs per-node times; see the module docstring).
     """
 
     op_type: bool = True
@@ -66,6 +78,7 @@ class FeatureConfig:
     fractal: bool = True
     position: str = "id"
     cost: bool = True
+    relative: bool = False
 
     def __post_init__(self) -> None:
         if self.position not in ("id", "sin", "none"):
@@ -111,11 +124,13 @@ def _sinusoidal(pos: np.ndarray, dims: int) -> np.ndarray:
 
 
 def node_features(graph: CompGraph, config: FeatureConfig = FeatureConfig(),
-                  times_s: Optional[np.ndarray] = None) -> tuple[np.ndarray, list[str]]:
+                  times_s: Optional[np.ndarray] = None, mem_bytes: Optional[np.ndarray] = None,
+                  mem_capacity: Optional[np.ndarray] = None) -> tuple[np.ndarray, list[str]]:
     """``[n, F]`` float32 feature matrix and the name of every column.
 
     ``times_s`` (``[n, D]`` seconds) adds profiled per-device times to the
-    cost group.
+    cost group, and the ``relative`` group; ``mem_bytes`` (``[n]``) and
+    ``mem_capacity`` (``[D]``, ``inf`` = unlimited) add its memory fractions.
     """
     n = graph.num_nodes
     ei = graph.edge_index()
@@ -162,9 +177,39 @@ def node_features(graph: CompGraph, config: FeatureConfig = FeatureConfig(),
             t = np.where(np.isfinite(t), t, 1e3)
             cols.append(np.log1p(t * 1e3).astype(np.float32))
             names += [f"log_ms_dev{k}" for k in range(t.shape[1])]
+    if config.relative and times_s is not None:
+        rel, rel_names = relative_features(times_s, mem_bytes, mem_capacity)
+        cols.append(rel)
+        names += rel_names
     if not cols:
         raise ValueError("every feature group is switched off; keep at least one")
     return np.concatenate(cols, axis=1), names
+
+
+def relative_features(times_s: np.ndarray, mem_bytes: Optional[np.ndarray] = None,
+                      mem_capacity: Optional[np.ndarray] = None) -> tuple[np.ndarray, list[str]]:
+    """The ``relative`` group (see the module docstring): ``[n, F]`` and the column names."""
+    t = np.asarray(times_s, dtype=np.float64)
+    n = t.shape[0]
+    t = t.reshape(n, -1)
+    t = np.where(np.isfinite(t), t, np.nan)
+    mean = np.nanmean(t, axis=0) if n else np.ones(t.shape[1])
+    mean = np.where(np.isfinite(mean) & (mean > 0), mean, 1.0)
+    share = np.log1p(np.nan_to_num(t / mean, nan=1e3))
+    cols, names = [share], [f"rel_time_dev{k}" for k in range(t.shape[1])]
+    if t.shape[1] > 1:
+        tiny = 1e-12
+        ratio = np.log((t[:, 1:] + tiny) / (t[:, :1] + tiny))
+        cols.append(np.clip(np.nan_to_num(ratio, nan=0.0), -10.0, 10.0))
+        names += [f"log_speed_dev{k}_vs_dev0" for k in range(1, t.shape[1])]
+    if mem_bytes is not None and mem_capacity is not None:
+        mem = np.asarray(mem_bytes, dtype=np.float64).reshape(n)
+        for k, cap in enumerate(np.asarray(mem_capacity, dtype=np.float64).reshape(-1)):
+            if np.isfinite(cap) and cap > 0:
+                cols.append(np.minimum(mem / cap, MAX_MEMORY_FRACTION)[:, None])
+                cols.append(np.full((n, 1), min(mem.sum() / cap, MAX_MEMORY_FRACTION)))
+                names += [f"mem_of_dev{k}", f"graph_mem_of_dev{k}"]
+    return np.concatenate(cols, axis=1).astype(np.float32), names
 
 
 def to_data(graph: CompGraph, config: FeatureConfig = FeatureConfig(),

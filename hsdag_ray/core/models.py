@@ -135,7 +135,7 @@ def _huggingface(model_type: str, seq_len: int = 128):
     try:
         config = AutoConfig.for_model(model_type)
     except ValueError:
-        raise GraphError(f"unknown Hugging Face model type {model_type!r} (e.g. gpt2, bert, "
+        raise GraphError(f"unknown Hugging Face model type {model_type!r} (e.g. gpt2, bert, t5, "
                          "distilbert, roberta)") from None
     if hasattr(config, "use_cache"):
         config.use_cache = False  # no key/value cache objects in the traced outputs
@@ -143,6 +143,8 @@ def _huggingface(model_type: str, seq_len: int = 128):
     m = AutoModel.from_config(config).eval()
     ids = torch.ones(1, seq_len, dtype=torch.long)
     example = {"input_ids": ids, "attention_mask": ids}
+    if getattr(config, "is_encoder_decoder", False):  # T5, BART...: the decoder reads its own ids
+        example["decoder_input_ids"] = ids
     return m, example, {k: [1, seq_len] for k in example}
 
 
