@@ -63,6 +63,13 @@ class TrainConfig:
         replay: which earlier episodes: elite (those with the best placements) or recent.
         num_epochs: optimiser passes over each update's batch (2: more learning per
             measured placement, measured faster than 1).
+        stall_patience: updates without a new best placement after which the entropy
+            bonus weight becomes stall_entropy, until a new best is found (0 = off;
+            see policies/reinforce.py).
+        stall_entropy: the entropy bonus weight while stalled.
+        stall_shrink: below 1, a stalled run also scales HSDAG's placer and move
+            head output layers by this factor (the placement distribution spreads
+            again, keeping its preferences), then counts stalled updates afresh.
         reward: inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the
             RNN placer's); empty = the method's own.
         hidden_dim / gcn_layers / node_state_update: HSDAG network settings.
@@ -74,6 +81,12 @@ class TrainConfig:
             after the groups' devices are drawn, each node may move off its
             group's device with a learned probability (about one node per placement at
             first), so placements with a node alone can be sampled (policies/move_distribution.py).
+        sampled_grouping: every node draws its dominant edge (softmax of its edges'
+            scores at temperature grouping_noise) and the draw's log-probability joins
+            the placement's, so REINFORCE trains the edge scorer on the reward.
+        incumbent: the run's best placement so far becomes node features (one-hot
+            device, refreshed at every episode's start), so the policy can learn to
+            place relative to it (see envs/placement_env.py).
         start: where sampling starts: uniform (every device equally likely, the paper)
             or best_single (the fastest single device's logit starts start_logit above
             the others' in every group, so the first placements explore around it;
@@ -139,6 +152,9 @@ class TrainConfig:
     replay_episodes: int = 0
     replay: str = "elite"
     num_epochs: int = 2
+    stall_patience: int = 0
+    stall_entropy: float = 0.1
+    stall_shrink: float = 1.0
     reward: str = ""
     hidden_dim: int = 64
     gcn_layers: int = 2
@@ -147,6 +163,8 @@ class TrainConfig:
     rnn_groups: int = 0
     self_loops: bool = False
     node_moves: bool = True
+    sampled_grouping: bool = False
+    incumbent: bool = False
     start: str = "uniform"
     start_logit: float = 2.0
     no_fractal: bool = False
@@ -197,6 +215,9 @@ class TrainConfig:
              f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
             (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
              "entropy_coeff and grouping_noise must be 0 or more"),
+            (self.stall_patience >= 0 and self.stall_entropy >= 0,
+             "stall_patience and stall_entropy must be 0 or more"),
+            (0 < self.stall_shrink <= 1, "stall_shrink must be above 0 and at most 1"),
             (self.replay_episodes >= 0 and self.num_epochs >= 1,
              "replay_episodes must be 0 or more and num_epochs at least 1"),
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),

@@ -18,6 +18,7 @@ from scipy.sparse.csgraph import connected_components
 from torch import Tensor, nn
 from torch_geometric.utils import coalesce, scatter
 
+from policies.edge_draws import partner_logp, sample_partners
 from policies.layers import mlp, reset_sequential
 
 __all__ = ["POOLINGS", "Grouping", "PooledGraph", "GraphParsingPool", "dominant_edges",
@@ -41,6 +42,11 @@ class Grouping(NamedTuple):
             dominant edge, ``-1`` for a node without edges; with self-loop
             parsing, ``E + v`` when node ``v`` chose its own loop.
         group_batch: ``[G]`` long, graph of each group (all zeros for one graph).
+        partner: ``[N]`` long, with a sampled grouping (``sample_grouping``) the
+            node at the other end of each node's sampled dominant edge (``-1``
+            without edges), else ``None``.
+        partner_logp: ``[N]`` log-probability of each node's partner under the
+            current scores (differentiable; ``0`` without edges), or ``None``.
     """
 
     assignment: Tensor
@@ -49,6 +55,8 @@ class Grouping(NamedTuple):
     edge_score: Tensor
     dominant_edge: Tensor
     group_batch: Tensor
+    partner: Optional[Tensor] = None
+    partner_logp: Optional[Tensor] = None
 
 
 class PooledGraph(NamedTuple):
@@ -201,6 +209,16 @@ class GraphParsingPool(nn.Module):
     of the noiseless dominant edges, so re-pooling the sampled grouping
     without noise (``assignment=``) gives the same pooled features.
 
+    **Sampled grouping** (``sample_grouping``). Instead of the shared edge
+    noise above, every node draws its dominant edge from the softmax of its
+    incident edges' score logits at temperature ``grouping_noise``
+    (:func:`sample_partners`); the draws travel with the sample, and
+    :func:`partner_logp` gives their log-probability under the current scores,
+    so a policy gradient trains the scorer on the reward. Measured (simulator,
+    64 MB accelerator, seeds 0-4, 200 placements): ResNet-50 1.018x the optimum
+    as without it, Inception-V3 1.102x against 1.185x, within the seeds'
+    spread (1.02-1.39x); temperature 1.0 did worse (1.209x). Off by default.
+
     Args:
         channels: embedding width ``H``.
         score_layers: layers of the scoring MLP (1 = linear).
@@ -234,8 +252,12 @@ class GraphParsingPool(nn.Module):
 
     def score_edges(self, z: Tensor, edge_index: Tensor) -> Tensor:
         """``[E]`` scores :math:`\\sigma(\\mathrm{MLP}(\\mathbf{z}_u \\odot \\mathbf{z}_v))`."""
+        return torch.sigmoid(self.score_logits(z, edge_index))
+
+    def score_logits(self, z: Tensor, edge_index: Tensor) -> Tensor:
+        """``[E]`` the scores' logits :math:`\\mathrm{MLP}(\\mathbf{z}_u \\odot \\mathbf{z}_v)`."""
         src, dst = edge_index  # index_select: its backward (index_add) is much cheaper than z[src]'s
-        return torch.sigmoid(self.score_mlp(z.index_select(0, src) * z.index_select(0, dst))).view(-1)
+        return self.score_mlp(z.index_select(0, src) * z.index_select(0, dst)).view(-1)
 
     @torch.no_grad()
     def _score_all(self, z: Tensor, edge_index: Tensor) -> Tensor:
@@ -254,6 +276,8 @@ class GraphParsingPool(nn.Module):
         num_graphs: Optional[int] = None,
         assignment: Optional[Tensor] = None,
         grouping_noise: float = 0.0,
+        sample_grouping: bool = False,
+        partner: Optional[Tensor] = None,
         pool_edges: bool = True,
     ) -> Tuple[Grouping, PooledGraph]:
         """Scores edges, groups nodes and pools.
@@ -268,6 +292,13 @@ class GraphParsingPool(nn.Module):
                 span two graphs.
             grouping_noise: Gumbel noise scale on the score logits for parsing
                 (``0`` = deterministic parsing); unused with ``assignment``.
+            sample_grouping: with ``grouping_noise > 0`` and no ``assignment``,
+                every node draws its dominant edge on its own
+                (:func:`sample_partners`, temperature ``grouping_noise``) and the
+                grouping returns the draws and their log-probabilities.
+            partner: ``[N]`` the partners drawn when ``assignment`` was sampled
+                (with ``sample_grouping``): their log-probability under the
+                current scores is returned (``Grouping.partner_logp``).
             pool_edges: build the pooled graph's edges :math:`\\mathbf{A}'` (a sort
                 of the ``E`` edges; skip it when only the pooled features are used).
         """
@@ -286,8 +317,22 @@ class GraphParsingPool(nn.Module):
         # dominant ones are scored again with gradients: the values and gradients of
         # scoring all E with gradients, without keeping [E, H] activations for backward.
         parse_all = self._score_all(z, parse_index)
+        parse_logits = torch.logit(parse_all, eps=1e-6)  # the draws' (no gradients)
         edge_score = parse_all[:num_edges]
         dominant = dominant_edges(parse_index, parse_all, num_nodes, self.self_loops)
+
+        temperature = float(grouping_noise)
+        if sample_grouping and assignment is None and temperature > 0:
+            parse_dominant, partner = sample_partners(parse_index, parse_logits, num_nodes,
+                                                      temperature, self.self_loops)
+            assignment = parse_groups(parse_index, parse_all, parse_dominant, batch, num_graphs)
+        elif not sample_grouping:
+            partner = None
+        logp = None
+        if partner is not None:
+            # every incident edge's logit with gradients: the draws' softmax needs them all
+            logp = partner_logp(parse_index, self.score_logits(z, parse_index), partner,
+                                temperature, self.self_loops)
 
         if assignment is None:
             parse_score, parse_dominant = parse_all, dominant
@@ -324,7 +369,8 @@ class GraphParsingPool(nn.Module):
                 num_nodes=num_groups,
                 reduce="sum",
             )
-        grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch)
+        grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch,
+                            partner, logp)
         return grouping, PooledGraph(x_pool, pooled_edges, pooled_weight, group_batch)
 
     @staticmethod

@@ -191,6 +191,11 @@ class HSDAGConfig:
             the fastest single device, so sampling starts around it and the
             placer learns how far to move from it); ``-1`` = none.
         prior_logit: that head start.
+        sampled_grouping: when sampling, every node draws its dominant edge from
+            the softmax of its incident edges' score logits at temperature
+            ``grouping_noise`` and the draw's log-probability joins the
+            placement's, so REINFORCE trains the edge scorer on the reward
+            (:func:`policies.graph_parsing.sample_partners`).
     """
 
     hidden_dim: int = 64
@@ -208,6 +213,7 @@ class HSDAGConfig:
     node_moves: bool = False
     prior_device: int = -1
     prior_logit: float = 2.0
+    sampled_grouping: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -329,6 +335,16 @@ class HSDAGNet(nn.Module):
             nn.init.zeros_(self.mover[-1].weight)  # every node starts at the prior
             nn.init.zeros_(self.mover[-1].bias)
 
+    @torch.no_grad()
+    def soften(self, factor: float) -> None:
+        """Scales the placer's and the move head's output layers by ``factor``: the
+        group logits (and the moves, toward their prior) keep their order but lose
+        ``1 - factor`` of their spread, so sampling explores again."""
+        for head in (self.placer, self.mover):
+            if head is not None:
+                head[-1].weight.mul_(factor)
+                head[-1].bias.mul_(factor)
+
     def embed(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
               num_graphs: Optional[int] = None) -> Tensor:
         """``[N, H]`` structural embedding :math:`\\mathbf{E}` (GCN over the undirected
@@ -357,12 +373,14 @@ class HSDAGNet(nn.Module):
         assignment: Optional[Tensor] = None,
         grouping_noise: float = 0.0,
         embedding: Optional[Tensor] = None,
+        partner: Optional[Tensor] = None,
     ) -> HSDAGOutput:
         """One step. ``node_state`` is :math:`\\mathbf{M}^{(t)}` (zeros if ``None``);
         ``assignment`` replaces the parsed grouping and ``grouping_noise`` perturbs
         the parsing (see :meth:`GraphParsingPool.forward`); ``embedding`` is
         :meth:`embed`'s result for these ``x`` and ``edge_index`` when the caller
-        already has it (the steps of an episode share it)."""
+        already has it (the steps of an episode share it); ``partner``: the
+        dominant-edge draws of a sampled ``assignment`` (``sampled_grouping``)."""
         num_nodes = x.size(0)
         if batch is None:
             batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
@@ -371,6 +389,7 @@ class HSDAGNet(nn.Module):
         emb = self.embed(x, edge_index, batch, num_graphs) if embedding is None else embedding
         z = self.state_norm(emb if node_state is None else emb + node_state)
         grouping, pooled = self.pool(z, edge_index, batch, num_graphs, assignment, grouping_noise,
+                                     sample_grouping=self.config.sampled_grouping, partner=partner,
                                      pool_edges=self.pooled_conv is not None)
 
         gx = pooled.x

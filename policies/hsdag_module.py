@@ -30,17 +30,23 @@ from policies.hsdag import HSDAGConfig, HSDAGNet
 from policies.layers import mlp
 from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs, split_move_inputs
 
-__all__ = ["HSDAGRLModule", "NODE_STATE"]
+__all__ = ["HSDAGRLModule", "NODE_STATE", "GROUPING_PARTNER", "GROUPING_LOGP"]
 
 logger = logging.getLogger(__name__)
 
 NODE_STATE = "node_state"
+#: extra model output of a sampled grouping: each node's dominant-edge partner (local id)
+GROUPING_PARTNER = "grouping_partner"
+#: forward_train output: the log-probability of each step's sampled grouping, ``[B, T]``
+GROUPING_LOGP = "grouping_logp"
 
 
 class _StepOut(NamedTuple):
     dist_inputs: Tensor  # [B, N_max * (D + 1)]
     embedding: Tensor  # [B, H]
     next_state: Tensor  # [B, N_max, H]
+    partner: Optional[Tensor] = None  # [B, N_max] local partner ids (-1: none / padding)
+    grouping_logp: Optional[Tensor] = None  # [B]
 
 
 class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
@@ -57,7 +63,11 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
       logits then per-node group ids (layout in :mod:`policies.distributions`);
     - ``Columns.STATE_OUT``: ``{"node_state": [B, N_max, H]}`` when stateful;
     - ``Columns.EMBEDDINGS`` (``forward_train``): ``[B, (T,) H]`` graph embeddings,
-      re-used by :meth:`compute_values`.
+      re-used by :meth:`compute_values`;
+    - with ``sampled_grouping``: ``"grouping_partner"`` (sampling, ``[B, N_max]``,
+      kept with the episode) and ``"grouping_logp"`` (``forward_train``,
+      ``[B, T]``: the sampled grouping's log-probability, which a learner adds
+      to the placement's).
 
     Observations may come with a time axis (``x`` of rank 4, as RLlib sends them
     to stateful modules) or without one (rank 3); ``Columns.STATE_IN`` may be
@@ -102,19 +112,23 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _act(self, batch: Dict[str, Any], grouping_noise: float) -> Dict[str, Any]:
         """Distribution inputs (and the next node state) for choosing actions."""
-        dist_inputs, _, state_out = self._run(batch, reuse_grouping=False,
-                                              grouping_noise=grouping_noise)
+        dist_inputs, _, state_out, extra = self._run(batch, reuse_grouping=False,
+                                                     grouping_noise=grouping_noise)
         out = {Columns.ACTION_DIST_INPUTS: dist_inputs}
+        if GROUPING_PARTNER in extra:
+            out[GROUPING_PARTNER] = extra[GROUPING_PARTNER]
         if state_out is not None:
             out[Columns.STATE_OUT] = state_out
         return out
 
     @override(TorchRLModule)
     def _forward_train(self, batch: Dict[str, Any], **kwargs) -> Dict[str, Any]:
-        dist_inputs, embeddings, state_out = self._run(
+        dist_inputs, embeddings, state_out, extra = self._run(
             batch, reuse_grouping=self.hsdag_config.reuse_sampled_grouping
         )
         out = {Columns.ACTION_DIST_INPUTS: dist_inputs, Columns.EMBEDDINGS: embeddings}
+        if GROUPING_LOGP in extra:
+            out[GROUPING_LOGP] = extra[GROUPING_LOGP]
         if state_out is not None:
             out[Columns.STATE_OUT] = state_out
         return out
@@ -122,13 +136,18 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
     @override(ValueFunctionAPI)
     def compute_values(self, batch: Dict[str, Any], embeddings: Optional[Any] = None) -> Tensor:
         if embeddings is None:
-            _, embeddings, _ = self._run(batch, reuse_grouping=self.hsdag_config.reuse_sampled_grouping)
+            _, embeddings, _, _ = self._run(batch, reuse_grouping=self.hsdag_config.reuse_sampled_grouping)
         return self.value_head(embeddings).squeeze(-1)
+
+    def soften_policy(self, factor: float) -> None:
+        """Spreads the placement distribution again (:meth:`HSDAGNet.soften`); a
+        REINFORCE learner calls it when a run has stalled (``stall_shrink``)."""
+        self.net.soften(factor)
 
     # -- internals -------------------------------------------------------------------
     def _run(
         self, batch: Mapping[str, Any], reuse_grouping: bool, grouping_noise: float = 0.0
-    ) -> Tuple[Tensor, Tensor, Optional[Dict[str, Tensor]]]:
+    ) -> Tuple[Tensor, Tensor, Optional[Dict[str, Tensor]], Dict[str, Tensor]]:
         raw_obs = batch[Columns.OBS]
         if not isinstance(raw_obs, Mapping):
             raise ValueError(
@@ -159,6 +178,13 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             if self.hsdag_config.node_moves:
                 stored_inputs, _ = split_move_inputs(stored_inputs, self._num_devices)
             _, stored = unpack_dist_inputs(stored_inputs, self._num_devices)
+        partners = None
+        if stored is not None and self.hsdag_config.sampled_grouping \
+                and batch.get(GROUPING_PARTNER) is not None:
+            partners = torch.as_tensor(batch[GROUPING_PARTNER], device=device)
+            if not has_time:
+                partners = partners.unsqueeze(1)
+            grouping_noise = self.hsdag_config.grouping_noise  # the temperature of the draws
 
         # the structural embedding depends on the graph only: when every step of the
         # episodes sees the same graphs, compute it (and its backward) once, not per step
@@ -168,7 +194,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                                   obs["edge_mask"][:, 0])
             shared = self.net.embed(graphs.x, graphs.edge_index, graphs.batch, graphs.num_graphs)
 
-        dist_inputs, embeddings = [], []
+        dist_inputs, embeddings, drawn, logps = [], [], [], []
         for t in range(steps):
             out = self._step(
                 {k: v[:, t] for k, v in obs.items()},
@@ -177,22 +203,32 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                 grouping_noise,
                 shared,
                 graphs,
+                partners[:, t] if partners is not None else None,
             )
             dist_inputs.append(out.dist_inputs)
             embeddings.append(out.embedding)
+            drawn.append(out.partner)
+            logps.append(out.grouping_logp)
             if state is not None:
                 state = out.next_state
         dist = torch.stack(dist_inputs, 1)
         emb = torch.stack(embeddings, 1)
+        extra = {}
+        if partners is not None and all(x is not None for x in logps):
+            extra[GROUPING_LOGP] = torch.stack(logps, 1)
+        elif partners is None and all(x is not None for x in drawn):
+            extra[GROUPING_PARTNER] = torch.stack(drawn, 1).float()
         if not has_time:
             dist, emb = dist.squeeze(1), emb.squeeze(1)
-        return dist, emb, ({NODE_STATE: state} if state is not None else None)
+            extra = {k: v.squeeze(1) for k, v in extra.items()}
+        return dist, emb, ({NODE_STATE: state} if state is not None else None), extra
 
     def _step(self, obs: Mapping[str, Tensor], state: Optional[Tensor], stored: Optional[Tensor],
               grouping_noise: float = 0.0, embedding: Optional[Tensor] = None,
-              graphs: Optional[GraphBatch] = None) -> _StepOut:
+              graphs: Optional[GraphBatch] = None, partner: Optional[Tensor] = None) -> _StepOut:
         """One step; ``embedding`` and ``graphs`` are the structural embedding and the
-        unpadded ``obs`` when the caller already has them (the steps of an episode share them)."""
+        unpadded ``obs`` when the caller already has them (the steps of an episode share them);
+        ``partner``: the stored dominant-edge draws of a sampled grouping (local ids)."""
         g = graphs if graphs is not None else unpad_graphs(
             obs["x"].float(), obs["edge_index"], obs["node_mask"], obs["edge_mask"])
         node_state = None
@@ -201,10 +237,22 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             if node_state.size(0) != g.x.size(0):  # padded slots: keep the real nodes
                 node_state = node_state[g.node_valid.reshape(-1)]
         assignment = self._stored_assignment(stored, g) if stored is not None else None
+        nodes_per_graph = torch.bincount(g.batch, minlength=g.num_graphs)
+        first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]
+        union_partner = None
+        if partner is not None and assignment is not None:
+            local = partner.long()[g.node_valid]
+            union_partner = torch.where(local >= 0, local + first_node, local)
 
         out = self.net(g.x, g.edge_index, node_state=node_state, batch=g.batch,
                        num_graphs=g.num_graphs, assignment=assignment, grouping_noise=grouping_noise,
-                       embedding=embedding)
+                       embedding=embedding, partner=union_partner)
+        drawn, logp = None, None
+        if out.grouping.partner_logp is not None:
+            logp = torch.zeros(g.num_graphs, dtype=out.grouping.partner_logp.dtype,
+                               device=g.x.device).index_add(0, g.batch, out.grouping.partner_logp)
+            p = out.grouping.partner
+            drawn = pad_node_values(torch.where(p >= 0, p - first_node, p), g.node_valid, -1)
         groups_per_graph = torch.bincount(out.grouping.group_batch, minlength=g.num_graphs)
         first_group = torch.cumsum(groups_per_graph, 0) - groups_per_graph
         local = out.grouping.assignment - first_group[g.batch]
@@ -215,7 +263,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         if out.move_logits is not None:
             dist_inputs = pack_move_inputs(dist_inputs, pad_node_values(out.move_logits, g.node_valid, 0.0))
         next_state = pad_node_values(out.next_node_state, g.node_valid, 0.0)
-        return _StepOut(dist_inputs, out.graph_embedding, next_state)
+        return _StepOut(dist_inputs, out.graph_embedding, next_state, drawn, logp)
 
     def _stored_assignment(self, stored: Tensor, g: GraphBatch) -> Optional[Tensor]:
         """The union assignment of the sampled grouping, or ``None`` if it does not

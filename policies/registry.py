@@ -104,12 +104,15 @@ def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
             "node_state_update": s["node_state_update"], "max_seq_len": s["episode_len"],
             "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"],
             "node_moves": s.get("node_moves", False),
+            "sampled_grouping": s.get("sampled_grouping", False),
             "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0)}
 
 
 def _batch_advantages(s: Mapping[str, Any]) -> dict:
     return {"advantages": s["advantages"], "replay_episodes": s.get("replay_episodes", 0),
-            "replay": s.get("replay", "elite"), "num_epochs": s.get("num_epochs", 1)}
+            "replay": s.get("replay", "elite"), "num_epochs": s.get("num_epochs", 1),
+            "stall_patience": s.get("stall_patience", 0), "stall_entropy": s.get("stall_entropy", 0.1),
+            "stall_shrink": s.get("stall_shrink", 1.0)}
 
 
 register(Method(
