@@ -224,8 +224,6 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
     Raises :class:`GraphError` with one sentence for a missing or unreadable
     file, an unknown name, or a model left with dynamic inputs.
     """
-    import openvino as ov
-
     from hsdag_ray.core.generated import generated_model, is_generated
 
     if is_generated(spec):
