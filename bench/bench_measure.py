@@ -19,7 +19,8 @@ behaviour before), ``cache`` (compiled-stage cache), ``cache+race`` (cache
 and racing against the best so far, as the training loop measures). Printed:
 placements per second of each, the speed-up over ``old``, and for each
 setting its best placement re-measured ``--rounds`` times in full (as a run's
-end does) with the relative spread ``(max - min) / median`` of the rounds.
+end does) with the relative spread of the rounds (interquartile range / median,
+as a run reports it) and their range ``(max - min) / median``.
 With ``--overlap`` it also times the best placement while another thread
 compiles, to show whether compiling the next placement during timing would
 disturb the timings.
@@ -32,7 +33,7 @@ import time
 
 import numpy as np
 
-from envs.base import TimingConfig
+from envs.base import TimingConfig, summarize_times
 from envs.graph_backend import OpenVINOGraphBackend
 from hsdag_ray.core.coarsening import build_graph
 
@@ -99,12 +100,13 @@ def run_stream(backends: dict, graph, stream: list[np.ndarray], devices: list[st
     return {"spent": spent, "best": best, "stopped": stopped, "failed": failed}
 
 
-def remeasure(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float]:
-    """Median and (max - min) / median of ``rounds`` full measurements of ``p``."""
+def remeasure(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float, float]:
+    """Median, interquartile range / median and (max - min) / median of ``rounds`` full
+    measurements of ``p`` (a run's end reports the first two, see envs/measuring.py)."""
     placement = {nm: devices[int(d)] for nm, d in zip(graph.names, p)}
     xs = [backend.measure(placement).latency_s for _ in range(rounds)]
-    med = float(np.median(xs))
-    return med, (max(xs) - min(xs)) / med
+    med, spread = summarize_times(xs)
+    return med, spread, (max(xs) - min(xs)) / med
 
 
 def overlap(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float]:
@@ -145,7 +147,7 @@ def main() -> None:
           f"{default.repeats}x{default.block} runs, 1 thread per device; race margin "
           f"{default.race_margin:.0%}, cache {default.stage_cache} stages / {default.stage_cache_mb:g} MB")
     print(f"{'model':<11}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
-          f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'spread':>8}")
+          f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'spread':>8}{'range':>8}")
     for model_name in args.models.split(","):
         model, _, graph, _ = build_graph(model_name, args.coarsen)
         n = graph.num_nodes
@@ -161,10 +163,10 @@ def main() -> None:
                 if best is None:
                     print(f"{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
                     continue
-                med, spread = remeasure(backend, graph, best[1], devices, args.rounds)
+                med, spread, width = remeasure(backend, graph, best[1], devices, args.rounds)
                 print(f"{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
                       f"{res['stopped'][k]:>9}{res['failed'][k]:>8}{best[0] * 1e3:>9.2f}{med * 1e3:>16.2f}"
-                      f"{spread:>8.1%}")
+                      f"{spread:>8.1%}{width:>8.1%}")
             if args.overlap and "cache+race" in res["best"]:
                 alone, busy = overlap(backends["cache+race"], graph, res["best"]["cache+race"][1], devices,
                                       args.rounds)

@@ -186,7 +186,7 @@ class TrainConfig:
     timeout: float = 120.0
     failure_factor: float = 10.0
     memory_penalty: str = "graded"
-    remeasure_rounds: int = 3
+    remeasure_rounds: int = 5
     solver_time_limit: float = 120.0
     torch_threads: int = 1
     sim_delay_s: float = 0.0
