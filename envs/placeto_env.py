@@ -180,10 +180,12 @@ class PlacetoEnv(PlacementEnv):
         cols: list[np.ndarray] = []
         names: list[str] = []
         profile = Profile.from_json(cfg.profile) if cfg.profile else None
-        if (cfg.features.cost and profile is not None
+        cg = None  # the profile's costs, for the cost and the relative columns
+        if ((cfg.features.cost or cfg.features.relative) and profile is not None
                 and all(d in profile.devices for d in self.devices)):
-            t = cost_graph(g, profile, self.devices).compute_s
-            t = np.where(np.isfinite(t), t, 1e3)
+            cg = cost_graph(g, profile, self.devices)
+        if cfg.features.cost and cg is not None:
+            t = np.where(np.isfinite(cg.compute_s), cg.compute_s, 1e3)
             cols.append(np.log1p(t * 1e3))
             names += [f"log_ms_{d}" for d in self.devices]
         else:
@@ -192,11 +194,9 @@ class PlacetoEnv(PlacementEnv):
         cols.append(np.log1p(np.array([[nd.bytes_written / 1e6, nd.weight_bytes / 1e6]
                                        for nd in g.nodes])))
         names += ["log_mb_out", "log_mb_weights"]
-        if cfg.features.relative and profile is not None and all(d in profile.devices
-                                                                 for d in self.devices):
+        if cfg.features.relative and cg is not None:
             from hsdag_ray.core.features import relative_features
 
-            cg = cost_graph(g, profile, self.devices)
             rel, rel_names = relative_features(cg.compute_s, cg.mem_bytes, cg.mem_capacity)
             cols.append(rel)
             names += rel_names
@@ -240,6 +240,21 @@ class PlacetoEnv(PlacementEnv):
         self.start_s = self._start_times()
         return self.observation(), {}
 
+    def _advance(self, node: int) -> None:
+        """``node`` (its device already set) is placed: on to the next step."""
+        self.visited[node] = True
+        self._step += 1
+        self.start_s = self._start_times()
+
+    def place_unmeasured(self, device: int) -> Dict[str, np.ndarray]:
+        """Teacher forcing: place the current node on ``device`` as a step does, but
+        measure nothing (no reward; e.g. walking a known placement to imitate it);
+        returns the next observation."""
+        node = self.current_node
+        self.placement[node] = int(device)
+        self._advance(node)
+        return self.observation()
+
     def _step_once(self, action):
         t0 = time.perf_counter()
         node = self.current_node
@@ -251,9 +266,7 @@ class PlacetoEnv(PlacementEnv):
         runtime = self.reward_latency(m)
         reward = (self.runtime_s - runtime) / self.reference_s
         self.runtime_s = runtime
-        self.visited[node] = True
-        self._step += 1
-        self.start_s = self._start_times()
+        self._advance(node)
         best = self.store.best()
         info = {"latency_s": m.latency_s if m.ok else math.nan, "ok": m.ok, "cached": cached,
                 "stage": m.stage, "error": m.error, "measure_s": time.perf_counter() - t0,

@@ -59,13 +59,9 @@ def demonstrations(env, placement: np.ndarray) -> list[tuple[dict, np.ndarray]]:
         return [(obs, action)]
     out = []
     for _ in range(env.steps_per_episode):
-        node = env.current_node
-        out.append((obs, np.asarray(placement[node], dtype=np.int64)))
-        env.placement[node] = int(placement[node])
-        env.visited[node] = True
-        env._step += 1
-        env.start_s = env._start_times()
-        obs = env.observation()
+        device = int(placement[env.current_node])
+        out.append((obs, np.asarray(device, dtype=np.int64)))
+        obs = env.place_unmeasured(device)
     return out
 
 

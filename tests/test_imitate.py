@@ -53,3 +53,8 @@ def test_a_per_node_policys_demonstration_walks_the_optimum():
     # every step names the optimum's device of the node it places, and the walk ends on it
     assert [int(a) for _, a in demo] == [int(opt[int(o["current"][0])]) for o, _ in demo]
     assert np.array_equal(env.placement, opt)
+    # teacher forcing sees what stepping the same devices sees, without the measurements
+    obs, _ = env.reset(seed=0)
+    for want, action in demo:
+        assert all(np.array_equal(obs[k], want[k]) for k in want)
+        obs, *_ = env.step(action)
