@@ -317,12 +317,12 @@ class GraphParsingPool(nn.Module):
         # dominant ones are scored again with gradients: the values and gradients of
         # scoring all E with gradients, without keeping [E, H] activations for backward.
         parse_all = self._score_all(z, parse_index)
-        parse_logits = torch.logit(parse_all, eps=1e-6)  # the draws' (no gradients)
         edge_score = parse_all[:num_edges]
         dominant = dominant_edges(parse_index, parse_all, num_nodes, self.self_loops)
 
         temperature = float(grouping_noise)
         if sample_grouping and assignment is None and temperature > 0:
+            parse_logits = torch.logit(parse_all, eps=1e-6)  # the draws' (no gradients)
             parse_dominant, partner = sample_partners(parse_index, parse_logits, num_nodes,
                                                       temperature, self.self_loops)
             assignment = parse_groups(parse_index, parse_all, parse_dominant, batch, num_graphs)

@@ -237,8 +237,10 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             if node_state.size(0) != g.x.size(0):  # padded slots: keep the real nodes
                 node_state = node_state[g.node_valid.reshape(-1)]
         assignment = self._stored_assignment(stored, g) if stored is not None else None
-        nodes_per_graph = torch.bincount(g.batch, minlength=g.num_graphs)
-        first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]
+        first_node = None  # each node's graph's first node in the union (sampled groupings only)
+        if partner is not None or self.hsdag_config.sampled_grouping:
+            nodes_per_graph = torch.bincount(g.batch, minlength=g.num_graphs)
+            first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]
         union_partner = None
         if partner is not None and assignment is not None:
             local = partner.long()[g.node_valid]
