@@ -14,7 +14,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 __all__ = ["say", "libraries_to", "Progress", "result_table", "print_result"]
 
@@ -76,6 +76,12 @@ def _ms(seconds: Optional[float]) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
+def reference_device(devices: Sequence[str]) -> str:
+    """The device a run's speedups are quoted against: the CPU, else the first device
+    (on the simulator, ``CPU_MODEL`` first)."""
+    return "CPU" if "CPU" in devices else devices[0]
+
+
 class Progress:
     """Progress of a run in placements: a bar on a terminal, else one line per iteration.
 
@@ -135,9 +141,7 @@ def result_table(summary: Mapping[str, Any]) -> Any:
     from rich.table import Table
 
     baselines = summary.get("baselines", {})
-    # the CPU alone is the reference: CPU_only, else a CPU-like device's (CPU_MODEL on the simulator)
-    ref = "CPU_only" if "CPU_only" in baselines else next(
-        (k for k in baselines if k.startswith("CPU") and k.endswith("_only")), "CPU_only")
+    ref = f"{reference_device(summary.get('devices') or ['CPU'])}_only"  # as the progress line's
     cpu = baselines.get(ref)
     table = Table(title=f"{summary['model']} / {summary['method']} / {summary['backend']}",
                   title_justify="left", show_edge=False)

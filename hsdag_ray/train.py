@@ -101,7 +101,7 @@ def _metrics_row(state: dict[str, Any], new: list[dict], stats: dict[str, Any],
     lat = [e["latency_s"] if e["ok"] else math.inf for e in new]
     ok_lat = [x for x in lat if math.isfinite(x)]
     best = stats["best_latency_s"]
-    t_cpu = single_device_s.get("CPU", next(iter(single_device_s.values())))
+    t_cpu = single_device_s[console.reference_device(list(single_device_s))]
     t_single = min(single_device_s.values())
 
     def speedup(t_ref: float) -> Optional[float]:
@@ -253,7 +253,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                           name=run_dir.dir.name, resume=resume is not None)
         planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
         progress = console.Progress(planned, store.stats()["placements"], quiet,
-                                    reference="CPU" if "CPU" in env.devices else env.devices[0],
+                                    reference=console.reference_device(env.devices),
                                     optimum_s=baselines.latency_s.get("optimum"))
         try:
             _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration)

@@ -173,6 +173,7 @@ def test_the_result_table_compares_with_the_cpu_alone(cpu):
     from hsdag_ray.console import result_table
 
     summary = {"model": "m", "method": "hsdag", "backend": "simulator", "best_latency_s": 0.5e-3,
+               "devices": [cpu, "GPU"],
                "baselines": {f"{cpu}_only": 1e-3, "GPU_only": None, "optimum": 0.4e-3}}
     console = Console(width=120, record=True)
     console.print(result_table(summary))
