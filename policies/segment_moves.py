@@ -3,9 +3,10 @@ r"""Grouped placement with node moves and segment moves: a short run of nodes se
 :mod:`policies.move_distribution` lets single nodes leave their group's
 device. Some optima differ from a good placement in several nodes at once,
 none of which pays alone: on ResNet-50 with a 64 MB accelerator the optimum
-takes four medium layers off the accelerator and puts one large layer on it,
-and every single move on the way overflows the memory or is slower. This
-distribution adds a third decision, after the groups' devices and the moves:
+takes two medium layers (and their Adds) off the accelerator and puts one
+large layer on it, and every single move on the way overflows the memory or is
+slower.
+This distribution adds a third decision, after the groups' devices and the moves:
 
 3. with a learned probability, one *segment* is set to one device: a start
    node :math:`i` (a categorical over the nodes and "no segment", the nodes'
@@ -32,6 +33,20 @@ the base marginal per placement, so the option is meant for graphs of up to a
 few hundred (coarsened) nodes. ``entropy`` and ``kl`` add the start
 categorical's to the base distribution's (a bonus, not the placement's exact
 entropy).
+
+**Measured (off by default).** ``bench/bench_learning.py -- --segment-moves``,
+simulator, best/optimum at 200 / 500 placements, median over seeds, without ->
+with segments. Profile 1, 64 MB accelerator, 5 seeds, both run side by side:
+ResNet-50 1.017 / 1.017 -> 1.018 / 1.018 (one seed reached the optimum at 500,
+one ended at 1.12), Inception-V3 1.045 / 1.040 -> 1.123 / 1.063, BERT-base
+1.153 / 1.103 -> 1.147 / 1.132. Against earlier runs without them: profile 2
+BERT-base 64 MB 1.307 -> 1.192 at 500, ResNet-50 1.62 -> 1.50; MobileNet-V3
+1.125 -> 1.059 at 500, but GPT-2 and DistilBERT with 64 MB worse (1.155 ->
+1.214, 1.256 -> 1.341). The unlimited accelerator stays at 1.00-1.01. Why it
+does not close ResNet-50's gap: from HSDAG's best there, no segment set to one
+device (nor flipped) is faster; the optimum takes two medium layers and their
+Adds off the accelerator and puts one large layer on it, three separate
+changes whose every one-change step overflows or is slower.
 
 Input layout (``N_max * (D + 3)``): :mod:`policies.move_distribution`'s
 (``N_max * (D + 2)``), then ``N_max`` segment-start logits; "no segment" has
