@@ -8,6 +8,7 @@ placement distribution's inputs (:mod:`policies.distributions`). See
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
@@ -93,7 +94,9 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         self.net = HSDAGNet(num_features, self._num_devices, self.hsdag_config)
         self.value_head = mlp(h, h, 1, 2)
         # segment moves (policies/segment_moves.py) come on top of node moves
-        self._segments = bool(self.hsdag_config.node_moves and (self.model_config or {}).get("segment_moves"))
+        mc = self.model_config
+        mc = dataclasses.asdict(mc) if dataclasses.is_dataclass(mc) else dict(mc or {})
+        self._segments = bool(self.hsdag_config.node_moves and mc.get("segment_moves"))
         self.segment_head = SegmentHead(h) if self._segments else None
         dist = GroupedMoveDistribution if self.hsdag_config.node_moves else GroupedPlacementDistribution
         dist = SegmentMoveDistribution if self._segments else dist

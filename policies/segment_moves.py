@@ -35,18 +35,18 @@ categorical's to the base distribution's (a bonus, not the placement's exact
 entropy).
 
 **Measured (off by default).** ``bench/bench_learning.py -- --segment-moves``,
-simulator, best/optimum at 200 / 500 placements, median over seeds, without ->
-with segments. Profile 1, 64 MB accelerator, 5 seeds, both run side by side:
-ResNet-50 1.017 / 1.017 -> 1.018 / 1.018 (one seed reached the optimum at 500,
-one ended at 1.12), Inception-V3 1.045 / 1.040 -> 1.123 / 1.063, BERT-base
-1.153 / 1.103 -> 1.147 / 1.132. Against earlier runs without them: profile 2
-BERT-base 64 MB 1.307 -> 1.192 at 500, ResNet-50 1.62 -> 1.50; MobileNet-V3
-1.125 -> 1.059 at 500, but GPT-2 and DistilBERT with 64 MB worse (1.155 ->
-1.214, 1.256 -> 1.341). The unlimited accelerator stays at 1.00-1.01. Why it
-does not close ResNet-50's gap: from HSDAG's best there, no segment set to one
-device (nor flipped) is faster; the optimum takes two medium layers and their
-Adds off the accelerator and puts one large layer on it, three separate
-changes whose every one-change step overflows or is slower.
+simulator, 64 MB accelerator, best/optimum at 200 / 500 placements, median
+over seeds, without -> with segments, both run side by side. Profile 1 (5
+seeds): ResNet-50 1.017 / 1.017 -> 1.018 / 1.018 (one seed reached the optimum
+at 500, one ended at 1.12), Inception-V3 1.045 / 1.040 -> 1.123 / 1.063, BERT-
+base 1.153 / 1.103 -> 1.147 / 1.132. Profile 2 (3 seeds): ResNet-50 1.76 /
+1.72 -> 1.66 / 1.50, Inception-V3 1.76 / 1.65 -> 1.78 / 1.60, BERT-base 1.32 /
+1.26 -> 1.38 / 1.19 (annealing: 1.007, 1.43, 1.49 at 500). The unlimited
+accelerator stays at 1.00-1.01. Why ResNet-50's gap on profile 1 stays: from
+HSDAG's best there, no segment set to one device (nor flipped) is faster; the
+optimum takes two medium layers and their Adds off the accelerator and puts
+one large layer on it, three separate changes whose every one-change step
+overflows or is slower (profile 2's gap has the same shape).
 
 Input layout (``N_max * (D + 3)``): :mod:`policies.move_distribution`'s
 (``N_max * (D + 2)``), then ``N_max`` segment-start logits; "no segment" has
