@@ -42,11 +42,14 @@ at 500, one ended at 1.12), Inception-V3 1.045 / 1.040 -> 1.123 / 1.063, BERT-
 base 1.153 / 1.103 -> 1.147 / 1.132. Profile 2 (3 seeds): ResNet-50 1.76 /
 1.72 -> 1.66 / 1.50, Inception-V3 1.76 / 1.65 -> 1.78 / 1.60, BERT-base 1.32 /
 1.26 -> 1.38 / 1.19 (annealing: 1.007, 1.43, 1.49 at 500). The unlimited
-accelerator stays at 1.00-1.01. Why ResNet-50's gap on profile 1 stays: from
-HSDAG's best there, no segment set to one device (nor flipped) is faster; the
-optimum takes two medium layers and their Adds off the accelerator and puts
-one large layer on it, three separate changes whose every one-change step
-overflows or is slower (profile 2's gap has the same shape).
+accelerator stays at 1.00-1.01. Models outside the zoo (profile 1, 3 seeds, at
+500) get worse: DistilBERT 64 MB 1.257 -> 1.341, GPT-2 64 MB 1.121 -> 1.214,
+MobileNet-V3 1.000 -> 1.059 (EfficientNet-B0 1.066 -> 1.062). Why ResNet-50's
+gap on profile 1 stays: from HSDAG's best there, no segment set to one device
+(nor flipped) is faster; the optimum takes two medium layers and their Adds
+off the accelerator and puts one large layer on it, three separate changes
+whose every one-change step overflows or is slower (profile 2's gap has the
+same shape).
 
 Input layout (``N_max * (D + 3)``): :mod:`policies.move_distribution`'s
 (``N_max * (D + 2)``), then ``N_max`` segment-start logits; "no segment" has
