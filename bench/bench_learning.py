@@ -6,6 +6,7 @@
         --seeds 0,1,2,3,4 --profiles prof/ -- --lr 0.003 --no-self-loops
     python bench/bench_learning.py --profiles prof/ -- --incumbent --stall-patience 3 \
         --stall-entropy 0.01 --stall-shrink 0.3      # the exploration options
+    python bench/bench_learning.py --profiles prof/ -- --segment-moves   # segment moves
     python bench/bench_learning.py --merge old.json=old,new.json=new --plot curves.png
 
 For each model the local CPU is profiled once by OpenVINO and the

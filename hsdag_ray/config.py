@@ -81,6 +81,9 @@ class TrainConfig:
             after the groups' devices are drawn, each node may move off its
             group's device with a learned probability (about one node per placement at
             first), so placements with a node alone can be sampled (policies/move_distribution.py).
+        segment_moves: with node moves, each placement may also set a short run of
+            nodes (2-8 in topological order, from a learned start) to one device at
+            once, so changes that pay only together can be sampled (policies/segment_moves.py).
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
@@ -163,6 +166,7 @@ class TrainConfig:
     rnn_groups: int = 0
     self_loops: bool = False
     node_moves: bool = True
+    segment_moves: bool = False
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"

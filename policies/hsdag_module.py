@@ -8,6 +8,7 @@ placement distribution's inputs (:mod:`policies.distributions`). See
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
@@ -29,6 +30,7 @@ from policies.distributions import (
 from policies.hsdag import HSDAGConfig, HSDAGNet
 from policies.layers import mlp
 from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs, split_move_inputs
+from policies.segment_moves import SegmentHead, SegmentMoveDistribution, pack_segment_inputs, split_segment_inputs
 
 __all__ = ["HSDAGRLModule", "NODE_STATE", "GROUPING_PARTNER", "GROUPING_LOGP"]
 
@@ -91,7 +93,13 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         h = self.hsdag_config.hidden_dim
         self.net = HSDAGNet(num_features, self._num_devices, self.hsdag_config)
         self.value_head = mlp(h, h, 1, 2)
+        # segment moves (policies/segment_moves.py) come on top of node moves
+        mc = self.model_config
+        mc = dataclasses.asdict(mc) if dataclasses.is_dataclass(mc) else dict(mc or {})
+        self._segments = bool(self.hsdag_config.node_moves and mc.get("segment_moves"))
+        self.segment_head = SegmentHead(h) if self._segments else None
         dist = GroupedMoveDistribution if self.hsdag_config.node_moves else GroupedPlacementDistribution
+        dist = SegmentMoveDistribution if self._segments else dist
         self.action_dist_cls = dist.for_devices(self._num_devices)
         self._warned_regroup = False
 
@@ -175,6 +183,8 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             stored_inputs = torch.as_tensor(batch[Columns.ACTION_DIST_INPUTS], device=device)
             if not has_time:
                 stored_inputs = stored_inputs.unsqueeze(1)
+            if self._segments:
+                stored_inputs, _ = split_segment_inputs(stored_inputs, self._num_devices)
             if self.hsdag_config.node_moves:
                 stored_inputs, _ = split_move_inputs(stored_inputs, self._num_devices)
             _, stored = unpack_dist_inputs(stored_inputs, self._num_devices)
@@ -264,6 +274,9 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         )
         if out.move_logits is not None:
             dist_inputs = pack_move_inputs(dist_inputs, pad_node_values(out.move_logits, g.node_valid, 0.0))
+        if self.segment_head is not None:
+            starts = self.segment_head(out.node_embedding, g.batch, g.num_graphs)
+            dist_inputs = pack_segment_inputs(dist_inputs, pad_node_values(starts, g.node_valid, 0.0))
         next_state = pad_node_values(out.next_node_state, g.node_valid, 0.0)
         return _StepOut(dist_inputs, out.graph_embedding, next_state, drawn, logp)
 

@@ -105,6 +105,18 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
     def logp(self, value: Tensor, **kwargs) -> Tensor:
         """Exact ``log p(value)``, marginal over the group devices (module docstring)."""
         d = self.logits.shape[-1]
+        if d == 1:
+            shape = torch.broadcast_shapes(value.shape, self.assignment.shape)
+            return torch.zeros(shape[:-1], dtype=self.logits.dtype, device=self.logits.device)
+        node_term, glogp, rep = self.node_terms(value)
+        return self.marginal(node_term, glogp, rep)
+
+    def node_terms(self, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Per node and group device ``c``: ``log`` of the node's factor in the
+        module docstring's product (``0`` for padding), ``[..., N, D]``; the
+        groups' device log-probabilities at every node, ``[..., N, D]``; and each
+        node's representative, ``[..., N]`` (all broadcast to ``value``'s batch)."""
+        d = self.logits.shape[-1]
         a = value.long().clamp(0, d - 1)
         shape = torch.broadcast_shapes(a.shape, self.assignment.shape)
         a = a.expand(shape)
@@ -112,8 +124,6 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
         rep = self._rep_index.expand(shape)
         move_logits = self.move_logits.expand(shape)
         logits = self.group_logits_at_node.expand(*shape, d)
-        if d == 1:
-            return torch.zeros(shape[:-1], dtype=logits.dtype, device=logits.device)
         log_stay = F.logsigmoid(-move_logits).unsqueeze(-1)
         log_move = F.logsigmoid(move_logits).unsqueeze(-1)
         glogp = torch.log_softmax(logits, -1)  # [..., N, D]
@@ -125,11 +135,18 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
         stays = a.unsqueeze(-1) == torch.arange(d, device=a.device)
         node_term = torch.where(stays, log_stay, log_move + other)
         node_term = node_term.masked_fill(~valid.unsqueeze(-1), 0.0)
+        return node_term, glogp, rep
+
+    def marginal(self, node_term: Tensor, glogp: Tensor, rep: Tensor) -> Tensor:
+        """``sum_g log sum_c p_g(c) prod_{v in g} exp(node_term[v, c])``, ``[...]``;
+        extra leading axes of ``node_term`` (e.g. one per candidate segment) broadcast."""
+        shape = node_term.shape
+        index = rep.unsqueeze(-1).expand(shape)
         # sum the node terms of every group at its representative
-        index = rep.unsqueeze(-1).expand_as(node_term)
         summed = torch.zeros_like(node_term).scatter_add_(-2, index, node_term)
-        group_logp = torch.logsumexp(glogp + summed, -1)  # meaningful at representatives
-        return self._sum_over_groups(group_logp)
+        group_logp = torch.logsumexp(glogp.expand(shape) + summed, -1)  # meaningful at representatives
+        is_rep = self._is_rep.expand(shape[:-1])
+        return torch.where(is_rep, group_logp, torch.zeros_like(group_logp)).sum(-1)
 
     def entropy(self) -> Tensor:
         bern = F.binary_cross_entropy_with_logits(

@@ -104,6 +104,7 @@ def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
             "node_state_update": s["node_state_update"], "max_seq_len": s["episode_len"],
             "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"],
             "node_moves": s.get("node_moves", False),
+            "segment_moves": s.get("segment_moves", False),
             "sampled_grouping": s.get("sampled_grouping", False),
             "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0)}
 
