@@ -148,7 +148,7 @@ from torch_geometric.nn import GCNConv, GraphNorm, global_mean_pool
 from torch_geometric.utils import to_undirected
 
 from policies.graph_parsing import POOLINGS, GraphParsingPool, Grouping, PooledGraph, dominant_edges
-from policies.layers import mlp, reset_sequential
+from policies.layers import mlp, normalized_adjacency, reset_sequential
 
 __all__ = ["HSDAGConfig", "HSDAGOutput", "HSDAGNet", "GraphParsingPool", "Grouping",
            "PooledGraph", "dominant_edges"]
@@ -299,7 +299,8 @@ class HSDAGNet(nn.Module):
         self.config = config
         h = config.hidden_dim
         self.input_mlp = nn.Sequential(nn.Linear(in_channels, h), nn.ReLU())
-        self.convs = nn.ModuleList(GCNConv(h, h) for _ in range(config.num_gcn_layers))
+        # normalize=False: embed() normalises the adjacency once for all layers (same values)
+        self.convs = nn.ModuleList(GCNConv(h, h, normalize=False) for _ in range(config.num_gcn_layers))
         self.graph_norms = (
             nn.ModuleList(GraphNorm(h) for _ in range(config.num_gcn_layers + 1))
             if config.graph_norm else None
@@ -348,15 +349,16 @@ class HSDAGNet(nn.Module):
     def embed(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
               num_graphs: Optional[int] = None) -> Tensor:
         """``[N, H]`` structural embedding :math:`\\mathbf{E}` (GCN over the undirected
-        graph; GraphNorm statistics per graph of ``batch``)."""
+        graph, its normalised adjacency built once for all layers and multiplied as a
+        sparse matrix; GraphNorm statistics per graph of ``batch``)."""
         norms = self.graph_norms
         h = self.input_mlp(x)
         if norms is not None:
             h = norms[0](h, batch, num_graphs)
         if len(self.convs) > 0:
-            undirected = to_undirected(edge_index, num_nodes=x.size(0))
+            adj_t = normalized_adjacency(edge_index, x.size(0), h.dtype)
             for i, conv in enumerate(self.convs):
-                h = conv(h, undirected)
+                h = conv(h, adj_t)
                 if norms is not None:
                     h = norms[i + 1](h, batch, num_graphs)
                 if i < len(self.convs) - 1:
