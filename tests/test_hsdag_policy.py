@@ -325,6 +325,18 @@ def test_group_terms_read_at_the_representatives_equal_the_per_node_ones(moves):
     assert dist.logp(samples).shape == (4, *shape)
 
 
+def test_unique_ids_without_a_sort_equal_torch_unique():
+    from policies.layers import unique_ids
+
+    gen = torch.Generator().manual_seed(0)
+    cases = [torch.randint(0, 50, (300,), generator=gen), torch.tensor([7, 7, 2, 9, 2]),
+             torch.randint(0, 10**9, (20,), generator=gen), torch.zeros(0, dtype=torch.long)]
+    for ids in cases:
+        want = torch.unique(ids, return_inverse=True)
+        got = unique_ids(ids)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 def test_self_loops_let_a_node_stay_alone():
     # Path 0-1-2-3-4, score = sigmoid(z_u * z_v) on the first coordinate; a loop
     # scores sigmoid(z_v^2). Node 0's loop (9) beats its edge (-0.6) and node 1
