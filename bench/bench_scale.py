@@ -42,6 +42,18 @@ first update 6.1 -> 4.4-4.6 s CPU, next update 5.5-6.1 -> 4.0-4.2 s, peak
 6.0-6.2 -> 3.7 GB (before and after run alternately, twice each, on the same
 heavily shared machine).
 
+Then the GCN layers started sharing one normalised sparse adjacency (a sparse
+matrix product instead of per-edge messages: embedding forward + backward 480
+-> 150 ms), the placement distribution's group terms started being evaluated
+at the groups' representatives only (logp + entropy forward + backward of a
+20-step batch 400 -> 190 ms), and group ids stopped being renumbered by sorts:
+next 20-step update 3.79 -> 3.45 s CPU, 10-step 2.21 -> 1.90 s (old and new
+alternately, one run each, on a machine with a load average of 8-9 on 2 cores).
+What remains is per step (about 0.15 s each at 50,000 nodes): dozens of passes
+over ``[N, H]`` tensors (scoring every edge, the dominant edges' scores with
+gradients, the move head, LayerNorm, pooling) and their backward, none above
+about 15% of a step.
+
 The goal for 50,000 nodes is at most 2 s and 8 GB per update on a 2-core
 machine. A method that misses it is reported as it is (``timeout`` when it
 takes longer than ``--timeout`` seconds).
