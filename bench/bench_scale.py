@@ -54,6 +54,11 @@ over ``[N, H]`` tensors (scoring every edge, the dominant edges' scores with
 gradients, the move head, LayerNorm, pooling) and their backward, none above
 about 15% of a step.
 
+With ``--threads 2`` on the same shared 2-core machine (load average 3) the
+20-step update took 12-15 s CPU and 12-15 s wall, old and new code alike,
+against 3.4-3.9 s with one thread: while other processes hold the cores, torch's
+second thread mostly waits at every operation's barrier.
+
 The goal for 50,000 nodes is at most 2 s and 8 GB per update on a 2-core
 machine. A method that misses it is reported as it is (``timeout`` when it
 takes longer than ``--timeout`` seconds).
