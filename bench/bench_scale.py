@@ -22,9 +22,14 @@ whole footprint including torch) is its own. Figures:
   learner's first costs (the first also pays the kernel for fresh memory pages);
 * ``peak_rss_gb``: the subprocess's peak memory after all of them.
 
-Each time is given as wall time and as the process's CPU time (one torch
-thread): on a shared machine the CPU time is what the method costs, the wall
-time what it cost while sharing the cores.
+Each time is given as wall time and as the process's CPU time (``--threads``
+torch threads, 1 by default): on a shared machine the CPU time is what the
+method costs, the wall time what it cost while sharing the cores.
+
+HSDAG's update batch carries each step's sampled grouping (the stored action
+distribution inputs), as a learner's batch does, so the learner re-uses it
+rather than parsing the grouping again; ``--parse-grouping`` leaves it out
+(every step parses afresh, as this benchmark did before).
 
 HSDAG's learner embeds each graph once per episode (its input MLP + GCN see
 the same graph at every step); before it did so per step, 50,000 nodes took
@@ -36,6 +41,23 @@ them), and the move distribution's ``logp`` stopped looping over devices:
 first update 6.1 -> 4.4-4.6 s CPU, next update 5.5-6.1 -> 4.0-4.2 s, peak
 6.0-6.2 -> 3.7 GB (before and after run alternately, twice each, on the same
 heavily shared machine).
+
+Then the GCN layers started sharing one normalised sparse adjacency (a sparse
+matrix product instead of per-edge messages: embedding forward + backward 480
+-> 150 ms), the placement distribution's group terms started being evaluated
+at the groups' representatives only (logp + entropy forward + backward of a
+20-step batch 400 -> 190 ms), and group ids stopped being renumbered by sorts:
+next 20-step update 3.79 -> 3.45 s CPU, 10-step 2.21 -> 1.90 s (old and new
+alternately, one run each, on a machine with a load average of 8-9 on 2 cores).
+What remains is per step (about 0.15 s each at 50,000 nodes): dozens of passes
+over ``[N, H]`` tensors (scoring every edge, the dominant edges' scores with
+gradients, the move head, LayerNorm, pooling) and their backward, none above
+about 15% of a step.
+
+With ``--threads 2`` on the same shared 2-core machine (load average 3) the
+20-step update took 12-15 s CPU and 12-15 s wall, old and new code alike,
+against 3.4-3.9 s with one thread: while other processes hold the cores, torch's
+second thread mostly waits at every operation's barrier.
 
 The goal for 50,000 nodes is at most 2 s and 8 GB per update on a 2-core
 machine. A method that misses it is reported as it is (``timeout`` when it
@@ -70,7 +92,8 @@ def _max_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
 
 
-def measure(method: str, nodes: int, steps: int, seed: int = 0) -> dict:
+def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1,
+            stored: bool = True) -> dict:
     """Forward and update time and peak memory of ``method`` on a ``nodes``-node graph,
     in this process (call it in a fresh one for a meaningful ``peak_rss_gb``)."""
     import dataclasses
@@ -85,7 +108,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0) -> dict:
     from policies.registry import get, load
 
     torch.manual_seed(seed)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     spec_m = get(method)
     cg = random_cost_graph(nodes, devices=2, seed=seed)
     edge_index = np.stack([cg.edge_src, cg.edge_dst])
@@ -121,6 +144,9 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0) -> dict:
         if stateful:  # one episode of `steps` steps with the recurrent node state
             batch = {Columns.OBS: {k: v[None, None].expand(1, steps, *v.shape) for k, v in obs.items()},
                      Columns.STATE_IN: state0}
+            if stored:  # as a learner's batch: the sampled grouping travels with each step
+                inputs = out[Columns.ACTION_DIST_INPUTS]
+                batch[Columns.ACTION_DIST_INPUTS] = inputs[:, None].expand(1, steps, *inputs.shape[1:])
             fwd = module.forward_train(batch)
             dist = module.action_dist_cls.from_logits(fwd[Columns.ACTION_DIST_INPUTS][0])
             loss = -(dist.logp(actions) * adv).mean() - 0.01 * dist.entropy().mean()
@@ -142,6 +168,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0) -> dict:
     grad_norm = float(torch.cat([p.grad.reshape(-1) for p in module.parameters() if p.grad is not None]).norm())
     warm_s, warm_cpu_s, _ = update()  # what every later update of a learner costs
     return {"method": method, "nodes": nodes, "edges": int(edge_index.shape[1]), "steps": steps,
+            "threads": threads, "stored_grouping": bool(stored and stateful),
             "forward_s": forward_s, "update_s": update_s,
             "forward_cpu_s": forward_cpu_s, "update_cpu_s": update_cpu_s,
             "update_warm_s": warm_s, "update_warm_cpu_s": warm_cpu_s, "built_rss_gb": rss_built,
@@ -149,9 +176,11 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0) -> dict:
             "loss": float(loss), "grad_norm": grad_norm}
 
 
-def run_isolated(method: str, nodes: int, steps: int, timeout: float) -> dict:
+def run_isolated(method: str, nodes: int, steps: int, timeout: float, threads: int = 1,
+                 stored: bool = True) -> dict:
     """:func:`measure` in a fresh subprocess (``{"error": ...}`` when it fails or times out)."""
-    cmd = [sys.executable, __file__, "--one", method, "--nodes", str(nodes), "--steps", str(steps)]
+    cmd = [sys.executable, __file__, "--one", method, "--nodes", str(nodes), "--steps", str(steps),
+           "--threads", str(threads)] + ([] if stored else ["--parse-grouping"])
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -169,16 +198,21 @@ def main(argv=None) -> None:
     ap.add_argument("--methods", default=",".join(METHODS), help="methods, comma-separated")
     ap.add_argument("--steps", type=int, default=20, help="placements per update batch (episode_len)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per (method, size)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of each subprocess")
+    ap.add_argument("--parse-grouping", action="store_true",
+                    help="HSDAG's update parses every step's grouping afresh instead of re-using "
+                         "the sampled one a learner's batch carries")
     ap.add_argument("--json", action="store_true", help="print one JSON line per case")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(measure(args.one, int(args.nodes), args.steps)), flush=True)
+        print(json.dumps(measure(args.one, int(args.nodes), args.steps, threads=args.threads,
+                                 stored=not args.parse_grouping)), flush=True)
         return
     rows = []
     for n in (int(v) for v in args.nodes.split(",")):
         for m in args.methods.split(","):
-            row = run_isolated(m, n, args.steps, args.timeout)
+            row = run_isolated(m, n, args.steps, args.timeout, args.threads, not args.parse_grouping)
             rows.append(row)
             print(json.dumps(row) if args.json else f"{m} {n}: {row}", flush=True)
     if args.json:

@@ -162,11 +162,41 @@ class GroupedPlacementDistribution(TorchDistribution):
         self.logits = logits
         self.assignment = assignment.long()
         self._rep_index, self._is_rep = representatives(self.assignment)
-        super().__init__(logits=logits)
+        # not TorchDistribution.__init__: its per-node categorical (``_dist``) is built
+        # only when sampling needs it; logp, entropy and kl read the representatives only
+        super(TorchDistribution, self).__init__()
 
     def _get_torch_distribution(self, logits: Tensor) -> torch.distributions.Distribution:
         # One categorical per node; only the representatives' ones are used.
         return torch.distributions.Categorical(logits=logits, validate_args=False)
+
+    @functools.cached_property
+    def _dist(self) -> torch.distributions.Categorical:
+        return self._get_torch_distribution(self.logits)
+
+    @functools.cached_property
+    def _reps(self) -> Tuple[Tensor, Tensor]:
+        """``(flat [R], row [R])``: each representative's index into the flattened
+        ``[rows * N_max]`` nodes and its row (the flattened leading dimensions)."""
+        flat = self._is_rep.reshape(-1).nonzero().squeeze(1)
+        return flat, torch.div(flat, self.assignment.shape[-1], rounding_mode="floor")
+
+    @functools.cached_property
+    def _rep_logits(self) -> Tensor:
+        """``[R, D]`` the logits of every group (at its representative)."""
+        return self.logits.reshape(-1, self.logits.shape[-1]).index_select(0, self._reps[0])
+
+    @functools.cached_property
+    def _group_dist(self) -> torch.distributions.Categorical:
+        """The groups' categoricals (one per representative, ``R`` of them): a graph
+        of ``N`` nodes has far fewer groups, and only theirs are ever read."""
+        return torch.distributions.Categorical(logits=self._rep_logits, validate_args=False)
+
+    def _sum_at_reps(self, values: Tensor) -> Tensor:
+        """``[...]``: per-group ``values`` (``[R]``, in representative order) summed per row."""
+        batch_shape = self.assignment.shape[:-1]
+        out = values.new_zeros(int(np.prod(batch_shape, dtype=np.int64)))
+        return out.index_add_(0, self._reps[1], values).reshape(batch_shape)
 
     # -- construction ----------------------------------------------------------------
     @classmethod
@@ -238,18 +268,25 @@ class GroupedPlacementDistribution(TorchDistribution):
         """Sum over groups of ``log p_g(value[rep(g)])``; shape ``[...]``."""
         d = self.logits.shape[-1]
         value = value.long().clamp(0, d - 1)  # padded entries are ignored anyway
-        return self._sum_over_groups(self._dist.log_prob(value))
+        if value.shape != self.assignment.shape:  # broadcast against a sample shape
+            return self._sum_over_groups(self._dist.log_prob(value))
+        return self._sum_at_reps(self._group_dist.log_prob(value.reshape(-1)[self._reps[0]]))
 
     def entropy(self) -> Tensor:
         """Sum over groups of the group categorical's entropy; shape ``[...]``."""
-        return self._sum_over_groups(self._dist.entropy())
+        return self._sum_at_reps(self._group_dist.entropy())
 
     def kl(self, other: "GroupedPlacementDistribution") -> Tensor:
         """Sum over this distribution's groups of ``KL(p_g || q_g)``."""
         if not isinstance(other, GroupedPlacementDistribution):
             raise TypeError(f"kl() needs another GroupedPlacementDistribution, got {type(other)}.")
-        per_node = torch.distributions.kl_divergence(self._dist, other._dist)
-        return self._sum_over_groups(per_node)
+        if other.logits.shape != self.logits.shape:
+            per_node = torch.distributions.kl_divergence(self._dist, other._dist)
+            return self._sum_over_groups(per_node)
+        theirs = torch.distributions.Categorical(
+            logits=other.logits.reshape(-1, other.logits.shape[-1]).index_select(0, self._reps[0]),
+            validate_args=False)
+        return self._sum_at_reps(torch.distributions.kl_divergence(self._group_dist, theirs))
 
     def sample(self, *, sample_shape=None, **kwargs) -> Tensor:
         """One device per group, copied to its nodes; padded nodes get ``0``.

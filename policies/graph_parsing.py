@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch_geometric.utils import coalesce, scatter
 
 from policies.edge_draws import partner_logp, sample_partners
-from policies.layers import mlp, reset_sequential
+from policies.layers import mlp, reset_sequential, unique_ids
 
 __all__ = ["POOLINGS", "Grouping", "PooledGraph", "GraphParsingPool", "dominant_edges",
            "parse_groups"]
@@ -117,7 +117,7 @@ def _components(pairs: Tensor, num_nodes: int) -> Tensor:
 
 def _canonical(labels: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
     """Renumbers groups by their first node; returns ``(assignment, first_node [G])``."""
-    _, labels = torch.unique(labels, return_inverse=True)
+    _, labels = unique_ids(labels)
     num_groups = int(labels.max()) + 1 if num_nodes > 0 else 0
     node_ids = torch.arange(num_nodes, device=labels.device)
     first = torch.full((num_groups,), num_nodes, dtype=torch.long, device=labels.device)
@@ -142,7 +142,7 @@ def parse_groups(
     edge (lowest score, then lowest index) is dropped until it has two groups.
     """
     num_nodes = batch.numel()
-    kept = torch.unique(dominant[dominant >= 0])
+    kept, _ = unique_ids(dominant[dominant >= 0])
     nodes_per_graph = torch.bincount(batch, minlength=num_graphs)
     score = edge_score.detach()
     for _ in range(num_nodes + 1):
@@ -352,7 +352,7 @@ class GraphParsingPool(nn.Module):
         has_edge = dominant >= 0
         if bool(has_edge.any()):
             if torch.is_grad_enabled():
-                chosen, which = torch.unique(dominant[has_edge], return_inverse=True)
+                chosen, which = unique_ids(dominant[has_edge])
                 scores = self.score_edges(z, parse_index[:, chosen])[which]
             else:
                 scores = parse_all[dominant[has_edge]]
@@ -384,7 +384,7 @@ class GraphParsingPool(nn.Module):
             return assignment.long()
         if bool((assignment < 0).any()):
             raise ValueError("assignment has negative group ids; every node needs a group.")
-        _, assignment = torch.unique(assignment.long(), return_inverse=True)
+        _, assignment = unique_ids(assignment.long())
         lo = scatter(batch, assignment, reduce="min")
         hi = scatter(batch, assignment, reduce="max")
         if bool((lo != hi).any()):

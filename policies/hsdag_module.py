@@ -28,7 +28,7 @@ from policies.distributions import (
     unpack_dist_inputs,
 )
 from policies.hsdag import HSDAGConfig, HSDAGNet
-from policies.layers import mlp
+from policies.layers import mlp, unique_ids
 from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs, split_move_inputs
 from policies.segment_moves import SegmentHead, SegmentMoveDistribution, pack_segment_inputs, split_segment_inputs
 
@@ -294,5 +294,5 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                 )
                 self._warned_regroup = True
             return None
-        _, union = torch.unique(g.batch * (self._max_nodes + 1) + local, return_inverse=True)
+        _, union = unique_ids(g.batch * (self._max_nodes + 1) + local)
         return union

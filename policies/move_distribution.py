@@ -34,6 +34,7 @@ then ``N_max`` move logits.
 """
 from __future__ import annotations
 
+import functools
 from typing import ClassVar, Optional, Tuple
 
 import gymnasium as gym
@@ -75,9 +76,12 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
     def __init__(self, logits: Tensor, assignment: Tensor, move_logits: Tensor) -> None:
         super().__init__(logits=logits, assignment=assignment)
         self.move_logits = move_logits
-        # the group's logits at every node (padding: its own, never read)
-        index = self._rep_index.unsqueeze(-1).expand_as(logits)
-        self.group_logits_at_node = torch.gather(logits, -2, index)
+
+    @functools.cached_property
+    def group_logits_at_node(self) -> Tensor:
+        """``[..., N_max, D]`` the group's logits at every node (padding: its own, never read)."""
+        index = self._rep_index.unsqueeze(-1).expand_as(self.logits)
+        return torch.gather(self.logits, -2, index)
 
     @classmethod
     def for_devices(cls, num_devices: int) -> type["GroupedMoveDistribution"]:
@@ -118,6 +122,34 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
         node's representative, ``[..., N]`` (all broadcast to ``value``'s batch)."""
         d = self.logits.shape[-1]
         a = value.long().clamp(0, d - 1)
+        if a.shape != self.assignment.shape:  # broadcast against a sample shape
+            return self._logp_per_node(a)
+        if d == 1:
+            return torch.zeros(a.shape[:-1], dtype=self.logits.dtype, device=self.logits.device)
+        # per valid node: its group's index k among the representatives (R of them), whose
+        # logits and "every logit but c" log-sum-exps are computed once per group
+        flat_rep, _ = self._reps
+        n = a.shape[-1]
+        valid = self._valid().reshape(-1).nonzero().squeeze(1)
+        rows = torch.div(valid, n, rounding_mode="floor")
+        rank = torch.full((self.assignment.numel(),), -1, dtype=torch.long, device=a.device)
+        rank[flat_rep] = torch.arange(flat_rep.numel(), device=a.device)
+        k = rank[rows * n + self._rep_index.reshape(-1)[valid]]
+        logits = self._rep_logits  # [R, D]
+        without_c = torch.eye(d, dtype=torch.bool, device=logits.device)
+        lse_without = torch.logsumexp(logits.unsqueeze(-2).masked_fill(without_c, -float("inf")), -1)
+        av = a.reshape(-1)[valid].unsqueeze(-1)  # [V, 1]
+        other = logits.index_select(0, k).gather(-1, av) - lse_without.index_select(0, k)  # [V, D]
+        moves = self.move_logits.expand(self.assignment.shape).reshape(-1)[valid].unsqueeze(-1)
+        stays = av == torch.arange(d, device=a.device)
+        node_term = torch.where(stays, F.logsigmoid(-moves), F.logsigmoid(moves) + other)
+        summed = torch.zeros_like(logits).index_add_(0, k, node_term)  # each group's node terms
+        group_logp = torch.logsumexp(torch.log_softmax(logits, -1) + summed, -1)  # [R]
+        return self._sum_at_reps(group_logp)
+
+    def _logp_per_node(self, a: Tensor) -> Tensor:
+        """:meth:`logp` of an action broadcast against the distribution (every node's terms)."""
+        d = self.logits.shape[-1]
         shape = torch.broadcast_shapes(a.shape, self.assignment.shape)
         a = a.expand(shape)
         valid = self._valid().expand(shape)

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from ray.rllib.core.columns import Columns
 from torch_geometric.utils import to_dense_adj
 
@@ -237,6 +238,103 @@ def test_scoring_only_the_dominant_edges_with_gradients_changes_nothing(self_loo
     with torch.no_grad():
         again, _ = pool(z, edges)
     assert torch.allclose(again.node_score, grouping.node_score, atol=1e-6)
+
+
+def test_one_shared_sparse_adjacency_embeds_as_the_per_layer_gcn_normalisation():
+    """The GCN layers share one normalised sparse adjacency; the embedding and its
+    gradients equal those of GCNConv normalising the undirected edges at every layer."""
+    from torch_geometric.nn import GCNConv
+    from torch_geometric.utils import to_undirected
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    n = 200
+    edges = torch.cat([random_dag(120, 150, gen), random_dag(80, 90, gen) + 120], 1)
+    batch = torch.cat([torch.zeros(120, dtype=torch.long), torch.ones(80, dtype=torch.long)])
+    net = HSDAGNet(5, 2, HSDAGConfig(hidden_dim=16, num_gcn_layers=3))
+    x = torch.randn(n, 5, generator=gen)
+    got = net.embed(x, edges, batch, 2)
+    got.square().sum().backward()
+    grads = {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}
+    assert {k.split(".")[0] for k in grads} >= {"input_mlp", "convs", "graph_norms"}
+
+    net.zero_grad()  # reference: the per-edge messages of GCNConv(normalize=True)
+    reference = [GCNConv(16, 16) for _ in net.convs]
+    for ref, conv in zip(reference, net.convs):
+        ref.lin, ref.bias = conv.lin, conv.bias
+    h = net.graph_norms[0](net.input_mlp(x), batch, 2)
+    undirected = to_undirected(edges, num_nodes=n)
+    for i, ref in enumerate(reference):
+        h = net.graph_norms[i + 1](ref(h, undirected), batch, 2)
+        h = F.relu(h) if i < len(reference) - 1 else h
+    assert torch.allclose(got, h, atol=1e-5)
+    h.square().sum().backward()
+    # float sums in another order: compare at the scale of the gradients (a conv bias
+    # before a GraphNorm has a gradient of 0 up to such rounding)
+    scale = max(float(g.abs().max()) for g in grads.values())
+    for k, p in net.named_parameters():
+        if k in grads:
+            assert float((p.grad - grads[k]).abs().max()) <= 1e-5 * scale, k
+
+
+@pytest.mark.parametrize("moves", [False, True])
+def test_group_terms_read_at_the_representatives_equal_the_per_node_ones(moves):
+    """logp, entropy and kl evaluate each group's categorical once, at its
+    representative; values and gradients equal the per-node evaluation (every node's
+    categorical, summed at the representatives), with padding, D = 3, a [2, 3] batch."""
+    from policies.move_distribution import GroupedMoveDistribution
+
+    gen = torch.Generator().manual_seed(0)
+    shape, n, d = (2, 3), 30, 3
+    logits = torch.randn(*shape, n, d, generator=gen, requires_grad=True)
+    move_logits = torch.randn(*shape, n, generator=gen, requires_grad=True)
+    assignment = torch.sort(torch.randint(0, 9, (*shape, n), generator=gen), -1).values
+    assignment[0, 1, 20:] = -1  # padding
+    action = torch.randint(0, d, (*shape, n), generator=gen)
+    other = torch.randn(*shape, n, d, generator=gen)
+
+    def make(lg):
+        if moves:
+            return GroupedMoveDistribution(lg, assignment, move_logits)
+        return GroupedPlacementDistribution(lg, assignment)
+
+    dist = make(logits)
+    got = [dist.logp(action), dist.entropy(), dist.kl(make(other))]
+    per_node = dist._dist  # every node's categorical
+    want = [dist._logp_per_node(action) if moves else
+            dist._sum_over_groups(per_node.log_prob(action)),
+            dist._sum_over_groups(per_node.entropy()),
+            dist._sum_over_groups(torch.distributions.kl_divergence(per_node, make(other)._dist))]
+    if moves:
+        bern = GroupedMoveDistribution.entropy(dist) - GroupedPlacementDistribution.entropy(dist)
+        want[1] = want[1] + bern
+        want[2] = GroupedMoveDistribution.kl(dist, make(other))  # same code path: only shapes
+    weights = torch.randn(3, *shape, generator=gen)
+    for g, w, k in zip(got, want, weights):
+        assert g.shape == shape
+        assert torch.allclose(g, w, atol=1e-5)
+        params = [logits, move_logits] if moves else [logits]
+        dg = torch.autograd.grad((g * k).sum(), params, retain_graph=True, allow_unused=True)
+        dw = torch.autograd.grad((w * k).sum(), params, retain_graph=True, allow_unused=True)
+        for a, b in zip(dg, dw):
+            assert (a is None) == (b is None) or (a if a is not None else b).abs().sum() == 0
+            if a is not None and b is not None:
+                assert torch.allclose(a, b, atol=1e-5)
+    # a sample shape in front of the batch still broadcasts (the per-node path)
+    samples = dist.sample(sample_shape=(4,))
+    assert dist.logp(samples).shape == (4, *shape)
+
+
+def test_unique_ids_without_a_sort_equal_torch_unique():
+    from policies.layers import unique_ids
+
+    gen = torch.Generator().manual_seed(0)
+    cases = [torch.randint(0, 50, (300,), generator=gen), torch.tensor([7, 7, 2, 9, 2]),
+             torch.randint(0, 10**9, (20,), generator=gen), torch.zeros(0, dtype=torch.long)]
+    for ids in cases:
+        want = torch.unique(ids, return_inverse=True)
+        got = unique_ids(ids)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_self_loops_let_a_node_stay_alone():

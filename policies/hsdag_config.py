@@ -1,0 +1,96 @@
+"""The sizes and switches of the HSDAG network (:mod:`policies.hsdag`), read from an
+RLModule's ``model_config``; the reasons behind the defaults are in :mod:`policies.hsdag`."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from policies.graph_parsing import POOLINGS
+
+__all__ = ["HSDAGConfig"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HSDAGConfig:
+    r"""Sizes and switches of the HSDAG network (read from an RLModule's ``model_config``).
+
+    Attributes:
+        hidden_dim: width ``H`` of node, group and graph embeddings.
+        num_gcn_layers: number ``K`` of GCN layers after the input MLP.
+        score_layers: layers of the edge-scoring MLP (1 = a linear scorer).
+        placer_layers: layers of the placer MLP (group embedding -> D logits).
+        pooled_gcn: run one GCN layer over the pooled graph ``A'`` before the placer.
+        node_state_update: carry the node state ``Z + Z'`` between the steps of an
+            episode (as RLlib module state); ``False`` makes the module stateless.
+        reuse_sampled_grouping: in ``forward_train``, group nodes as they were
+            grouped when the action was sampled (read from the stored
+            ``Columns.ACTION_DIST_INPUTS``), so ``logp`` is the one of the sampled
+            group decisions.
+        pooling: ``"mean"`` (score-gated mean of a group's node states) or
+            ``"sum"`` (the literal :math:`\\mathbf{S}^\\top(\\mathbf{Z} \\odot \\mathbf{n})`,
+            whose scale grows with the group; see the module docstring).
+        graph_norm: a GraphNorm after the input MLP and after every GCN layer.
+        group_norm: a LayerNorm on the group embeddings before the placer.
+        grouping_noise: scale of the Gumbel noise added to the edges' score
+            logits when sampling (``forward_exploration``) before the dominant
+            edges are chosen; ``0`` parses exactly as at inference.
+        self_loops: every node also scores its own loop
+            :math:`\sigma(\mathrm{MLP}(\mathbf{z}_v \odot \mathbf{z}_v))` and may
+            choose it as its dominant edge, so single-node groups can be
+            parsed (see "What a grouping can express" in the module docstring).
+        node_moves: every node also gets a move logit (a head on its node
+            state, starting at about one moving node per placement), and a
+            sampled node may leave its group's device
+            (:mod:`policies.move_distribution`), so every placement can be sampled.
+        prior_device: a device index whose logit starts ``prior_logit`` above the
+            others' in every group (a constant added to the placer's output, e.g.
+            the fastest single device, so sampling starts around it and the
+            placer learns how far to move from it); ``-1`` = none.
+        prior_logit: that head start.
+        sampled_grouping: when sampling, every node draws its dominant edge from
+            the softmax of its incident edges' score logits at temperature
+            ``grouping_noise`` and the draw's log-probability joins the
+            placement's, so REINFORCE trains the edge scorer on the reward
+            (:func:`policies.graph_parsing.sample_partners`).
+    """
+
+    hidden_dim: int = 64
+    num_gcn_layers: int = 2
+    score_layers: int = 2
+    placer_layers: int = 2
+    pooled_gcn: bool = False
+    node_state_update: bool = True
+    reuse_sampled_grouping: bool = True
+    pooling: str = "mean"
+    graph_norm: bool = True
+    group_norm: bool = True
+    grouping_noise: float = 0.3
+    self_loops: bool = False
+    node_moves: bool = False
+    prior_device: int = -1
+    prior_logit: float = 2.0
+    sampled_grouping: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_dim", "score_layers", "placer_layers"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"HSDAGConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if int(self.num_gcn_layers) < 0:
+            raise ValueError(f"HSDAGConfig.num_gcn_layers must be >= 0, got {self.num_gcn_layers}.")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"HSDAGConfig.pooling must be one of {POOLINGS}, got {self.pooling!r}.")
+        if not float(self.grouping_noise) >= 0:
+            raise ValueError(f"HSDAGConfig.grouping_noise must be >= 0, got {self.grouping_noise}.")
+
+    @classmethod
+    def from_model_config(cls, model_config: Any) -> "HSDAGConfig":
+        """Picks this config's fields out of an RLlib ``model_config`` (dict or dataclass).
+
+        Keys that are not fields (RLlib's own, such as ``max_seq_len``) are ignored.
+        """
+        if model_config is None:
+            return cls()
+        if dataclasses.is_dataclass(model_config):
+            model_config = dataclasses.asdict(model_config)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(model_config).items() if k in names})
