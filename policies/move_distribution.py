@@ -109,23 +109,12 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
     def logp(self, value: Tensor, **kwargs) -> Tensor:
         """Exact ``log p(value)``, marginal over the group devices (module docstring)."""
         d = self.logits.shape[-1]
-        if d == 1:
-            shape = torch.broadcast_shapes(value.shape, self.assignment.shape)
-            return torch.zeros(shape[:-1], dtype=self.logits.dtype, device=self.logits.device)
-        node_term, glogp, rep = self.node_terms(value)
-        return self.marginal(node_term, glogp, rep)
-
-    def node_terms(self, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """Per node and group device ``c``: ``log`` of the node's factor in the
-        module docstring's product (``0`` for padding), ``[..., N, D]``; the
-        groups' device log-probabilities at every node, ``[..., N, D]``; and each
-        node's representative, ``[..., N]`` (all broadcast to ``value``'s batch)."""
-        d = self.logits.shape[-1]
         a = value.long().clamp(0, d - 1)
-        if a.shape != self.assignment.shape:  # broadcast against a sample shape
-            return self._logp_per_node(a)
         if d == 1:
-            return torch.zeros(a.shape[:-1], dtype=self.logits.dtype, device=self.logits.device)
+            shape = torch.broadcast_shapes(a.shape, self.assignment.shape)
+            return torch.zeros(shape[:-1], dtype=self.logits.dtype, device=self.logits.device)
+        if a.shape != self.assignment.shape:  # broadcast against a sample shape
+            return self.marginal(*self.node_terms(a))
         # per valid node: its group's index k among the representatives (R of them), whose
         # logits and "every logit but c" log-sum-exps are computed once per group
         flat_rep, _ = self._reps
@@ -147,9 +136,16 @@ class GroupedMoveDistribution(GroupedPlacementDistribution):
         group_logp = torch.logsumexp(torch.log_softmax(logits, -1) + summed, -1)  # [R]
         return self._sum_at_reps(group_logp)
 
-    def _logp_per_node(self, a: Tensor) -> Tensor:
-        """:meth:`logp` of an action broadcast against the distribution (every node's terms)."""
+    def node_terms(self, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Per node and group device ``c``: ``log`` of the node's factor in the
+        module docstring's product (``0`` for padding), ``[..., N, D]``; the
+        groups' device log-probabilities at every node, ``[..., N, D]``; and each
+        node's representative, ``[..., N]`` (all broadcast to ``value``'s batch).
+        :meth:`marginal` of them is :meth:`logp`, computed at every node rather
+        than once per group (for actions broadcast against the distribution, and
+        for the segment mixture, which leaves nodes out of the product)."""
         d = self.logits.shape[-1]
+        a = value.long().clamp(0, d - 1)
         shape = torch.broadcast_shapes(a.shape, self.assignment.shape)
         a = a.expand(shape)
         valid = self._valid().expand(shape)

@@ -301,7 +301,7 @@ def test_group_terms_read_at_the_representatives_equal_the_per_node_ones(moves):
     dist = make(logits)
     got = [dist.logp(action), dist.entropy(), dist.kl(make(other))]
     per_node = dist._dist  # every node's categorical
-    want = [dist._logp_per_node(action) if moves else
+    want = [dist.marginal(*dist.node_terms(action)) if moves else
             dist._sum_over_groups(per_node.log_prob(action)),
             dist._sum_over_groups(per_node.entropy()),
             dist._sum_over_groups(torch.distributions.kl_divergence(per_node, make(other)._dist))]
