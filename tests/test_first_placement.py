@@ -102,3 +102,40 @@ def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, 
     assert 12 <= s["placements"] <= 12 + 5 * 2  # the budget counts it: at most one iteration over
     rows = [json.loads(x) for x in (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["best_latency_s"] <= log[0]["latency_s"]
+
+
+def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_first(checkpoints, tmp_path):
+    """Real OpenVINO (CPU bf16 + CPU f32) with one real EnvRunner holding the machine's only
+    measuring slot: the greedy placement is measured first and the run does not wait forever.
+    The profile gives CPU_F32 a memory limit so that the checkpoint's memory features exist."""
+    import subprocess
+    import sys
+
+    from hsdag_ray.core.profile import Profile
+    from hsdag_ray.train import train
+
+    pre, _, _ = checkpoints
+    prof = tmp_path / "tiny.json"
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.profile", "--model", "tiny_cnn", "--devices",
+                        "CPU,CPU_F32", "--fit", "0", "--out", str(prof)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    profile = Profile.load(prof)
+    profile.mem_capacity["CPU_F32"] = 20000.0
+    profile.save(prof)
+    cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], profile=str(prof),
+                      init=str(pre), budget=6, env_runners=1, episode_len=5, wandb="disabled",
+                      remeasure_rounds=1, out=str(tmp_path), name="ov")
+    s = train(cfg, quiet=True)
+    log = json.loads((tmp_path / "ov" / "store.json").read_text())["log"]
+    env = json.loads((tmp_path / "ov" / "config.json").read_text())
+    assert s["placements"] >= 6 and log[0]["ok"] and env["resolved"]["env_runners"] == 1
+    from hsdag_ray.pretrained import adopt_settings
+    from hsdag_ray.resolve import env_config, resolve_backend
+
+    cfg = adopt_settings(cfg, read_pretrained(pre))
+    backend, devices, profile_json = resolve_backend(cfg, lambda s: None)
+    env_cfg = env_config(cfg, backend, devices, profile_json, "")
+    expected = first_placement(read_pretrained(pre), get("hsdag"), env_cfg, True)
+    graph_id = log[0]["key"].rsplit(":", 1)[0]
+    assert log[0]["key"] == placement_key(graph_id, expected)
