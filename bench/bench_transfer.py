@@ -86,7 +86,7 @@ def reach(store: Path, optimum_s: float, factor: float) -> float:
 
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
-             seed: int) -> dict:
+             seed: int, memory_penalty: str = "graded") -> dict:
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch."""
     import dataclasses
 
@@ -106,7 +106,8 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
         cfg = TrainConfig(method=method, model=graph["graph"], backend="simulator",
                           devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
-                          name=f"{method}-{kind}-{tag}-{seed}", **base)
+                          name=f"{method}-{kind}-{tag}-{seed}", memory_penalty=memory_penalty,
+                          **base)
         cfg = dataclasses.replace(cfg)
         summary = train(cfg, quiet=True, library_log=True)
         store = Path(summary["run_dir"]) / "store.json"
@@ -140,6 +141,9 @@ def main() -> None:
     ap.add_argument("--entropy-coeff", type=float, default=None,
                     help="entropy bonus of every run (default: train's)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--finetune-memory-penalty", default="graded",
+                    help="memory_penalty of the fine-tuning runs, pre-trained and from scratch "
+                         "(repair: placements the profile says overflow are repaired, not measured)")
     ap.add_argument("--reuse", action="store_true",
                     help="use the pre-trained policy already in --out (<family>-<method>-pretrain) "
                          "instead of pre-training again")
@@ -152,6 +156,8 @@ def main() -> None:
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import pretrain
 
+    if args.finetune_graphs:
+        print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}", flush=True)
     all_rows: dict[str, list[dict]] = {}
     tunes: dict[str, list[tuple[str, int, dict]]] = {}
     for method in args.methods.split(","):
@@ -161,7 +167,7 @@ def main() -> None:
             meta = json.loads((pre / "pretrained.json").read_text())
             print(f"{method}: reusing the pre-trained policy in {pre}", flush=True)
         else:
-                meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
+            meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
                                         wandb="disabled", **base), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
             print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
@@ -188,7 +194,8 @@ def main() -> None:
             try:
                 for r in rows[: args.finetune_graphs]:
                     for seed in (int(s) for s in args.seeds.split(",")):
-                        res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed)
+                        res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed,
+                                       args.finetune_memory_penalty)
                         tunes[method].append((r["graph"], seed, res))
                         print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
             finally:

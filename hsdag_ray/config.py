@@ -114,7 +114,10 @@ class TrainConfig:
         failure_factor: a failed placement counts as this many times the reference latency.
         memory_penalty: graded (a placement over a device's memory counts as
             failure_factor x (1 + the fraction it is over) times the reference, so a batch
-            that all overflows still says which placements are closer to fitting) or flat.
+            that all overflows still says which placements are closer to fitting), flat, or
+            repair (a placement the profile says overflows is not measured: its repair, the
+            overflowing nodes moved to a device with room, is measured and rewarded instead;
+            see hsdag_ray/core/fit.py).
         remeasure_rounds: with a real backend, the run's best few placements and every
             baseline are timed again this many interleaved rounds at the end, and every
             reported figure is a re-measured one (see hsdag_ray/summary.py).
@@ -223,7 +226,8 @@ class TrainConfig:
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),
             (self.start in ("uniform", "best_single"), "start must be uniform or best_single"),
             (self.reward in REWARDS + ("",), f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
-            (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
+            (self.memory_penalty in ("graded", "flat", "repair"),
+             "memory_penalty must be graded, flat or repair"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
             (self.budget >= 1 or (self.budget == 0 and bool(self.init)),
