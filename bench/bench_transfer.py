@@ -33,6 +33,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def reach(store: Path, optimum_s: float, factor: float) -> float:
 
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
-             seed: int, memory_penalty: str = "graded") -> dict:
+             seed: int, memory_penalty: str = "graded", settings: Optional[dict] = None) -> dict:
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch."""
     import dataclasses
 
@@ -107,13 +108,28 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
                           devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
                           name=f"{method}-{kind}-{tag}-{seed}", memory_penalty=memory_penalty,
-                          **base)
+                          **{**base, **(settings or {})})
         cfg = dataclasses.replace(cfg)
         summary = train(cfg, quiet=True, library_log=True)
         store = Path(summary["run_dir"]) / "store.json"
         opt = graph["optimum_s"]
         res[kind] = (reach(store, opt, 1.05), reach(store, opt, 1.01))
     return res
+
+
+def parse_settings(items: list[str]) -> dict:
+    """``FIELD=VALUE`` strings as train settings, each value of its field's type."""
+    from hsdag_ray.config import TrainConfig
+
+    defaults = TrainConfig()
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not hasattr(defaults, key):
+            raise SystemExit(f"--finetune-set {item}: {key} is not a train setting")
+        kind = type(getattr(defaults, key))
+        out[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
+    return out
 
 
 def fmt(x: float, budget: int) -> str:
@@ -144,6 +160,9 @@ def main() -> None:
     ap.add_argument("--finetune-memory-penalty", default="graded",
                     help="memory_penalty of the fine-tuning runs, pre-trained and from scratch "
                          "(repair: placements the profile says overflow are repaired, not measured)")
+    ap.add_argument("--finetune-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a train setting of the fine-tuning runs, pre-trained and from scratch "
+                         "(e.g. lr=3e-4, num_epochs=1); repeatable")
     ap.add_argument("--reuse", action="store_true",
                     help="use the pre-trained policy already in --out (<family>-<method>-pretrain) "
                          "instead of pre-training again")
@@ -156,8 +175,10 @@ def main() -> None:
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import pretrain
 
+    finetune_settings = parse_settings(args.finetune_set)
     if args.finetune_graphs:
-        print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}", flush=True)
+        print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}"
+              + "".join(f", {k} {v}" for k, v in finetune_settings.items()), flush=True)
     all_rows: dict[str, list[dict]] = {}
     tunes: dict[str, list[tuple[str, int, dict]]] = {}
     for method in args.methods.split(","):
@@ -195,7 +216,7 @@ def main() -> None:
                 for r in rows[: args.finetune_graphs]:
                     for seed in (int(s) for s in args.seeds.split(",")):
                         res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed,
-                                       args.finetune_memory_penalty)
+                                       args.finetune_memory_penalty, finetune_settings)
                         tunes[method].append((r["graph"], seed, res))
                         print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
             finally:
