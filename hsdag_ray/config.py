@@ -127,10 +127,15 @@ class TrainConfig:
             device (0 = instant); above 0 the run measures on measuring machines as a
             real one does (scaling benchmarks, multi-machine tests).
         init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
-            wrote): its weights are loaded into the RLModule before training; with
-            --budget 0 the run places zero-shot with it, nothing learned.
+            wrote): its weights are loaded into the RLModule before training, and the
+            run's first measured placement (counted in the budget) is the policy's greedy
+            one; with --budget 0 the run places zero-shot with it, nothing learned. With a
+            profile of the devices, the greedy and zero-shot placements are repaired
+            before they are measured when they overflow a device's memory
+            (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
-            one, plus this many minus one sampled from it.
+            one, plus this many minus one sampled from it (a sample that overflows is
+            drawn again, up to 10 draws per sample, then repaired).
         torch_threads: threads of every torch process (driver, learner, EnvRunners);
             more than one on a small machine shared with Ray and OpenVINO makes
             each update many times slower (threads spin waiting for each other).
