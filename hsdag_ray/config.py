@@ -135,7 +135,7 @@ class TrainConfig:
             (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
-            drawn again, up to 10 draws per sample, then repaired).
+            drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
         torch_threads: threads of every torch process (driver, learner, EnvRunners);
             more than one on a small machine shared with Ray and OpenVINO makes
             each update many times slower (threads spin waiting for each other).

@@ -200,7 +200,9 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
     finds one that does not: an infeasible greedy placement is repaired (nodes
     move off the overflowing device, cheapest extra time per byte first); sampled
     placements that do not fit are drawn again, up to ``DRAWS`` draws per
-    placement asked for, and the ones still missing are repaired samples.
+    placement asked for and until ``DRAWS`` draws in a row did not fit (a
+    policy that seldom fits is not sampled on and on: a per-node policy's draw
+    walks a whole episode), and the ones still missing are repaired samples.
     """
     import torch
 
@@ -218,12 +220,14 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
     want = count - 1
     if limits is None:
         return out + [_policy_placement(module, env, False, seed + k) for k in range(1, count)]
-    kept, rejected = [], []
+    kept, rejected, misses = [], [], 0
     for k in range(1, DRAWS * want + 1):
-        if len(kept) == want:
+        if len(kept) == want or misses == DRAWS:
             break
         p = _policy_placement(module, env, False, seed + k)
-        (kept if feasible(limits, p) else rejected).append(p)
+        fits = feasible(limits, p)
+        (kept if fits else rejected).append(p)
+        misses = 0 if fits else misses + 1
     missing = want - len(kept)
     return out + kept + [fitted(p) for p in rejected[:missing]]
 
