@@ -11,11 +11,16 @@ For each method: pre-train on the family's training graphs
 objective, the exact optimum from the MILP solver):
 
 * zero-shot: best/optimum of the policy's greedy placement (1 inference) and of
-  its best of 10 (greedy + 9 sampled), next to random placements (1 and best of
-  10, mean over 20 draws) and the best single device;
-* fine-tuning: measured placements until the run's own best is within 1.05x and
-  1.01x of the optimum, from the pre-trained weights (``--init``) and from
-  scratch, at the same ``--finetune-budget`` (``>B`` = not reached in B).
+  its best of 10 (greedy + 9 sampled), made to fit the devices' memory
+  (:func:`hsdag_ray.pretrained.infer_placements`), and the same before that
+  repair ("unrepaired"), next to random placements (1 and best of 10, mean over
+  20 draws) and the best single device;
+* fine-tuning: measured placements until one is within 1.05x and 1.01x of the
+  optimum, from the pre-trained weights (``--init``: the first measurement is
+  the policy's greedy placement) and from scratch, at the same
+  ``--finetune-budget`` (``>B`` = not reached in B).
+
+``--reuse`` takes the pre-trained policies already in ``--out``.
 
 Prints markdown tables. Zero-shot needs no Ray; the fine-tuning runs share one
 local Ray.
@@ -28,6 +33,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -54,31 +60,34 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
         module = build_module(ckpt, m, env)
         ps = infer_placements(module, env, 10, seed=0)
         one, ten = lat(ps[0]), min(lat(p) for p in ps)
+        raw = infer_placements(module, env, 10, seed=0, fit=False)  # before the repair rule
+        raw_one, raw_ten = lat(raw[0]), min(lat(p) for p in raw)
         rng = np.random.default_rng(0)
         n, D = env.graph.num_nodes, len(env.devices)
         rnd = [[lat(rng.integers(0, D, n)) for _ in range(10)] for _ in range(seeds)]
         single = min(env.single_device_s.values())
         rows.append({"graph": env.graph.name, "nodes": n, "optimum_s": t_opt,
                      "proven": bool(opt.optimal), "zero_shot_1": one / t_opt,
-                     "zero_shot_10": ten / t_opt, "random_1": float(np.mean([r[0] for r in rnd])) / t_opt,
+                     "zero_shot_10": ten / t_opt, "unrepaired_1": raw_one / t_opt,
+                     "unrepaired_10": raw_ten / t_opt, "random_1": float(np.mean([r[0] for r in rnd])) / t_opt,
                      "random_10": float(np.mean([min(r) for r in rnd])) / t_opt,
                      "best_single": single / t_opt, "profile": env_cfg["profile"],
                      "optimum_placement": [int(d) for d in opt.placement]})
     return rows
 
 
-def reach(metrics: Path, optimum_s: float, factor: float) -> float:
-    """Measurements until the run's best is within ``factor`` of the optimum (inf: never)."""
-    for line in metrics.read_text().splitlines():
-        row = json.loads(line)
-        b = row.get("best_latency_s")
-        if b is not None and b <= factor * optimum_s * (1 + 1e-9):
-            return row["measurements"]
+def reach(store: Path, optimum_s: float, factor: float) -> float:
+    """Measurements (in the order the run's store logged them, the first one of a run
+    with ``--init`` being the policy's greedy placement) until one is within ``factor``
+    of the optimum (inf: never)."""
+    for i, e in enumerate(json.loads(store.read_text())["log"]):
+        if e["ok"] and e["latency_s"] <= factor * optimum_s * (1 + 1e-9):
+            return i + 1
     return math.inf
 
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
-             seed: int) -> dict:
+             seed: int, memory_penalty: str = "graded", settings: Optional[dict] = None) -> dict:
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch."""
     import dataclasses
 
@@ -98,17 +107,33 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
         cfg = TrainConfig(method=method, model=graph["graph"], backend="simulator",
                           devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
-                          name=f"{method}-{kind}-{tag}-{seed}", **base)
+                          name=f"{method}-{kind}-{tag}-{seed}", memory_penalty=memory_penalty,
+                          **{**base, **(settings or {})})
         cfg = dataclasses.replace(cfg)
         summary = train(cfg, quiet=True, library_log=True)
-        metrics = Path(summary["run_dir"]) / "metrics.jsonl"
+        store = Path(summary["run_dir"]) / "store.json"
         opt = graph["optimum_s"]
-        res[kind] = (reach(metrics, opt, 1.05), reach(metrics, opt, 1.01))
+        res[kind] = (reach(store, opt, 1.05), reach(store, opt, 1.01))
     return res
 
 
+def parse_settings(items: list[str]) -> dict:
+    """``FIELD=VALUE`` strings as train settings, each value of its field's type."""
+    from hsdag_ray.config import TrainConfig
+
+    defaults = TrainConfig()
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not hasattr(defaults, key):
+            raise SystemExit(f"--finetune-set {item}: {key} is not a train setting")
+        kind = type(getattr(defaults, key))
+        out[key] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
+    return out
+
+
 def fmt(x: float, budget: int) -> str:
-    return f">{budget}" if math.isinf(x) else f"{int(x)}"
+    return f">{budget}" if math.isinf(x) else f"{int(x)}"  # >B: not within B placements
 
 
 def main() -> None:
@@ -132,6 +157,15 @@ def main() -> None:
     ap.add_argument("--entropy-coeff", type=float, default=None,
                     help="entropy bonus of every run (default: train's)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--finetune-memory-penalty", default="graded",
+                    help="memory_penalty of the fine-tuning runs, pre-trained and from scratch "
+                         "(repair: placements the profile says overflow are repaired, not measured)")
+    ap.add_argument("--finetune-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a train setting of the fine-tuning runs, pre-trained and from scratch "
+                         "(e.g. lr=3e-4, num_epochs=1); repeatable")
+    ap.add_argument("--reuse", action="store_true",
+                    help="use the pre-trained policy already in --out (<family>-<method>-pretrain) "
+                         "instead of pre-training again")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_transfer_")).resolve()
     base = {"hidden_dim": args.hidden_dim, "relative_features": args.relative_features,
@@ -141,27 +175,36 @@ def main() -> None:
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import pretrain
 
+    finetune_settings = parse_settings(args.finetune_set)
+    if args.finetune_graphs:
+        print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}"
+              + "".join(f", {k} {v}" for k, v in finetune_settings.items()), flush=True)
     all_rows: dict[str, list[dict]] = {}
     tunes: dict[str, list[tuple[str, int, dict]]] = {}
     for method in args.methods.split(","):
         t0 = time.time()
         pre = out / f"{args.family}-{method}-pretrain"
-        meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
-                                    wandb="disabled", **base), args.family, pre,
-                        say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
-        print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
-              flush=True)
+        if args.reuse and (pre / "pretrained.pt").is_file():
+            meta = json.loads((pre / "pretrained.json").read_text())
+            print(f"{method}: reusing the pre-trained policy in {pre}", flush=True)
+        else:
+            meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
+                                        wandb="disabled", **base), args.family, pre,
+                            say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
+            print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
+                  flush=True)
         rows = zero_shot_rows(method, pre, args.family, base)
         all_rows[method] = rows
         how = (f"{args.imitate_steps} imitation steps + " if args.imitate_steps else "") + \
             f"{meta['placements']} placements"
         print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({how})\n")
-        print("| held-out graph | nodes | greedy (1) | best of 10 | random (1) | random best of 10 "
-              "| best single device |")
-        print("|---|---|---|---|---|---|---|")
+        print("| held-out graph | nodes | greedy (1) | best of 10 | unrepaired greedy / best of 10 "
+              "| random (1) | random best of 10 | best single device |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in rows:
             star = "" if r["proven"] else "*"
             print(f"| {r['graph']}{star} | {r['nodes']} | {r['zero_shot_1']:.3f} | {r['zero_shot_10']:.3f} "
+                  f"| {r['unrepaired_1']:.3f} / {r['unrepaired_10']:.3f} "
                   f"| {r['random_1']:.3f} | {r['random_10']:.3f} | {r['best_single']:.3f} |", flush=True)
         tunes[method] = []
         if args.finetune_graphs:
@@ -172,7 +215,8 @@ def main() -> None:
             try:
                 for r in rows[: args.finetune_graphs]:
                     for seed in (int(s) for s in args.seeds.split(",")):
-                        res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed)
+                        res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed,
+                                       args.finetune_memory_penalty, finetune_settings)
                         tunes[method].append((r["graph"], seed, res))
                         print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
             finally:

@@ -15,7 +15,11 @@ a graded scale, ``failure_factor * (1 + over)`` times the reference with
 ``over`` the bytes above capacity as a fraction of it (as Placeto penalises
 memory): when a whole batch overflows, the placements closer to fitting still
 rank higher and the policy moves toward feasibility instead of learning
-nothing.
+nothing. With ``memory_penalty="repair"`` and a profile of every device, a
+placement the profile says breaks a limit is not measured: its repair
+(:func:`hsdag_ray.core.fit.repair`, the nodes that overflow a device moved to
+one with room) is measured and rewarded instead, so no measurement is spent
+on a placement known not to fit.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ __all__ = ["EnvConfig", "PlacementEnv", "REWARDS", "TRANSIENT_STAGES", "reward_o
 REWARDS = ("inverse", "speedup", "neg_log", "neg_sqrt")
 #: failure stages that say nothing about the placement (measured again when proposed again)
 TRANSIENT_STAGES = ("timeout",)
-MEMORY_PENALTIES = ("graded", "flat")
+MEMORY_PENALTIES = ("graded", "flat", "repair")
 
 
 def _node_id() -> Optional[str]:
@@ -94,7 +98,8 @@ class EnvConfig:
         measure_reference: measure every single device (the reference of rewards) when
             built; ``False`` for a copy that only describes the graph and devices.
         memory_penalty: ``graded`` (a placement over a memory limit is rewarded by how
-            far over it is) or ``flat`` (like any other failure).
+            far over it is), ``flat`` (like any other failure) or ``repair`` (with a
+            profile of every device, its repair is measured instead; graded otherwise).
         sim_delay_s: seconds every simulated measurement takes (0 = instant).
         incumbent: ``D`` more node features, the one-hot device of each node in the
             run's best placement so far (zeros before one is measured), refreshed at
@@ -207,6 +212,11 @@ class PlacementEnv(gym.Env):
             times = cg.compute_s
             mem, cap = cg.mem_bytes, cg.mem_capacity
         x, self.feature_names = node_features(graph, cfg.features, times, mem, cap)
+        #: the cost graph whose limits placements are repaired to (memory_penalty "repair")
+        self.limits = None
+        if cfg.memory_penalty == "repair" and profile is not None \
+                and all(d in profile.devices for d in self.devices):
+            self.limits = cost_graph(graph, profile, self.devices)
         self._incumbent_at = x.shape[1]  # first incumbent column
         if cfg.incumbent:
             x = np.concatenate([x, np.zeros((x.shape[0], len(self.devices)), x.dtype)], axis=1)
@@ -238,6 +248,11 @@ class PlacementEnv(gym.Env):
         """Measure (or fetch from the run's cache) a placement the policy proposed,
         given as device indices; it counts towards the run's best."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
+        if self.limits is not None:
+            from hsdag_ray.core.fit import repair
+
+            fixed = repair(self.limits, p)
+            p = p if fixed is None else fixed
         key = placement_key(self.graph_id, p)
         hit = self.store.get(key)
         if hit is not None:
@@ -345,7 +360,7 @@ class PlacementEnv(gym.Env):
         over the memory limit (see the module docstring)."""
         if m.ok:
             return m.latency_s
-        graded = m.stage == "memory" and self.config.memory_penalty == "graded"
+        graded = m.stage == "memory" and self.config.memory_penalty != "flat"
         over = float(m.info.get("memory_over", 0.0)) if graded else 0.0
         return self.config.failure_factor * self.reference_s * (1.0 + over)
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from envs.base import Measurement
 from hsdag_ray.core.costgraph import CostGraph
+from hsdag_ray.core.fit import violation
 
 __all__ = ["OBJECTIVES", "SimResult", "Schedule", "Simulator", "SimulatorBackend"]
 
@@ -95,24 +96,9 @@ class Simulator:
 
     # ----------------------------------------------------------- feasibility
     def check(self, placement: np.ndarray) -> str | None:
-        """One sentence on the first limit ``placement`` breaks, or None."""
-        g = self.graph
-        p = placement
-        cost = g.compute_s[np.arange(g.num_nodes), p]
-        bad = np.flatnonzero(np.isinf(cost))
-        if bad.size:
-            i = int(bad[0])
-            return (f"node {g.names[i]!r} cannot run on {g.devices[int(p[i])]} "
-                    f"({bad.size} node(s) on a device that does not support them)")
-        use = g.memory_use(p)
-        over = np.flatnonzero(use > g.mem_capacity)
-        if over.size:
-            d = int(over[0])
-            return (f"device {g.devices[d]} holds {use[d]:.4g} bytes, over its memory "
-                    f"of {g.mem_capacity[d]:.4g} bytes")
-        if not g.colocation_ok(p):
-            return "nodes of one co-location class are on different devices"
-        return None
+        """One sentence on the first limit ``placement`` breaks, or None
+        (:func:`hsdag_ray.core.fit.violation`)."""
+        return violation(self.graph, placement)
 
     # ------------------------------------------------------------ transfers
     def crossings(self, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -117,7 +117,10 @@ class TrainConfig:
         failure_factor: a failed placement counts as this many times the reference latency.
         memory_penalty: graded (a placement over a device's memory counts as
             failure_factor x (1 + the fraction it is over) times the reference, so a batch
-            that all overflows still says which placements are closer to fitting) or flat.
+            that all overflows still says which placements are closer to fitting), flat, or
+            repair (a placement the profile says overflows is not measured: its repair, the
+            overflowing nodes moved to a device with room, is measured and rewarded instead;
+            see hsdag_ray/core/fit.py).
         remeasure_rounds: with a real backend, the run's best few placements and every
             baseline are timed again this many interleaved rounds at the end, and every
             reported figure is a re-measured one (see hsdag_ray/summary.py).
@@ -127,10 +130,15 @@ class TrainConfig:
             device (0 = instant); above 0 the run measures on measuring machines as a
             real one does (scaling benchmarks, multi-machine tests).
         init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
-            wrote): its weights are loaded into the RLModule before training; with
-            --budget 0 the run places zero-shot with it, nothing learned.
+            wrote): its weights are loaded into the RLModule before training, and the
+            run's first measured placement (counted in the budget) is the policy's greedy
+            one; with --budget 0 the run places zero-shot with it, nothing learned. With a
+            profile of the devices, the greedy and zero-shot placements are repaired
+            before they are measured when they overflow a device's memory
+            (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
-            one, plus this many minus one sampled from it.
+            one, plus this many minus one sampled from it (a sample that overflows is
+            drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
         torch_threads: threads of every torch process (driver, learner, EnvRunners);
             more than one on a small machine shared with Ray and OpenVINO makes
             each update many times slower (threads spin waiting for each other).
@@ -227,7 +235,8 @@ class TrainConfig:
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),
             (self.start in ("uniform", "best_single"), "start must be uniform or best_single"),
             (self.reward in REWARDS + ("",), f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
-            (self.memory_penalty in ("graded", "flat"), "memory_penalty must be graded or flat"),
+            (self.memory_penalty in ("graded", "flat", "repair"),
+             "memory_penalty must be graded, flat or repair"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
             (self.budget >= 1 or (self.budget == 0 and bool(self.init)),

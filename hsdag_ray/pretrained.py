@@ -9,7 +9,11 @@ people. ``train --init`` loads it into the RLModule before training
 another method or network shape; ``train --budget 0 --init`` places
 zero-shot (:class:`ZeroShotDriver`): the greedy placement of the policy, and
 with ``--zero-shot-samples N`` N-1 sampled ones besides, each measured once
-through the run's store like any placement.
+through the run's store like any placement. A fine-tuning run (``--init`` with
+a budget) measures the greedy placement first (:func:`first_placement`), so
+its best is never worse than zero-shot's. Neither ever measures a placement
+that breaks a device's memory when a feasible one is found by the rule of
+:mod:`hsdag_ray.core.fit` (:func:`infer_placements`).
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ import numpy as np
 from hsdag_ray.cli import UsageError
 
 __all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible", "adopt_settings",
-           "load_into_algo", "check_method", "build_module", "infer_placements", "ZeroShotDriver"]
+           "load_into_algo", "check_method", "build_module", "infer_placements", "device_limits",
+           "first_placement", "ZeroShotDriver"]
 
 CHECKPOINT_FILE = "pretrained.pt"
 FORMAT = 1
@@ -147,32 +152,95 @@ def _act(module, obs: Mapping[str, np.ndarray], greedy: bool):
         return np.asarray(dist.sample()[0].cpu().numpy())
 
 
-def infer_placements(module, env, count: int, seed: int = 0) -> list[np.ndarray]:
+#: sampled placements drawn per placement asked for, at most, before infeasible ones are repaired
+DRAWS = 10
+
+
+def device_limits(env):
+    """The cost graph of ``env``'s graph under its profile (what says, without
+    measuring, whether a placement fits: :mod:`hsdag_ray.core.fit`), or None when
+    the run has no profile of all its devices (nothing is then known)."""
+    from hsdag_ray.core.profile import Profile, cost_graph
+
+    prof = getattr(env.config, "profile", None)
+    if not prof:
+        return None
+    profile = Profile.from_json(prof)
+    if not all(d in profile.devices for d in env.devices):
+        return None
+    return cost_graph(env.graph, profile, list(env.devices))
+
+
+def _policy_placement(module, env, greedy: bool, seed: int) -> np.ndarray:
+    """One placement of the policy, nothing measured (see :func:`infer_placements`)."""
+    n = env.graph.num_nodes
+    obs, _ = env.reset(seed=seed)
+    if not hasattr(env, "current_node"):  # all nodes at once
+        return np.asarray(_act(module, obs, greedy)).reshape(-1)[:n].astype(np.int64)
+    for _ in range(env.steps_per_episode):  # one node per step
+        node = env.current_node
+        env.placement[node] = int(np.asarray(_act(module, obs, greedy)).reshape(-1)[0])
+        env.visited[node] = True
+        env._step += 1
+        env.start_s = env._start_times()
+        obs = env.observation()
+    return env.placement.copy()
+
+
+def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -> list[np.ndarray]:
     """``count`` placements of ``env``'s graph by the policy, nothing measured: the
     greedy one first, then sampled ones. A policy that places all nodes at once
-    (HSDAG) acts on the first observation of an episode; a policy that places one
-    node per step (Placeto) walks an episode, the environment's placement updated
-    without measuring (start times come from the simulator's schedule)."""
+    (HSDAG, GDP, the RNN placer) acts on the first observation of an episode; a
+    policy that places one node per step (Placeto) walks an episode, the environment's
+    placement updated without measuring (start times come from the simulator's
+    schedule).
+
+    With ``fit`` (and a profile of the run's devices, :func:`device_limits`) no
+    placement breaks a device's limits when the rule of :mod:`hsdag_ray.core.fit`
+    finds one that does not: an infeasible greedy placement is repaired (nodes
+    move off the overflowing device, cheapest extra time per byte first); sampled
+    placements that do not fit are drawn again, up to ``DRAWS`` draws per
+    placement asked for and until ``DRAWS`` draws in a row did not fit (a
+    policy that seldom fits is not sampled on and on: a per-node policy's draw
+    walks a whole episode), and the ones still missing are repaired samples.
+    """
     import torch
 
+    from hsdag_ray.core.fit import feasible, repair
+
     torch.manual_seed(seed)
-    n = env.graph.num_nodes
-    out = []
-    per_node = hasattr(env, "current_node")
-    for k in range(count):
-        obs, _ = env.reset(seed=seed + k)
-        if not per_node:
-            out.append(np.asarray(_act(module, obs, greedy=k == 0)).reshape(-1)[:n].astype(np.int64))
-            continue
-        for _ in range(env.steps_per_episode):
-            node = env.current_node
-            env.placement[node] = int(np.asarray(_act(module, obs, greedy=k == 0)).reshape(-1)[0])
-            env.visited[node] = True
-            env._step += 1
-            env.start_s = env._start_times()
-            obs = env.observation()
-        out.append(env.placement.copy())
-    return out
+    limits = device_limits(env) if fit else None
+
+    def fitted(p: np.ndarray) -> np.ndarray:
+        fixed = repair(limits, p)
+        return p if fixed is None else fixed
+
+    greedy = _policy_placement(module, env, True, seed)
+    out = [greedy if limits is None else fitted(greedy)]
+    want = count - 1
+    if limits is None:
+        return out + [_policy_placement(module, env, False, seed + k) for k in range(1, count)]
+    kept, rejected, misses = [], [], 0
+    for k in range(1, DRAWS * want + 1):
+        if len(kept) == want or misses == DRAWS:
+            break
+        p = _policy_placement(module, env, False, seed + k)
+        fits = feasible(limits, p)
+        (kept if fits else rejected).append(p)
+        misses = 0 if fits else misses + 1
+    missing = want - len(kept)
+    return out + kept + [fitted(p) for p in rejected[:missing]]
+
+
+def first_placement(ckpt, method, env_cfg: dict, real: bool, seed: int = 0) -> np.ndarray:
+    """The pre-trained policy's greedy placement of the run's graph, made to fit
+    (:func:`infer_placements`): what a fine-tuning run measures first."""
+    from policies.registry import load
+
+    own = {**env_cfg, "store": "", "measure_reference": not real}
+    env = load(method.env)(own)
+    module = build_module(ckpt, method, env)
+    return infer_placements(module, env, 1, seed=seed)[0]
 
 
 class ZeroShotDriver:

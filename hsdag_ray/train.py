@@ -186,6 +186,17 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
             _checkpoint(driver, store, run_dir, state)
 
 
+def _measure_first(cfg: TrainConfig, ckpt, method, env_cfg: dict, real: bool, service, say) -> None:
+    """Measure the pre-trained policy's greedy placement (made to fit the devices) through
+    the run's store: the run's first placement."""
+    from envs.measuring import call
+    from hsdag_ray.pretrained import first_placement
+
+    p = first_placement(ckpt, method, env_cfg, real, seed=cfg.seed)
+    [latency] = call(service, "measure_batch", [p.tolist()])
+    say(f"the pre-trained policy's greedy placement: {latency * 1e3:.4g} ms")
+
+
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
            on_iteration) -> dict[str, Any]:
     import ray
@@ -202,6 +213,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
 
     t_start = time.time()
     method = get(cfg.method)
+    ckpt = None
     if cfg.init:  # a checkpoint of another method is refused before anything starts
         from hsdag_ray.pretrained import adopt_settings, check_method, read_pretrained
 
@@ -229,13 +241,20 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         env = load(method.env)(EnvConfig.from_dict({**env_cfg, "measure_reference": False}))
         say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {cfg.coarsen} coarsening; "
             f"devices {', '.join(env.devices)}; backend {env.backend.name}")
-        if "latency_s" in (state.get("baselines") or {}):
+        known = "latency_s" in (state.get("baselines") or {})
+        # fine-tuning measures the pre-trained policy's greedy placement first, counted in the
+        # budget, before the EnvRunners hold the measuring slots (not again when resumed)
+        first = bool(cfg.init) and cfg.budget > 0 and store.stats()["placements"] == 0
+        if known:
             baselines = Baselines.from_json(state["baselines"])
-        else:
-            service = measuring_service(env_cfg, real, resources)
+        if not known or first:
+            service = measuring_service(env_cfg, real, resources, tracked=first)
             try:
-                baselines = compute_baselines(service, env, cfg.objective, say,
-                                              time_limit=cfg.solver_time_limit)
+                if not known:
+                    baselines = compute_baselines(service, env, cfg.objective, say,
+                                                  time_limit=cfg.solver_time_limit)
+                if first:
+                    _measure_first(cfg_run, ckpt, method, env_cfg, real, service, say)
             finally:
                 release(service)
         state["baselines"] = baselines.to_json()

@@ -55,6 +55,27 @@ def test_env_api_rewards_cache_and_failures(profile):
     assert r4 == pytest.approx(reward_of(10 * env.reference_s, "speedup", env.reference_s))
 
 
+def test_repair_measures_the_repaired_placement_of_one_that_overflows(profile):
+    from hsdag_ray.core.fit import feasible, repair
+
+    env = make_env(profile, reward="speedup", memory_penalty="repair")
+    env.reset(seed=0)
+    n = env.graph.num_nodes
+    fast = np.ones(n, dtype=np.int64)  # breaks FAST's memory
+    assert not feasible(env.limits, fast)
+    fixed = repair(env.limits, fast)
+    assert feasible(env.limits, fixed) and (fixed == 1).any()
+    _, r, _, _, info = env.step(fast)
+    assert info["ok"] and env.store.stats()["failures"] == 0
+    [logged] = env.store.log_since(0)
+    assert logged["key"] == placement_key(env.graph_id, fixed)
+    assert r == pytest.approx(reward_of(env.measure_untracked(fixed).latency_s, "speedup", env.reference_s))
+    # a placement that fits is measured as it is
+    slow = np.zeros(n, dtype=np.int64)
+    env.step(slow)
+    assert env.store.log_since(1)[0]["key"] == placement_key(env.graph_id, slow)
+
+
 def test_rewards():
     assert reward_of(0.5, "inverse", 1.0) == 2.0
     assert reward_of(0.5, "speedup", 2.0) == 4.0
