@@ -3,7 +3,7 @@
     python bench/bench_transfer.py                                   # synthetic family
     python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
     python bench/bench_transfer.py --family real --imitate-steps 300 --pretrain-budget 500 \
-        --finetune-budget 300 --finetune-graphs 2 --seeds 0,1          # the README's figures
+        --finetune-budget 300 --finetune-graphs 5 --seeds 0,1 --methods hsdag,placeto   # the README's figures
 
 For each method: pre-train on the family's training graphs
 (:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
@@ -87,7 +87,7 @@ def reach(store: Path, optimum_s: float, factor: float) -> float:
 
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
-             seed: int, memory_penalty: str = "graded", settings: Optional[dict] = None) -> dict:
+             seed: int, memory_penalty: str = "repair", settings: Optional[dict] = None) -> dict:
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch."""
     import dataclasses
 
@@ -157,9 +157,10 @@ def main() -> None:
     ap.add_argument("--entropy-coeff", type=float, default=None,
                     help="entropy bonus of every run (default: train's)")
     ap.add_argument("--out", default="")
-    ap.add_argument("--finetune-memory-penalty", default="graded",
+    ap.add_argument("--finetune-memory-penalty", default="repair",
                     help="memory_penalty of the fine-tuning runs, pre-trained and from scratch "
-                         "(repair: placements the profile says overflow are repaired, not measured)")
+                         "(repair, train's default: placements the profile says overflow are "
+                         "repaired, not measured; graded: measured and penalised)")
     ap.add_argument("--finetune-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a train setting of the fine-tuning runs, pre-trained and from scratch "
                          "(e.g. lr=3e-4, num_epochs=1); repeatable")

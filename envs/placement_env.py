@@ -10,12 +10,12 @@ Rewards (``reward``): ``inverse`` = 1 / latency in seconds (the paper),
 ``speedup`` = reference latency / latency, ``neg_log`` = -log(latency in
 seconds), ``neg_sqrt`` = -sqrt(latency in seconds) (Mirhoseini et al., 2017). A failed measurement (does not compile, times out) is counted and
 rewarded as a placement ``failure_factor`` times slower than the reference,
-never a crash. A placement that breaks a device's memory limit is rewarded on
+never a crash. With ``memory_penalty="graded"``, a placement that breaks a device's memory limit is rewarded on
 a graded scale, ``failure_factor * (1 + over)`` times the reference with
 ``over`` the bytes above capacity as a fraction of it (as Placeto penalises
 memory): when a whole batch overflows, the placements closer to fitting still
 rank higher and the policy moves toward feasibility instead of learning
-nothing. With ``memory_penalty="repair"`` and a profile of every device, a
+nothing. With ``memory_penalty="repair"`` (the default) and a profile of every device, a
 placement the profile says breaks a limit is not measured: its repair
 (:func:`hsdag_ray.core.fit.repair`, the nodes that overflow a device moved to
 one with room) is measured and rewarded instead, so no measurement is spent
@@ -97,9 +97,10 @@ class EnvConfig:
         input_shape: static input shape(s) of a dynamic file model (as ``--input-shape``).
         measure_reference: measure every single device (the reference of rewards) when
             built; ``False`` for a copy that only describes the graph and devices.
-        memory_penalty: ``graded`` (a placement over a memory limit is rewarded by how
-            far over it is), ``flat`` (like any other failure) or ``repair`` (with a
-            profile of every device, its repair is measured instead; graded otherwise).
+        memory_penalty: ``repair`` (the default: with a profile of every device, a
+            placement over a memory limit is not measured, its repair is measured and
+            rewarded instead; graded otherwise), ``graded`` (a placement over a memory
+            limit is rewarded by how far over it is) or ``flat`` (like any other failure).
         sim_delay_s: seconds every simulated measurement takes (0 = instant).
         incumbent: ``D`` more node features, the one-hot device of each node in the
             run's best placement so far (zeros before one is measured), refreshed at
@@ -128,7 +129,7 @@ class EnvConfig:
     store: str = ""
     input_shape: str = ""
     measure_reference: bool = True
-    memory_penalty: str = "graded"
+    memory_penalty: str = "repair"
     sim_delay_s: float = 0.0
     incumbent: bool = False
 

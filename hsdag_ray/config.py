@@ -115,12 +115,12 @@ class TrainConfig:
         address: Ray address to join (``auto`` for a running cluster); empty = local Ray.
         repeats / threads / timeout: timing of real measurements.
         failure_factor: a failed placement counts as this many times the reference latency.
-        memory_penalty: graded (a placement over a device's memory counts as
+        memory_penalty: repair (the default: a placement the profile says overflows is
+            not measured; its repair, the overflowing nodes moved to a device with room, is
+            measured and rewarded instead, see hsdag_ray/core/fit.py; without a profile of
+            every device, graded), graded (a placement over a device's memory counts as
             failure_factor x (1 + the fraction it is over) times the reference, so a batch
-            that all overflows still says which placements are closer to fitting), flat, or
-            repair (a placement the profile says overflows is not measured: its repair, the
-            overflowing nodes moved to a device with room, is measured and rewarded instead;
-            see hsdag_ray/core/fit.py).
+            that all overflows still says which placements are closer to fitting), or flat.
         remeasure_rounds: with a real backend, the run's best few placements and every
             baseline are timed again this many interleaved rounds at the end, and every
             reported figure is a re-measured one (see hsdag_ray/summary.py).
@@ -197,7 +197,7 @@ class TrainConfig:
     threads: int = 1
     timeout: float = 120.0
     failure_factor: float = 10.0
-    memory_penalty: str = "graded"
+    memory_penalty: str = "repair"
     remeasure_rounds: int = 5
     solver_time_limit: float = 120.0
     torch_threads: int = 1

@@ -28,7 +28,7 @@ def make_env(profile, **kw) -> PlacementEnv:
 
 
 def test_env_api_rewards_cache_and_failures(profile):
-    env = make_env(profile, reward="speedup")
+    env = make_env(profile, reward="speedup", memory_penalty="graded")
     obs, _ = env.reset(seed=0)
     # (gymnasium's check_env demands equal infos for equal steps: a measuring env's
     # info tells cache hits and timings apart, so the spaces are checked directly)
@@ -135,7 +135,7 @@ class _Flaky:
 
 
 def test_transient_failures_are_not_cached_deterministic_ones_are(profile):
-    env = make_env(profile)
+    env = make_env(profile, memory_penalty="graded")  # an overflowing placement is measured
     env.backend = _Flaky(env.backend)
     n = env.graph.num_nodes
     p = np.zeros(n, dtype=np.int64)

@@ -67,7 +67,7 @@ def test_reward_is_the_runtime_improvement_and_each_evaluation_one_placement(pro
 def test_a_failed_placement_is_evaluated_as_a_slow_one(profile):
     limited = Profile.from_json(profile.to_json())
     limited.mem_capacity = {"GPU_MODEL": 1.0}  # one byte: no node with weights fits there
-    env = make_env(limited, failure_factor=10.0, passes=2)
+    env = make_env(limited, failure_factor=10.0, passes=2, memory_penalty="graded")
     n = env.graph.num_nodes
     env.reset()
     prev = env.initial_runtime_s

@@ -195,7 +195,7 @@ def test_memory_failures_are_graded_by_how_far_over_the_limit():
     with tempfile.TemporaryDirectory() as d:
         prof = Profile.load(small_memory_profile(Path(d) / "p.json", "resnet50", 0.1))
     env = PlacementEnv(EnvConfig(model="resnet50", devices=("CPU_MODEL", "GPU_TINY"),
-                                 profile=prof.to_json()))
+                                 profile=prof.to_json(), memory_penalty="graded"))
     n = env.graph.num_nodes
     weights = np.array([node.weight_bytes for node in env.graph.nodes])
     heavy_last = np.argsort(weights)
@@ -228,7 +228,7 @@ def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
     profile = small_memory_profile(tmp_path / "p.json", "bert_base", 0.02)
     cfg = TrainConfig(model="bert_base", backend="simulator", devices=["CPU_MODEL", "GPU_TINY"],
                       profile=str(profile), budget=300, env_runners=0, wandb="disabled",
-                      out=str(tmp_path), name="tiny", seed=0)
+                      out=str(tmp_path), name="tiny", seed=0, memory_penalty="graded")
     s = train(cfg, quiet=True)
     rows = read_jsonl(tmp_path / "tiny" / "metrics.jsonl")
     assert rows[0]["failures"] == rows[0]["measurements"], "the case must start all infeasible"
