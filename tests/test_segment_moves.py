@@ -1,8 +1,6 @@
 """Segment moves (policies/segment_moves.py): an exact distribution that reaches what node moves cannot."""
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
@@ -13,17 +11,7 @@ from policies.distributions import pack_dist_inputs
 from policies.hsdag_module import HSDAGRLModule
 from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs
 from policies.segment_moves import SEGMENT_SHARE, SegmentMoveDistribution, pack_segment_inputs
-
-SIX_NODE_EDGES = np.array([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
-
-
-def all_actions(num_nodes: int, valid: list[int], devices: int) -> torch.Tensor:
-    rows = []
-    for combo in itertools.product(range(devices), repeat=len(valid)):
-        a = torch.zeros(num_nodes, dtype=torch.long)
-        a[valid] = torch.tensor(combo)
-        rows.append(a)
-    return torch.stack(rows)
+from tests.test_learning_speed import SIX_NODE_EDGES, all_actions
 
 
 def segment_dist(logits, assignment, moves, starts) -> SegmentMoveDistribution:
