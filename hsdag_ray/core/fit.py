@@ -111,11 +111,10 @@ def repair(graph: CostGraph, placement: Sequence[int]) -> Optional[np.ndarray]:
         # extra time of moving each candidate to each device: compute + boundaries
         extra = comp[cand] - comp[cand, d][:, None]
         if g.boundary_s > 0:
+            # boundaries each node has with its neighbours now, and if its unit sat on t
+            now = ((prev >= 0) & (prev != q)).astype(float) + ((nxt >= 0) & (nxt != q))
             nodes_b = np.zeros((U, D))
             for t in range(D):
-                # boundaries a node has with its neighbours if its unit sat on t, minus now
-                now = (prev >= 0) & (prev != q)
-                now = now.astype(float) + ((nxt >= 0) & (nxt != q))
                 then = ((prev >= 0) & (prev != t)).astype(float) + ((nxt >= 0) & (nxt != t))
                 np.add.at(nodes_b[:, t], unit, then - now)
             extra = extra + g.boundary_s * nodes_b[cand]
