@@ -178,12 +178,7 @@ def _policy_placement(module, env, greedy: bool, seed: int) -> np.ndarray:
     if not hasattr(env, "current_node"):  # all nodes at once
         return np.asarray(_act(module, obs, greedy)).reshape(-1)[:n].astype(np.int64)
     for _ in range(env.steps_per_episode):  # one node per step
-        node = env.current_node
-        env.placement[node] = int(np.asarray(_act(module, obs, greedy)).reshape(-1)[0])
-        env.visited[node] = True
-        env._step += 1
-        env.start_s = env._start_times()
-        obs = env.observation()
+        obs = env.place_unmeasured(int(np.asarray(_act(module, obs, greedy)).reshape(-1)[0]))
     return env.placement.copy()
 
 
