@@ -207,17 +207,19 @@ class PlacementEnv(gym.Env):
         self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, profile,
                                     cfg.objective, cfg.sim_delay_s)
         self.devices = list(self.backend.devices)
+        #: the cost graph of the run's devices under the profile, which says without
+        #: measuring whether a placement fits (hsdag_ray.core.fit; memory_penalty "repair"
+        #: repairs to it), or None without a profile of every device
+        self.limits = None
+        if profile is not None and all(d in profile.devices for d in self.devices):
+            self.limits = cost_graph(graph, profile, self.devices)
         times = mem = cap = None
         if profile is not None and (cfg.features.cost or cfg.features.relative):
-            cg = cost_graph(graph, profile, [d for d in self.devices if d in profile.devices])
+            cg = self.limits if self.limits is not None else \
+                cost_graph(graph, profile, [d for d in self.devices if d in profile.devices])
             times = cg.compute_s
             mem, cap = cg.mem_bytes, cg.mem_capacity
         x, self.feature_names = node_features(graph, cfg.features, times, mem, cap)
-        #: the cost graph whose limits placements are repaired to (memory_penalty "repair")
-        self.limits = None
-        if cfg.memory_penalty == "repair" and profile is not None \
-                and all(d in profile.devices for d in self.devices):
-            self.limits = cost_graph(graph, profile, self.devices)
         self._incumbent_at = x.shape[1]  # first incumbent column
         if cfg.incumbent:
             x = np.concatenate([x, np.zeros((x.shape[0], len(self.devices)), x.dtype)], axis=1)
@@ -249,7 +251,7 @@ class PlacementEnv(gym.Env):
         """Measure (or fetch from the run's cache) a placement the policy proposed,
         given as device indices; it counts towards the run's best."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
-        if self.limits is not None:
+        if self.limits is not None and self.config.memory_penalty == "repair":
             from hsdag_ray.core.fit import repair
 
             fixed = repair(self.limits, p)

@@ -26,7 +26,7 @@ import numpy as np
 from hsdag_ray.cli import UsageError
 
 __all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible", "adopt_settings",
-           "load_into_algo", "check_method", "build_module", "infer_placements", "device_limits",
+           "load_into_algo", "check_method", "build_module", "infer_placements",
            "first_placement", "ZeroShotDriver"]
 
 CHECKPOINT_FILE = "pretrained.pt"
@@ -156,21 +156,6 @@ def _act(module, obs: Mapping[str, np.ndarray], greedy: bool):
 DRAWS = 10
 
 
-def device_limits(env):
-    """The cost graph of ``env``'s graph under its profile (what says, without
-    measuring, whether a placement fits: :mod:`hsdag_ray.core.fit`), or None when
-    the run has no profile of all its devices (nothing is then known)."""
-    from hsdag_ray.core.profile import Profile, cost_graph
-
-    prof = getattr(env.config, "profile", None)
-    if not prof:
-        return None
-    profile = Profile.from_json(prof)
-    if not all(d in profile.devices for d in env.devices):
-        return None
-    return cost_graph(env.graph, profile, list(env.devices))
-
-
 def _policy_placement(module, env, greedy: bool, seed: int) -> np.ndarray:
     """One placement of the policy, nothing measured (see :func:`infer_placements`)."""
     n = env.graph.num_nodes
@@ -190,7 +175,7 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
     placement updated without measuring (start times come from the simulator's
     schedule).
 
-    With ``fit`` (and a profile of the run's devices, :func:`device_limits`) no
+    With ``fit`` (and a profile of the run's devices, the environment's ``limits``) no
     placement breaks a device's limits when the rule of :mod:`hsdag_ray.core.fit`
     finds one that does not: an infeasible greedy placement is repaired (nodes
     move off the overflowing device, cheapest extra time per byte first); sampled
@@ -204,7 +189,7 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
     from hsdag_ray.core.fit import feasible, repair
 
     torch.manual_seed(seed)
-    limits = device_limits(env) if fit else None
+    limits = env.limits if fit else None
 
     def fitted(p: np.ndarray) -> np.ndarray:
         fixed = repair(limits, p)

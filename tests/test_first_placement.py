@@ -10,8 +10,8 @@ from envs.store import placement_key
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.core.fit import feasible
 from hsdag_ray.pretrain import pretrain
-from hsdag_ray.pretrained import (build_module, device_limits, first_placement, infer_placements,
-                                  read_pretrained, save_pretrained)
+from hsdag_ray.pretrained import (build_module, first_placement, infer_placements, read_pretrained,
+                                  save_pretrained)
 from policies.registry import get, load
 
 HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
@@ -59,7 +59,7 @@ def _env(pre):
 def test_zero_shot_placements_fit_the_accelerators_memory(checkpoints):
     _, overflowing, acc = checkpoints
     env = _env(overflowing)
-    limits = device_limits(env)
+    limits = env.limits
     module = build_module(read_pretrained(overflowing), get("hsdag"), env)
     raw = infer_placements(module, env, 10, seed=0, fit=False)
     assert (raw[0] == acc).all() and not feasible(limits, raw[0])  # what is to be mended
@@ -96,7 +96,7 @@ def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, 
     s = train(cfg, quiet=True)
     env = _env(overflowing)
     expected = first_placement(read_pretrained(overflowing), get("hsdag"), env.config.to_dict(), False)
-    assert feasible(device_limits(env), expected)
+    assert feasible(env.limits, expected)
     log = json.loads((tmp_path / "ft" / "store.json").read_text())["log"]
     assert log[0]["key"] == placement_key(env.graph_id, expected) and log[0]["ok"]
     assert 12 <= s["placements"] <= 12 + 5 * 2  # the budget counts it: at most one iteration over
