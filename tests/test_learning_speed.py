@@ -87,16 +87,23 @@ def test_start_device_head_start_is_added_to_every_group():
                           torch.tensor([0.0, 2.5]).expand_as(plain.group_logits))
 
 
-def test_module_with_node_moves_keeps_the_sampled_grouping_and_logp():
+def sampled_module(**model_config):
+    """An HSDAG module (hidden 16, plus ``model_config``), a batch of the six-node
+    graph twice (padded to 8 nodes, 2 devices) and its sampled distribution inputs."""
     torch.manual_seed(0)
     obs_space, act_space = placement_spaces(8, 8, 3, 2)
     module = HSDAGRLModule(observation_space=obs_space, action_space=act_space,
-                           model_config={"hidden_dim": 16, "node_moves": True})
+                           model_config={"hidden_dim": 16, **model_config})
     rng = np.random.default_rng(0)
     single = pad_graph_observation(rng.normal(size=(6, 3)), SIX_NODE_EDGES, 8, 8)
     obs = {k: torch.as_tensor(np.repeat(v[None], 2, 0)) for k, v in single.items()}
     with torch.no_grad():
         sampled = module.forward_exploration({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+    return module, obs, sampled
+
+
+def test_module_with_node_moves_keeps_the_sampled_grouping_and_logp():
+    module, obs, sampled = sampled_module(node_moves=True)
     assert sampled.shape == (2, 8 * 4)
     dist_cls = module.get_train_action_dist_cls()
     action = dist_cls.from_logits(sampled).sample()

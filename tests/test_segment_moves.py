@@ -6,12 +6,10 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
-from envs.observation import pad_graph_observation, placement_spaces
 from policies.distributions import pack_dist_inputs
-from policies.hsdag_module import HSDAGRLModule
 from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs
 from policies.segment_moves import SEGMENT_SHARE, SegmentMoveDistribution, pack_segment_inputs
-from tests.test_learning_speed import SIX_NODE_EDGES, all_actions
+from tests.test_learning_speed import all_actions, sampled_module
 
 
 def segment_dist(logits, assignment, moves, starts) -> SegmentMoveDistribution:
@@ -57,15 +55,7 @@ def test_a_segment_reaches_a_run_of_changes_that_single_moves_all_but_never_samp
 
 
 def test_module_with_segment_moves_keeps_logp_between_sampling_and_training():
-    torch.manual_seed(0)
-    obs_space, act_space = placement_spaces(8, 8, 3, 2)
-    module = HSDAGRLModule(observation_space=obs_space, action_space=act_space,
-                           model_config={"hidden_dim": 16, "node_moves": True, "segment_moves": True})
-    rng = np.random.default_rng(0)
-    single = pad_graph_observation(rng.normal(size=(6, 3)), SIX_NODE_EDGES, 8, 8)
-    obs = {k: torch.as_tensor(np.repeat(v[None], 2, 0)) for k, v in single.items()}
-    with torch.no_grad():
-        sampled = module.forward_exploration({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+    module, obs, sampled = sampled_module(node_moves=True, segment_moves=True)
     assert sampled.shape == (2, 8 * 5)
     dist_cls = module.get_train_action_dist_cls()
     dist = dist_cls.from_logits(sampled)
