@@ -206,7 +206,7 @@ class TrainConfig:
     zero_shot_samples: int = 1
 
     def validate(self) -> None:
-        from envs.placement_env import REWARDS
+        from envs.placement_env import MEMORY_PENALTIES, REWARDS
         from envs.simulator import OBJECTIVES
         from hsdag_ray.core.coarsening import COARSENINGS
         from policies.registry import METHODS
@@ -235,7 +235,7 @@ class TrainConfig:
             (self.replay in ("elite", "recent"), "replay must be elite or recent"),
             (self.start in ("uniform", "best_single"), "start must be uniform or best_single"),
             (self.reward in REWARDS + ("",), f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}"),
-            (self.memory_penalty in ("graded", "flat", "repair"),
+            (self.memory_penalty in MEMORY_PENALTIES,
              "memory_penalty must be graded, flat or repair"),
             (self.position in ("id", "sin", "none"), "position must be id, sin or none"),
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
