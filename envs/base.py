@@ -37,6 +37,10 @@ class TimingConfig:
         race_min_blocks: blocks timed before a placement may be stopped.
         race_extra: a close new best is timed up to this many times the
             planned blocks again.
+        race_far: a placement whose last warm-up run already took more than
+            ``race_far`` times the best latency is not timed further (its
+            warm-up run is its latency); ``0`` = time at least
+            ``race_min_blocks`` blocks whatever the warm-up showed.
         stage_cache: compiled pipeline stages (and single-device models) kept
             between placements, so shared stages compile once (0 = off).
         stage_cache_mb: memory bound of that cache, in MB (an estimate: the
@@ -53,6 +57,7 @@ class TimingConfig:
     race_margin: float = 0.05
     race_min_blocks: int = 2
     race_extra: int = 1
+    race_far: float = 2.0
     stage_cache: int = 64
     stage_cache_mb: float = 1024.0
 

@@ -5,13 +5,17 @@ Timing is short (1 warm-up, 3 blocks of 2 runs); the file runs in seconds.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import numpy as np
 import openvino as ov
 import pytest
 
 import envs.openvino.pipeline as pipeline_module
 from envs.base import TimingConfig
-from envs.openvino.racing import race_step
-from envs.openvino.runners import StageFailure, ov_errors
+from envs.openvino.racing import far_slower, race_step
+from envs.openvino.runners import RequestRunner, StageFailure, ov_errors, random_inputs, time_runs
 from envs.openvino_backend import STRUCTURAL_OPS, OpenVINOBackend, complete_affinity, plan_stages
 from hsdag_ray.core.errors import GraphError
 from hsdag_ray.core.models import tiny_cnn
@@ -115,6 +119,31 @@ def test_race_decisions() -> None:
     assert race_step([9.0] * 2, None, t) == "go"  # nothing to race against
     off = TimingConfig(repeats=5, race=False)
     assert race_step([9.0] * 4, 1.0, off) == "go" and race_step([0.98] * 5, 1.0, off) == "done"
+
+
+def test_far_slower_judges_the_warm_up_run() -> None:
+    t = TimingConfig(race_far=2.0)
+    assert far_slower(2.5, 1.0, t) and not far_slower(1.9, 1.0, t)
+    assert not far_slower(9.0, None, t)  # nothing to race against
+    assert not far_slower(9.0, 1.0, replace(t, race_far=0)) and not far_slower(9.0, 1.0, replace(t, race=False))
+
+
+def test_a_placement_far_slower_in_its_warm_up_gets_no_timed_block(model: ov.Model) -> None:
+    runner = RequestRunner(ov.Core().compile_model(model, "CPU"),
+                           [ov.Tensor(x) for x in random_inputs(model, 0)])
+    timing = TimingConfig(warmup=2, repeats=4, block=2, threads=1, race_min_blocks=2)
+    latency = float(np.median(time_runs(runner, timing, 0, math.inf, {}, best=None)))
+    info: dict = {}
+    samples = time_runs(runner, timing, 0, math.inf, info, best=latency / 10)
+    assert info["raced"] == "stopped" and len(samples) == 1 and samples[0] > latency / 5
+    # the same best with the early stop off: the blocks racing needs before it stops
+    info = {}
+    samples = time_runs(runner, replace(timing, race_far=0), 0, math.inf, info, best=latency / 10)
+    assert info["raced"] == "stopped" and len(samples) == timing.race_min_blocks
+    # a placement about as fast as the best is timed in full
+    info = {}
+    samples = time_runs(runner, timing, 0, math.inf, info, best=latency * 3)
+    assert len(samples) == timing.repeats and "raced" not in info
 
 
 def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Model) -> None:

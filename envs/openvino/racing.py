@@ -17,6 +17,16 @@ latency measured so far, :func:`race_step` decides after each block:
   blocks again before believing it (a lucky block is not a new best).
 * ``go`` / ``done``: keep timing / finished.
 
+Before the blocks, :func:`far_slower` looks at the last warm-up run: a
+placement whose warm-up run took more than ``race_far`` (2) times the best is
+stopped there, with no timed block. Most placements an untrained policy
+proposes are several times slower than the best (on ResNet-50 with CPU +
+CPU_F32 a random split runs 3-6x the bf16 CPU's time), and timing
+``race_min_blocks`` blocks of them was most of a cold stream's time. A
+warm-up run is a high estimate (a first run allocates), but not by a factor
+of two once the first run is past: with two warm-up runs the second is
+judged.
+
 Racing only applies to the method's own placements; baselines and the final
 re-measurement are always timed in full (the backend is asked to race only by
 :meth:`envs.placement_env.PlacementEnv.measure_array`).
@@ -29,7 +39,7 @@ import numpy as np
 
 from envs.base import TimingConfig
 
-__all__ = ["race_step"]
+__all__ = ["race_step", "far_slower"]
 
 Decision = Literal["go", "stop", "more", "done"]
 
@@ -54,3 +64,10 @@ def race_step(samples: Sequence[float], best: Optional[float], timing: TimingCon
         if best * (1.0 - timing.race_margin) <= median < best:
             return "more"
     return "done"
+
+
+def far_slower(run_s: float, best: Optional[float], timing: TimingConfig) -> bool:
+    """Whether a warm-up run of ``run_s`` seconds says the placement is far slower
+    than ``best`` (more than ``race_far`` times it), so it needs no timed block."""
+    return (best is not None and timing.race and timing.race_far > 0
+            and run_s > best * timing.race_far)

@@ -14,7 +14,7 @@ import numpy as np
 import openvino as ov
 
 from envs.base import TimingConfig
-from envs.openvino.racing import race_step
+from envs.openvino.racing import far_slower, race_step
 from envs.openvino.stage_cache import CachedStage
 from envs.openvino.stages import Stage, TensorKey
 from hsdag_ray.core.models import openvino_error_text
@@ -177,17 +177,24 @@ def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
 
     With ``best`` (the best latency so far, seconds) the blocks are raced
     against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
-    clearly slower placement (``info['raced'] = 'stopped'``), more for a
-    close new best (``'extended'``). Sets ``info['cpu_per_wall']``, and
+    clearly slower placement (``info['raced'] = 'stopped'``), none when the
+    last warm-up run was already far slower (:func:`envs.openvino.racing.far_slower`;
+    that run is returned as the one sample), more for a close new best
+    (``'extended'``). Sets ``info['cpu_per_wall']``, and
     ``info['warning']`` when more than ``limit`` threads (0 = no limit) were
     busy; raises ``StageFailure('timeout')`` past ``deadline``.
     """
-    runs = 0
+    runs, warm_s = 0, 0.0
     for _ in range(timing.warmup):
+        start = time.perf_counter()
         runner.infer()
+        warm_s = time.perf_counter() - start
         runs += 1
         if time.perf_counter() > deadline:
             raise StageFailure("timeout", timeout_text(timing, info, runs))
+    if timing.warmup and far_slower(warm_s, best, timing):
+        info.update(raced="stopped", race_best_s=best)
+        return [warm_s]
     samples = []
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     decision = race_step(samples, best, timing)
