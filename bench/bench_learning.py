@@ -27,6 +27,7 @@ seed, method and output itself.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import tempfile
@@ -34,14 +35,42 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 
-def load_or_record(model: str, folder: Path) -> Path:
-    """The profile file bench_solvers.py uses (recorded there when missing)."""
+
+def load_or_record(model: str, folder: Path, jitter: str = "") -> Path:
+    """The profile file bench_solvers.py uses (recorded there when missing), or,
+    with ``jitter`` = ``SIGMA:SEED``, a variant of it written beside it."""
     from bench_solvers import model_profile
 
     _, how = model_profile(model, folder)
     print(f"{model}: profile {how}", flush=True)
-    return folder / f"profile_{model}.json"
+    path = folder / f"profile_{model}.json"
+    if not jitter:
+        return path
+    sigma, _, seed = jitter.partition(":")
+    out = folder / f"profile_{model}_jitter{sigma}_seed{seed or 0}.json"
+    out.write_text(json.dumps(jittered(json.loads(path.read_text()), float(sigma), int(seed or 0))))
+    return out
+
+
+def jittered(profile: dict, sigma: float, seed: int) -> dict:
+    """A variant of a profile (its JSON dict): every op's time on every device
+    multiplied by its own log-normal factor ``exp(sigma * N(0, 1))``, so which
+    device is faster for an op, and by how much, changes as it does between
+    machines and between recordings under different loads; memory and links
+    are kept. Devices that share a spec (GPU_MODEL and GPU_SMALLMEM) get the
+    same factors, so they still differ only in memory."""
+    rng = np.random.default_rng(seed)
+    out = json.loads(json.dumps(profile))
+    factors: dict[str, dict[str, float]] = {}
+    for dev, times in out["op_time_s"].items():
+        spec = dict(out["devices"].get(dev, {}).get("spec") or {"device": dev})
+        spec.pop("memory_bytes", None)
+        f = factors.setdefault(json.dumps(spec, sort_keys=True),
+                               {op: float(np.exp(sigma * rng.standard_normal())) for op in sorted(times)})
+        out["op_time_s"][dev] = {op: t * f.get(op, 1.0) for op, t in times.items()}
+    return out
 
 
 def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> float:
@@ -52,7 +81,7 @@ def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> floa
 
 
 def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, base,
-             say=print, on_case=None) -> list[dict]:
+             say=print, on_case=None, jitter: str = "") -> list[dict]:
     """Train every method on every (model, accelerator) for every seed on the
     recorded profiles; one dict per case: ``model``, ``accelerator``,
     ``method``, ``ratios`` (best/optimum per seed, ``inf`` when nothing was
@@ -69,7 +98,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     cases = []
     with tempfile.TemporaryDirectory() as out:
         for model in models:
-            profile = load_or_record(model, Path(profiles))
+            profile = load_or_record(model, Path(profiles), jitter)
             for acc in accelerators:
                 for method in methods:
                     ratios, curves, proven_all = [], [], True
@@ -143,6 +172,10 @@ def parse(description: str, default_methods: str):
     ap.add_argument("--profiles", default="bench/.cache",
                     help="folder of the recorded profiles, shared with bench_solvers.py "
                          "(recorded when missing)")
+    ap.add_argument("--jitter", default="",
+                    help="SIGMA:SEED: run on a variant of each recorded profile, every op's "
+                         "time on every device times exp(SIGMA * N(0,1)) (e.g. 0.3:1), to "
+                         "check a setting on other cost landscapes than the one recorded")
     ap.add_argument("train_flags", nargs=argparse.REMAINDER,
                     help="after --: python -m hsdag_ray.train flags for every run")
     args = ap.parse_args()
@@ -232,11 +265,12 @@ def main() -> None:
     cases = run_grid(args.models.split(","), args.accelerators.split(","),
                      args.methods.split(","), [int(s) for s in args.seeds.split(",")],
                      budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
-                     on_case=save)
+                     on_case=save, jitter=args.jitter)
     print(f"\nbest/optimum, median [min-max] over seeds {args.seeds} at "
           f"{', '.join(map(str, budgets))} placements, cost features "
           + ("off" if base.no_cost else "on")
-          + (f", with {' '.join(args.train_flags)}" if args.train_flags else ""))
+          + (f", with {' '.join(args.train_flags)}" if args.train_flags else "")
+          + (f", profiles jittered by {args.jitter}" if args.jitter else ""))
     print("\n".join(summarize(cases, budgets)), flush=True)
     if args.plot:
         plot(cases, args.plot, budgets[-1])

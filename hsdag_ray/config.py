@@ -84,6 +84,10 @@ class TrainConfig:
         segment_moves: with node moves, each placement may also set a short run of
             nodes (2-8 in topological order, from a learned start) to one device at
             once, so changes that pay only together can be sampled (policies/segment_moves.py).
+        move_floor: with node moves, each node of an n-node graph moves with probability
+            at least move_floor / n, so a policy that has settled still proposes its
+            placement with about move_floor nodes changed, the neighbours a local search
+            would try, instead of the same placement again (0 = off).
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
@@ -175,6 +179,7 @@ class TrainConfig:
     self_loops: bool = False
     node_moves: bool = True
     segment_moves: bool = False
+    move_floor: float = 0.0
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"

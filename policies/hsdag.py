@@ -149,6 +149,7 @@ from torch_geometric.utils import to_undirected
 from policies.graph_parsing import GraphParsingPool, Grouping, PooledGraph, dominant_edges
 from policies.hsdag_config import HSDAGConfig
 from policies.layers import mlp, normalized_adjacency, reset_sequential
+from policies.move_distribution import floored_logits
 
 __all__ = ["HSDAGConfig", "HSDAGOutput", "HSDAGNet", "GraphParsingPool", "Grouping",
            "PooledGraph", "dominant_edges"]
@@ -323,6 +324,8 @@ class HSDAGNet(nn.Module):
             # prior: about one moving node per placement, logit(1 / n) per graph of n nodes
             n = torch.bincount(batch, minlength=num_graphs).to(z.dtype).clamp_min(2.0)[batch]
             move_logits = self.mover(z).squeeze(-1) - torch.log(n - 1.0)
+            if self.config.move_floor > 0:
+                move_logits = floored_logits(move_logits, self.config.move_floor / n)
         return HSDAGOutput(
             node_logits=node_logits,
             group_logits=group_logits,

@@ -52,6 +52,13 @@ class HSDAGConfig:
             ``grouping_noise`` and the draw's log-probability joins the
             placement's, so REINFORCE trains the edge scorer on the reward
             (:func:`policies.graph_parsing.sample_partners`).
+        move_floor: with ``node_moves``, every node of a graph of ``n`` nodes moves
+            with probability at least ``move_floor / n``: the learned move
+            probability ``q`` becomes ``(1 - e) q + e`` with ``e = move_floor / n``
+            (an exact mixture, so ``logp`` stays that of what is sampled). A policy
+            that has settled on a placement then still samples it with about
+            ``move_floor`` nodes changed, the neighbours a local search tries, instead
+            of proposing the same placement again; ``0`` = the learned probability alone.
     """
 
     hidden_dim: int = 64
@@ -70,6 +77,7 @@ class HSDAGConfig:
     prior_device: int = -1
     prior_logit: float = 2.0
     sampled_grouping: bool = False
+    move_floor: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -79,6 +87,8 @@ class HSDAGConfig:
             raise ValueError(f"HSDAGConfig.num_gcn_layers must be >= 0, got {self.num_gcn_layers}.")
         if self.pooling not in POOLINGS:
             raise ValueError(f"HSDAGConfig.pooling must be one of {POOLINGS}, got {self.pooling!r}.")
+        if not 0 <= float(self.move_floor) < 2:
+            raise ValueError(f"HSDAGConfig.move_floor must be in [0, 2), got {self.move_floor}.")
         if not float(self.grouping_noise) >= 0:
             raise ValueError(f"HSDAGConfig.grouping_noise must be >= 0, got {self.grouping_noise}.")
 

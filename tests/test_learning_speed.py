@@ -112,6 +112,39 @@ def test_module_with_node_moves_keeps_the_sampled_grouping_and_logp():
     assert torch.allclose(logp, dist_cls.from_logits(sampled).logp(action), atol=1e-5)
 
 
+def test_floored_logits_are_the_exact_mixture_and_stay_finite():
+    from policies.move_distribution import floored_logits
+
+    m = torch.tensor([-80.0, -3.0, 0.0, 3.0, 80.0], requires_grad=True)
+    q = torch.sigmoid(floored_logits(m, 0.05))
+    expected = 0.95 * torch.sigmoid(m) + 0.05
+    assert torch.allclose(q, expected, atol=1e-6)
+    q.sum().backward()
+    assert torch.isfinite(m.grad).all()
+
+
+@pytest.mark.parametrize("floor", [0.0, 1.0])
+def test_move_floor_bounds_every_nodes_move_probability(floor):
+    from policies.move_distribution import split_move_inputs
+
+    module, obs, _ = sampled_module(node_moves=True, move_floor=floor)
+    with torch.no_grad():  # a policy that has all but stopped moving nodes
+        module.net.mover[-1].bias.fill_(-50.0)
+        sampled = module.forward_exploration({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+    _, move_logits = split_move_inputs(sampled, 2)
+    q = torch.sigmoid(move_logits[:, :6])  # the six real nodes
+    if floor:
+        assert torch.all(q >= floor / 6 - 1e-6) and torch.all(q < floor / 6 + 1e-3)
+    else:
+        assert torch.all(q < 1e-9)
+    # the learner's pass gives the sampler's log-probability, floor included
+    dist_cls = module.get_train_action_dist_cls()
+    action = dist_cls.from_logits(sampled).sample()
+    train = module.forward_train({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: sampled})
+    logp = dist_cls.from_logits(train[Columns.ACTION_DIST_INPUTS]).logp(action)
+    assert torch.allclose(logp, dist_cls.from_logits(sampled).logp(action), atol=1e-5)
+
+
 def episode(rewards: list[float]) -> SingleAgentEpisode:
     ep = SingleAgentEpisode(observations=[0] * (len(rewards) + 1), actions=[0] * len(rewards),
                             rewards=rewards, len_lookback_buffer=0)
