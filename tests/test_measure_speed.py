@@ -140,15 +140,18 @@ def test_a_placement_far_slower_in_its_warm_up_gets_no_timed_block(model: ov.Mod
     info = {}
     samples = time_runs(runner, replace(timing, race_far=0), 0, math.inf, info, best=latency / 10)
     assert info["raced"] == "stopped" and len(samples) == timing.race_min_blocks
-    # a placement about as fast as the best is timed in full
+    # a placement not far slower than the best is timed in full (a generous best: one
+    # run of this sub-millisecond model can be several times slow on a loaded machine)
     info = {}
-    samples = time_runs(runner, timing, 0, math.inf, info, best=latency * 3)
+    samples = time_runs(runner, timing, 0, math.inf, info, best=latency * 50)
     assert len(samples) == timing.repeats and "raced" not in info
 
 
 def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Model) -> None:
-    # a generous margin: only a placement more than 50% slower in every block stops
-    timing = TimingConfig(warmup=1, repeats=6, block=2, timeout_s=60.0, threads=1, race_margin=0.5)
+    # a generous margin: only a placement more than 50% slower in every block stops; the
+    # warm-up stop is off (one run of this sub-millisecond model is not evidence enough)
+    timing = TimingConfig(warmup=1, repeats=6, block=2, timeout_s=60.0, threads=1, race_margin=0.5,
+                          race_far=0)
     backend = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=timing)
     fast = cut_at(model, len(compute_ops(model)))  # everything on CPU, one stage
     slow = alternating(model)  # one stage per op: many stage boundaries
