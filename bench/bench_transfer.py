@@ -21,7 +21,8 @@ objective, the exact optimum from the MILP solver):
   ``--finetune-budget`` (``>B`` = not reached in B); with ``--init-soften F`` also
   from the pre-trained weights spread once after loading (``train --init-soften``).
 
-``--reuse`` takes the pre-trained policies already in ``--out``.
+``--reuse`` takes the pre-trained policies already in ``--out`` and the fine-tuning
+runs already finished there (``runs/``, one folder per method, kind, graph and seed).
 
 Prints markdown tables. Zero-shot needs no Ray; the fine-tuning runs share one
 local Ray.
@@ -89,12 +90,10 @@ def reach(store: Path, optimum_s: float, factor: float) -> float:
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
              seed: int, memory_penalty: str = "repair", settings: Optional[dict] = None,
-             init_soften: float = 1.0) -> dict:
+             init_soften: float = 1.0, reuse: bool = False) -> dict:
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch, and with
     ``init_soften`` below 1 also pre-trained with the policy spread once after loading
-    (``"softened"``)."""
-    import dataclasses
-
+    (``"softened"``). ``reuse``: a run whose folder in ``out`` is complete is read, not run again."""
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.core.families import FAMILY_DEVICES
     from hsdag_ray.core.profile import Profile
@@ -115,11 +114,14 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
                           devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
                           init_soften=soften,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
-                          name=f"{method}-{kind}-{tag}-{seed}", memory_penalty=memory_penalty,
+                          name=f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{tag}-{seed}",
+                          memory_penalty=memory_penalty,
                           **{**base, **(settings or {})})
-        cfg = dataclasses.replace(cfg)
-        summary = train(cfg, quiet=True, library_log=True)
-        store = Path(summary["run_dir"]) / "store.json"
+        done = out / cfg.name
+        if reuse and (done / "summary.json").is_file():
+            store = done / "store.json"
+        else:
+            store = Path(train(cfg, quiet=True, library_log=True)["run_dir"]) / "store.json"
         opt = graph["optimum_s"]
         res[kind] = (reach(store, opt, 1.05), reach(store, opt, 1.01))
     return res
@@ -177,7 +179,8 @@ def main() -> None:
                          "loading (train --init-soften F), a third run per graph and seed")
     ap.add_argument("--reuse", action="store_true",
                     help="use the pre-trained policy already in --out (<family>-<method>-pretrain) "
-                         "instead of pre-training again")
+                         "instead of pre-training again, and read the fine-tuning runs already "
+                         "finished in --out/runs instead of running them again")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_transfer_")).resolve()
     base = {"hidden_dim": args.hidden_dim, "relative_features": args.relative_features,
@@ -229,7 +232,7 @@ def main() -> None:
                     for seed in (int(s) for s in args.seeds.split(",")):
                         res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed,
                                        args.finetune_memory_penalty, finetune_settings,
-                                       args.init_soften)
+                                       args.init_soften, args.reuse)
                         tunes[method].append((r["graph"], seed, res))
                         print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
             finally:
