@@ -141,7 +141,8 @@ class TrainConfig:
             module's soften_policy scales HSDAG's placer and move-head output layers by
             this factor (its preferences keep their order), so a settled policy samples
             more than its greedy placement; the greedy placement measured first is the
-            checkpoint's own (1 = off; HSDAG only; see README, "What to expect").
+            checkpoint's own (1 = off; HSDAG only; 0.3-0.8 measured no reliable gain on
+            held-out graphs, see README, "What to expect").
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
