@@ -123,7 +123,7 @@ def load_into_algo(algo, ckpt: Mapping[str, Any], method: str, soften: float = 1
             spread = getattr(module, "soften_policy", None)
             if spread is None:
                 raise UsageError(f"--init-soften spreads a policy through its soften_policy, which "
-                                 f"the {method} policy does not have (HSDAG's does); leave it at 1")
+                                 f"the {method} policy does not have (HSDAG's and GDP's do); leave it at 1")
             spread(soften)
         return True
 
