@@ -18,7 +18,8 @@ objective, the exact optimum from the MILP solver):
 * fine-tuning: measured placements until one is within 1.05x and 1.01x of the
   optimum, from the pre-trained weights (``--init``: the first measurement is
   the policy's greedy placement) and from scratch, at the same
-  ``--finetune-budget`` (``>B`` = not reached in B); with ``--init-soften F`` also
+  ``--finetune-budget`` (``>B`` = not reached in B); the pre-trained runs spread
+  nothing (``init_soften`` 1, whatever the method's own factor); with ``--init-soften F`` also
   from the pre-trained weights spread once after loading (``train --init-soften``).
 
 ``--reuse`` takes the pre-trained policies already in ``--out`` and the fine-tuning

@@ -134,10 +134,10 @@ def test_init_soften_is_checked_before_a_run_starts():
 
     with pytest.raises(UsageError, match="pass --init CHECKPOINT with it"):
         config_from_args(["--init-soften", "0.3"])
-    with pytest.raises(UsageError, match="init_soften must be above 0 and at most 1"):
-        TrainConfig(init_soften=0.0).validate()
-    with pytest.raises(UsageError, match="init_soften must be above 0 and at most 1"):
-        TrainConfig(init_soften=1.5).validate()
+    for bad in (-0.5, 1.5):
+        with pytest.raises(UsageError, match=r"init_soften must be at most 1 \(0: the method's own"):
+            TrainConfig(init_soften=bad).validate()
+    TrainConfig(init_soften=0.0).validate()  # the default: the method's own, also without --init
 
 
 def test_budget_zero_places_zero_shot_with_one_measurement(pretrained, tmp_path):
