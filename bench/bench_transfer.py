@@ -18,9 +18,12 @@ objective, the exact optimum from the MILP solver):
 * fine-tuning: measured placements until one is within 1.05x and 1.01x of the
   optimum, from the pre-trained weights (``--init``: the first measurement is
   the policy's greedy placement) and from scratch, at the same
-  ``--finetune-budget`` (``>B`` = not reached in B).
+  ``--finetune-budget`` (``>B`` = not reached in B); the pre-trained runs spread
+  nothing (``init_soften`` 1, whatever the method's own factor); with ``--init-soften F`` also
+  from the pre-trained weights spread once after loading (``train --init-soften``).
 
-``--reuse`` takes the pre-trained policies already in ``--out``.
+``--reuse`` takes the pre-trained policies already in ``--out`` and the fine-tuning
+runs already finished there (``runs/``, one folder per method, kind, graph and seed).
 
 Prints markdown tables. Zero-shot needs no Ray; the fine-tuning runs share one
 local Ray.
@@ -87,10 +90,11 @@ def reach(store: Path, optimum_s: float, factor: float) -> float:
 
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
-             seed: int, memory_penalty: str = "repair", settings: Optional[dict] = None) -> dict:
-    """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch."""
-    import dataclasses
-
+             seed: int, memory_penalty: str = "repair", settings: Optional[dict] = None,
+             init_soften: float = 1.0, reuse: bool = False) -> dict:
+    """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch, and with
+    ``init_soften`` below 1 also pre-trained with the policy spread once after loading
+    (``"softened"``). ``reuse``: a run whose folder in ``out`` is complete is read, not run again."""
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.core.families import FAMILY_DEVICES
     from hsdag_ray.core.profile import Profile
@@ -103,15 +107,22 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     prof_file = out / f"profile-{tag}.json"
     Profile.from_json(graph["profile"]).save(prof_file)
     res = {}
-    for kind, init in (("pretrained", str(pre)), ("scratch", "")):
+    kinds = [("pretrained", str(pre), 1.0), ("scratch", "", 1.0)]
+    if init_soften < 1:
+        kinds.insert(0, ("softened", str(pre), init_soften))
+    for kind, init, soften in kinds:
         cfg = TrainConfig(method=method, model=graph["graph"], backend="simulator",
                           devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
+                          init_soften=soften,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
-                          name=f"{method}-{kind}-{tag}-{seed}", memory_penalty=memory_penalty,
+                          name=f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{tag}-{seed}",
+                          memory_penalty=memory_penalty,
                           **{**base, **(settings or {})})
-        cfg = dataclasses.replace(cfg)
-        summary = train(cfg, quiet=True, library_log=True)
-        store = Path(summary["run_dir"]) / "store.json"
+        done = out / cfg.name
+        if reuse and (done / "summary.json").is_file():
+            store = done / "store.json"
+        else:
+            store = Path(train(cfg, quiet=True, library_log=True)["run_dir"]) / "store.json"
         opt = graph["optimum_s"]
         res[kind] = (reach(store, opt, 1.05), reach(store, opt, 1.01))
     return res
@@ -164,9 +175,13 @@ def main() -> None:
     ap.add_argument("--finetune-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a train setting of the fine-tuning runs, pre-trained and from scratch "
                          "(e.g. lr=3e-4, num_epochs=1); repeatable")
+    ap.add_argument("--init-soften", type=float, default=1.0, metavar="F",
+                    help="below 1, also fine-tune from the pre-trained policy spread once after "
+                         "loading (train --init-soften F), a third run per graph and seed")
     ap.add_argument("--reuse", action="store_true",
                     help="use the pre-trained policy already in --out (<family>-<method>-pretrain) "
-                         "instead of pre-training again")
+                         "instead of pre-training again, and read the fine-tuning runs already "
+                         "finished in --out/runs instead of running them again")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_transfer_")).resolve()
     base = {"hidden_dim": args.hidden_dim, "relative_features": args.relative_features,
@@ -217,7 +232,8 @@ def main() -> None:
                 for r in rows[: args.finetune_graphs]:
                     for seed in (int(s) for s in args.seeds.split(",")):
                         res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed,
-                                       args.finetune_memory_penalty, finetune_settings)
+                                       args.finetune_memory_penalty, finetune_settings,
+                                       args.init_soften, args.reuse)
                         tunes[method].append((r["graph"], seed, res))
                         print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
             finally:
@@ -226,14 +242,17 @@ def main() -> None:
         B = args.finetune_budget
         print(f"\n### Fine-tuning: measured placements to reach 1.05x / 1.01x of the optimum "
               f"(budget {B})\n")
-        print("| method | held-out graph | seed | pre-trained 1.05x | scratch 1.05x | pre-trained 1.01x "
-              "| scratch 1.01x |")
-        print("|---|---|---|---|---|---|---|")
+        soft = args.init_soften < 1
+        kinds = (["softened"] if soft else []) + ["pretrained", "scratch"]
+        names = {"softened": f"pre-trained, soften {args.init_soften:g}", "pretrained": "pre-trained",
+                 "scratch": "scratch"}
+        print("| method | held-out graph | seed | "
+              + " | ".join(f"{names[k]} {x}" for x in ("1.05x", "1.01x") for k in kinds) + " |")
+        print("|---|---|---|" + "---|" * (2 * len(kinds)))
         for method, items in tunes.items():
             for graph, seed, res in items:
-                p, s = res["pretrained"], res["scratch"]
-                print(f"| {method} | {graph} | {seed} | {fmt(p[0], B)} | {fmt(s[0], B)} | {fmt(p[1], B)} "
-                      f"| {fmt(s[1], B)} |")
+                print(f"| {method} | {graph} | {seed} | "
+                      + " | ".join(fmt(res[k][i], B) for i in (0, 1) for k in kinds) + " |")
     (out / "bench_transfer.json").write_text(json.dumps(
         {"zero_shot": {m: [{k: v for k, v in r.items() if k != "profile"} for r in rows]
                        for m, rows in all_rows.items()}, "finetune": {m: [(g, s, r) for g, s, r in v] for m, v in tunes.items()}},

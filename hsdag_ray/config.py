@@ -140,6 +140,15 @@ class TrainConfig:
             profile of the devices, the greedy and zero-shot placements are repaired
             before they are measured when they overflow a device's memory
             (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).
+        init_soften: below 1, a run with --init spreads the pre-trained policy's
+            distribution once after loading it, before its first sampled batch: the
+            module's soften_policy scales HSDAG's placer and move-head output layers
+            (GDP's policy layer) by this factor (its preferences keep their order), so a
+            settled policy samples more than its greedy placement; the greedy placement
+            measured first is the checkpoint's own (1 = off; 0 = the method's own: 0.2
+            for GDP, which then reached 1.05x on held-out graphs where plain fine-tuning
+            never did, off for HSDAG, where 0.3-0.8 gave no reliable gain; see README,
+            "What to expect").
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
@@ -208,6 +217,7 @@ class TrainConfig:
     torch_threads: int = 1
     sim_delay_s: float = 0.0
     init: str = ""
+    init_soften: float = 0.0
     zero_shot_samples: int = 1
 
     def validate(self) -> None:
@@ -246,6 +256,10 @@ class TrainConfig:
             (self.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
             (self.budget >= 1 or (self.budget == 0 and bool(self.init)),
              "budget must be at least 1 placement (0 places zero-shot with --init CHECKPOINT)"),
+            (0 <= self.init_soften <= 1,
+             "init_soften must be at most 1 (0: the method's own, 1: off)"),
+            (self.init_soften in (0, 1) or bool(self.init),
+             "init_soften spreads a pre-trained policy: pass --init CHECKPOINT with it"),
             (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),

@@ -44,7 +44,8 @@ class RLDriver:
         if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
             from hsdag_ray.pretrained import load_into_algo, read_pretrained
 
-            load_into_algo(self.algo, read_pretrained(cfg.init), method.name)
+            load_into_algo(self.algo, read_pretrained(cfg.init), method.name,
+                           cfg.init_soften or method.init_soften)
 
     @property
     def handle(self):

@@ -107,8 +107,10 @@ def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
                              f"{ckpt.get('settings', {})}")
 
 
-def load_into_algo(algo, ckpt: Mapping[str, Any], method: str) -> None:
-    """Load the checkpoint's weights into the learner's RLModule and every EnvRunner's."""
+def load_into_algo(algo, ckpt: Mapping[str, Any], method: str, soften: float = 1.0) -> None:
+    """Load the checkpoint's weights into the learner's RLModule and every EnvRunner's;
+    ``soften`` below 1 then spreads the loaded policy (the module's ``soften_policy``,
+    ``train --init-soften``) before any EnvRunner samples with it."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     state = ckpt["state_dict"]
@@ -117,6 +119,12 @@ def load_into_algo(algo, ckpt: Mapping[str, Any], method: str) -> None:
         module = learner.module[DEFAULT_MODULE_ID]
         check_compatible(ckpt, method, module)
         module.load_state_dict(state)
+        if soften < 1.0:
+            spread = getattr(module, "soften_policy", None)
+            if spread is None:
+                raise UsageError(f"--init-soften spreads a policy through its soften_policy, which "
+                                 f"the {method} policy does not have (HSDAG's and GDP's do); leave it at 1")
+            spread(soften)
         return True
 
     algo.learner_group.foreach_learner(load)

@@ -224,6 +224,13 @@ class GDPNet(nn.Module):
             last.weight.mul_(POLICY_INIT_SCALE)
             last.bias.zero_()
 
+    @torch.no_grad()
+    def soften(self, factor: float) -> None:
+        """Scales the policy's last layer by ``factor``: every node's logits keep their
+        order (the greedy placement stays) but lose ``1 - factor`` of their spread."""
+        self.policy[-1].weight.mul_(factor)
+        self.policy[-1].bias.mul_(factor)
+
     def node_embeddings(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """GraphSAGE embeddings ``[n, H]`` of the union's nodes ``x [n, F]``."""
         h = torch.relu(self.input(x))

@@ -117,6 +117,11 @@ class GDPRLModule(TorchRLModule, ValueFunctionAPI):
             _, embeddings = self._run(batch)
         return self.value_head(embeddings).squeeze(-1)
 
+    def soften_policy(self, factor: float) -> None:
+        """Spreads the placement distribution again (:meth:`GDPNet.soften`); ``train
+        --init-soften`` calls it on a pre-trained policy."""
+        self.net.soften(factor)
+
     def _run(self, batch: Mapping[str, Any]) -> Tuple[Tensor, Tensor]:
         raw = batch[Columns.OBS]
         if not isinstance(raw, Mapping) or not set(OBS_KEYS) <= set(raw):

@@ -104,6 +104,20 @@ def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, 
     assert rows[0]["best_latency_s"] <= log[0]["latency_s"]
 
 
+def test_a_softened_fine_tuning_run_still_measures_the_checkpoints_greedy_placement_first(
+        checkpoints, tmp_path):
+    """--init-soften spreads the run's policy after loading, not the placement measured first."""
+    from hsdag_ray.train import train
+
+    pre, _, _ = checkpoints
+    cfg = dataclasses.replace(_cfg(pre, budget=6, init_soften=0.3, name="soft"), out=str(tmp_path))
+    train(cfg, quiet=True)
+    env = _env(pre)
+    expected = first_placement(read_pretrained(pre), get("hsdag"), env.config.to_dict(), False)
+    log = json.loads((tmp_path / "soft" / "store.json").read_text())["log"]
+    assert log[0]["key"] == placement_key(env.graph_id, expected)
+
+
 def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_first(checkpoints, tmp_path):
     """Real OpenVINO (CPU bf16 + CPU f32) with one real EnvRunner holding the machine's only
     measuring slot: the greedy placement is measured first and the run does not wait forever.

@@ -86,6 +86,60 @@ def test_init_loads_the_weights_into_the_learner_and_the_env_runner(pretrained):
         ray.shutdown()
 
 
+def _inference_dist(module, env):
+    from ray.rllib.core.columns import Columns
+
+    obs, _ = env.reset(seed=0)
+    batch = {Columns.OBS: {k: torch.as_tensor(v)[None] for k, v in obs.items()}}
+    with torch.no_grad():
+        out = module.forward_inference(batch)
+    return module.action_dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
+
+
+def test_init_soften_spreads_the_loaded_policy_and_keeps_its_preferences(pretrained):
+    """--init-soften: after loading, the learner's and the EnvRunner's policy is spread (higher
+    entropy on the held-out graph) and every group still prefers the device it preferred."""
+    import ray
+
+    from hsdag_ray.algos import algo_config
+    from hsdag_ray.pretrained import adopt_settings, build_module, load_into_algo
+    from hsdag_ray.resolve import env_config, resolve_backend
+    from policies.registry import get, load
+
+    out, _ = pretrained
+    ckpt = read_pretrained(out / CHECKPOINT_FILE)
+    cfg = adopt_settings(_held_out_cfg(out, init_soften=0.3), ckpt)
+    backend, devices, profile = resolve_backend(cfg, lambda s: None)
+    env_cfg = env_config(cfg, backend, devices, profile, "")
+    env = load(get("hsdag").env)(env_cfg)
+    base = build_module(ckpt, get("hsdag"), env)
+    loaded = _inference_dist(base, env)
+    ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
+    try:
+        algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.episode_len).build_algo()
+        load_into_algo(algo, ckpt, "hsdag", soften=cfg.init_soften)
+        learner = algo.learner_group._learner.module["default_policy"]
+        for module in (learner, algo.get_module()):
+            spread = _inference_dist(module, env)
+            assert float(spread.entropy().sum()) > float(loaded.entropy().sum()) + 1e-3
+            assert torch.equal(spread.logits.argmax(-1), loaded.logits.argmax(-1))
+            assert torch.allclose(module.net.placer[-1].weight, 0.3 * base.net.placer[-1].weight)
+        algo.stop()
+    finally:
+        ray.shutdown()
+
+
+def test_init_soften_is_checked_before_a_run_starts():
+    from hsdag_ray.config import config_from_args
+
+    with pytest.raises(UsageError, match="pass --init CHECKPOINT with it"):
+        config_from_args(["--init-soften", "0.3"])
+    for bad in (-0.5, 1.5):
+        with pytest.raises(UsageError, match=r"init_soften must be at most 1 \(0: the method's own"):
+            TrainConfig(init_soften=bad).validate()
+    TrainConfig(init_soften=0.0).validate()  # the default: the method's own, also without --init
+
+
 def test_budget_zero_places_zero_shot_with_one_measurement(pretrained, tmp_path):
     out, _ = pretrained
     cfg = _held_out_cfg(out)
