@@ -42,10 +42,10 @@ class RLDriver:
         self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
                                 prior_device=prior, resources=resources).build_algo()
         if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
-            from hsdag_ray.pretrained import load_into_algo, read_pretrained
+            from hsdag_ray.pretrained import init_soften_factor, load_into_algo, read_pretrained
 
             load_into_algo(self.algo, read_pretrained(cfg.init), method.name,
-                           cfg.init_soften or method.init_soften)
+                           init_soften_factor(cfg, method))
 
     @property
     def handle(self):

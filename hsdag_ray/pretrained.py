@@ -26,7 +26,7 @@ import numpy as np
 from hsdag_ray.cli import UsageError
 
 __all__ = ["CHECKPOINT_FILE", "save_pretrained", "read_pretrained", "check_compatible", "adopt_settings",
-           "load_into_algo", "check_method", "build_module", "infer_placements",
+           "init_soften_factor", "load_into_algo", "check_method", "build_module", "infer_placements",
            "first_placement", "ZeroShotDriver"]
 
 CHECKPOINT_FILE = "pretrained.pt"
@@ -107,10 +107,24 @@ def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
                              f"{ckpt.get('settings', {})}")
 
 
+def init_soften_factor(cfg, method) -> float:
+    """The factor a fine-tuning run spreads its loaded policy by: ``--init-soften``, or
+    when left at 0 the method's own (``Method.init_soften``); 1 leaves it as loaded.
+    Raises :class:`UsageError` for a factor below 1 on a policy with no ``soften_policy``."""
+    factor = cfg.init_soften or method.init_soften
+    if factor < 1.0:
+        from policies.registry import load
+
+        if not hasattr(load(method.module), "soften_policy"):
+            raise UsageError(f"--init-soften spreads a policy through its soften_policy, which the "
+                             f"{method.name} policy does not have (HSDAG's and GDP's do); leave it at 1")
+    return factor
+
+
 def load_into_algo(algo, ckpt: Mapping[str, Any], method: str, soften: float = 1.0) -> None:
     """Load the checkpoint's weights into the learner's RLModule and every EnvRunner's;
     ``soften`` below 1 then spreads the loaded policy (the module's ``soften_policy``,
-    ``train --init-soften``) before any EnvRunner samples with it."""
+    checked and chosen by :func:`init_soften_factor`) before any EnvRunner samples with it."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     state = ckpt["state_dict"]
@@ -120,11 +134,7 @@ def load_into_algo(algo, ckpt: Mapping[str, Any], method: str, soften: float = 1
         check_compatible(ckpt, method, module)
         module.load_state_dict(state)
         if soften < 1.0:
-            spread = getattr(module, "soften_policy", None)
-            if spread is None:
-                raise UsageError(f"--init-soften spreads a policy through its soften_policy, which "
-                                 f"the {method} policy does not have (HSDAG's and GDP's do); leave it at 1")
-            spread(soften)
+            module.soften_policy(soften)
         return True
 
     algo.learner_group.foreach_learner(load)

@@ -215,15 +215,12 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     method = get(cfg.method)
     ckpt = None
     if cfg.init:  # a checkpoint of another method is refused before anything starts
-        from hsdag_ray.pretrained import adopt_settings, check_method, read_pretrained
+        from hsdag_ray.pretrained import adopt_settings, check_method, init_soften_factor, read_pretrained
 
         ckpt = read_pretrained(cfg.init)
         check_method(ckpt, cfg.method)
         cfg = adopt_settings(cfg, ckpt)  # its features, network and reward unless the run sets them
-        if (cfg.init_soften or method.init_soften) < 1 and not hasattr(load(method.module),
-                                                                        "soften_policy"):
-            raise UsageError(f"--init-soften spreads a policy through its soften_policy, which the "
-                             f"{cfg.method} policy does not have (HSDAG's and GDP's do); leave it at 1")
+        init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
     # a simulator with a measuring time stands for real devices: measured on measuring machines

@@ -1,4 +1,5 @@
 """train --init-soften with GDP: a pre-trained policy that samples only its greedy placement is spread."""
+import dataclasses
 import json
 
 import pytest
@@ -83,3 +84,17 @@ def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrain
             driver.stop()
     finally:
         ray.shutdown()
+
+
+def test_init_soften_factor_is_the_methods_own_unless_set_and_refused_where_it_cannot_apply():
+    from hsdag_ray.cli import UsageError
+    from hsdag_ray.pretrained import init_soften_factor
+    from policies.registry import get
+
+    base = TrainConfig(init="ckpt")
+    assert init_soften_factor(base, get("gdp")) == 0.2
+    assert init_soften_factor(base, get("hsdag")) == 1.0
+    assert init_soften_factor(dataclasses.replace(base, init_soften=0.5), get("hsdag")) == 0.5
+    assert init_soften_factor(base, get("placeto")) == 1.0  # its own: off, so nothing to refuse
+    with pytest.raises(UsageError, match="placeto policy does not have"):
+        init_soften_factor(dataclasses.replace(base, init_soften=0.5), get("placeto"))
