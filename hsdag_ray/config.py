@@ -91,6 +91,11 @@ class TrainConfig:
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
+        incumbent_prior: HSDAG samples around the run's best placement so far (turns on
+            incumbent): each group leans toward the incumbent's devices by this logit,
+            and a node the incumbent places apart from its group moves back to it with
+            about the same odds, so proposals are the incumbent with a few changes that
+            the policy learns to steer (0 = off; see policies/hsdag_config.py).
         incumbent: the run's best placement so far becomes node features (one-hot
             device, refreshed at every episode's start), so the policy can learn to
             place relative to it (see envs/placement_env.py).
@@ -189,6 +194,7 @@ class TrainConfig:
     node_moves: bool = True
     segment_moves: bool = False
     move_floor: float = 0.0
+    incumbent_prior: float = 0.0
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"
@@ -242,6 +248,8 @@ class TrainConfig:
              f"unknown advantages {self.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
             (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
              "entropy_coeff and grouping_noise must be 0 or more"),
+            (0 <= self.move_floor < 2, "move_floor must be at least 0 and below 2"),
+            (self.incumbent_prior >= 0, "incumbent_prior must be 0 (off) or more"),
             (self.stall_patience >= 0 and self.stall_entropy >= 0,
              "stall_patience and stall_entropy must be 0 or more"),
             (0 < self.stall_shrink <= 1, "stall_shrink must be above 0 and at most 1"),

@@ -153,4 +153,4 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
             "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
-            "sim_delay_s": cfg.sim_delay_s, "incumbent": cfg.incumbent}
+            "sim_delay_s": cfg.sim_delay_s, "incumbent": cfg.incumbent or cfg.incumbent_prior > 0}

@@ -151,8 +151,17 @@ from policies.hsdag_config import HSDAGConfig
 from policies.layers import mlp, normalized_adjacency, reset_sequential
 from policies.move_distribution import floored_logits
 
-__all__ = ["HSDAGConfig", "HSDAGOutput", "HSDAGNet", "GraphParsingPool", "Grouping",
+__all__ = ["HSDAGConfig", "HSDAGOutput", "HSDAGNet", "incumbent_majority", "GraphParsingPool", "Grouping",
            "PooledGraph", "dominant_edges"]
+
+
+def incumbent_majority(incumbent: Tensor, assignment: Tensor, num_groups: int) -> Tensor:
+    """``[G, D]``: per group, the one-hot device on which the incumbent (``[N, D]``
+    one-hot, a zero row where there is none) puts most of its nodes (the lowest index
+    on a tie; a zero row for a group with no incumbent)."""
+    count = incumbent.new_zeros(num_groups, incumbent.size(-1)).index_add_(0, assignment, incumbent)
+    top = F.one_hot(count.argmax(-1), incumbent.size(-1)).to(incumbent.dtype)
+    return top * (count.sum(-1, keepdim=True) > 0)
 
 
 class HSDAGOutput(NamedTuple):
@@ -317,6 +326,11 @@ class HSDAGNet(nn.Module):
         if self.group_norm is not None:
             gx = self.group_norm(gx)
         group_logits = self.placer(gx) + self.prior
+        majority = None
+        if self.config.incumbent_prior > 0:  # each group leans to its incumbent majority
+            majority = incumbent_majority(x[:, -self.num_devices:], grouping.assignment,
+                                          grouping.num_groups)
+            group_logits = group_logits + self.config.incumbent_prior * majority
         node_logits = group_logits.index_select(0, grouping.assignment)
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
         move_logits = None
@@ -324,6 +338,10 @@ class HSDAGNet(nn.Module):
             # prior: about one moving node per placement, logit(1 / n) per graph of n nodes
             n = torch.bincount(batch, minlength=num_graphs).to(z.dtype).clamp_min(2.0)[batch]
             move_logits = self.mover(z).squeeze(-1) - torch.log(n - 1.0)
+            if majority is not None:  # a node the incumbent places apart from its group's
+                inc = x[:, -self.num_devices:]  # majority moves as likely as the group keeps it
+                apart = inc.sum(-1) - (inc * majority.index_select(0, grouping.assignment)).sum(-1)
+                move_logits = move_logits + apart * (self.config.incumbent_prior + torch.log(n - 1.0))
             if self.config.move_floor > 0:
                 move_logits = floored_logits(move_logits, self.config.move_floor / n)
         return HSDAGOutput(

@@ -59,6 +59,18 @@ class HSDAGConfig:
             that has settled on a placement then still samples it with about
             ``move_floor`` nodes changed, the neighbours a local search tries, instead
             of proposing the same placement again; ``0`` = the learned probability alone.
+        incumbent_prior: sample around the run's best placement so far, which the
+            observation carries as its last ``D`` node features (``incumbent``
+            features, all zero until something is measured). The device on which the
+            incumbent puts most of a group's nodes gets ``incumbent_prior`` added to
+            the group's logit, and with ``node_moves`` a node the incumbent places
+            apart from that majority gets its move logit raised by ``incumbent_prior``
+            plus the move prior's ``log(n - 1)``. With untrained heads on two devices a
+            group then keeps the incumbent's majority with probability
+            ``sigmoid(incumbent_prior)`` and a node apart from it returns to its own
+            device with about the same: the proposals are the incumbent with a few
+            changes, which the policy learns to steer. The priors are functions of the
+            observation, so ``logp`` stays exact; ``0`` = off.
     """
 
     hidden_dim: int = 64
@@ -78,6 +90,7 @@ class HSDAGConfig:
     prior_logit: float = 2.0
     sampled_grouping: bool = False
     move_floor: float = 0.0
+    incumbent_prior: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -89,6 +102,8 @@ class HSDAGConfig:
             raise ValueError(f"HSDAGConfig.pooling must be one of {POOLINGS}, got {self.pooling!r}.")
         if not 0 <= float(self.move_floor) < 2:
             raise ValueError(f"HSDAGConfig.move_floor must be in [0, 2), got {self.move_floor}.")
+        if not float(self.incumbent_prior) >= 0:
+            raise ValueError(f"HSDAGConfig.incumbent_prior must be >= 0, got {self.incumbent_prior}.")
         if not float(self.grouping_noise) >= 0:
             raise ValueError(f"HSDAGConfig.grouping_noise must be >= 0, got {self.grouping_noise}.")
 

@@ -1,0 +1,104 @@
+"""HSDAG sampling around the run's best placement so far (``--incumbent-prior``)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from ray.rllib.core.columns import Columns
+
+from envs.observation import pad_graph_observation, placement_spaces
+from policies.hsdag import HSDAGConfig, HSDAGNet, incumbent_majority
+from policies.hsdag_module import HSDAGRLModule
+
+SIX_NODE_EDGES = np.array([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
+
+
+def features(incumbent: list[int]) -> torch.Tensor:
+    """Three random features per node of the six-node graph, then the incumbent's
+    one-hot device over two devices (``-1``: none)."""
+    rng = np.random.default_rng(3)
+    inc = np.zeros((6, 2), np.float32)
+    for v, d in enumerate(incumbent):
+        if d >= 0:
+            inc[v, d] = 1.0
+    return torch.as_tensor(np.concatenate([rng.normal(size=(6, 3)).astype(np.float32), inc], 1))
+
+
+def test_incumbent_majority_is_each_groups_most_common_device():
+    inc = torch.tensor([[1., 0.], [1., 0.], [0., 1.], [0., 1.], [0., 1.], [0., 0.]])
+    got = incumbent_majority(inc, torch.tensor([0, 0, 0, 1, 1, 2]), 3)
+    assert got.tolist() == [[1., 0.], [0., 1.], [0., 0.]]
+
+
+def net_pair(prior: float):
+    torch.manual_seed(7)
+    plain = HSDAGNet(5, 2, HSDAGConfig(hidden_dim=16, node_moves=True))
+    torch.manual_seed(7)
+    led = HSDAGNet(5, 2, HSDAGConfig(hidden_dim=16, node_moves=True, incumbent_prior=prior))
+    return plain, led
+
+
+def test_prior_leans_groups_to_their_majority_and_moves_nodes_apart_from_it_back():
+    plain, led = net_pair(1.5)
+    incumbent = [0, 0, 0, 1, 0, 0]  # one node apart from the rest
+    x, edges = features(incumbent), torch.as_tensor(SIX_NODE_EDGES)
+    a, b = plain(x, edges), led(x, edges)
+    assert torch.equal(a.grouping.assignment, b.grouping.assignment)
+    majority = incumbent_majority(x[:, -2:], a.grouping.assignment, a.grouping.num_groups)
+    assert torch.allclose(b.group_logits - a.group_logits, 1.5 * majority)
+    own = torch.tensor(incumbent)
+    apart = (majority.argmax(-1)[a.grouping.assignment] != own).float()
+    assert apart.sum() >= 1  # node 3 sits in a group whose majority is device 0 (no singletons)
+    assert torch.allclose(b.move_logits - a.move_logits, apart * (1.5 + math.log(5)), atol=1e-5)
+    # no incumbent yet (zero columns): the plain policy's logits
+    x0 = features([-1] * 6)
+    c, d = plain(x0, edges), led(x0, edges)
+    assert torch.equal(c.group_logits, d.group_logits) and torch.equal(c.move_logits, d.move_logits)
+
+
+def module_and_obs(prior: float, incumbent: list[int]):
+    torch.manual_seed(0)
+    obs_space, act_space = placement_spaces(8, 8, 5, 2)
+    module = HSDAGRLModule(observation_space=obs_space, action_space=act_space,
+                           model_config={"hidden_dim": 16, "node_moves": True,
+                                         "incumbent_prior": prior})
+    single = pad_graph_observation(features(incumbent).numpy(), SIX_NODE_EDGES, 8, 8)
+    obs = {k: torch.as_tensor(np.repeat(v[None], 400, 0)) for k, v in single.items()}
+    return module, obs
+
+
+def test_proposals_are_the_incumbent_with_few_changes_and_logp_is_the_samplers():
+    incumbent = [1, 1, 0, 1, 1, 1]  # the fastest device but one node, as on mobile CNNs
+    share = {}
+    for prior in (0.0, 3.0):
+        module, obs = module_and_obs(prior, incumbent)
+        torch.manual_seed(1)
+        with torch.no_grad():
+            sampled = module.forward_exploration({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+        dist_cls = module.get_train_action_dist_cls()
+        actions = dist_cls.from_logits(sampled).sample()[:, :6]
+        share[prior] = (actions == torch.tensor(incumbent)).all(-1).float().mean().item()
+        if prior:  # the learner's pass (stored grouping, same observation) scores what was sampled
+            train = module.forward_train({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: sampled})
+            full = torch.nn.functional.pad(actions, (0, 2))
+            logp = dist_cls.from_logits(train[Columns.ACTION_DIST_INPUTS]).logp(full)
+            assert torch.allclose(logp, dist_cls.from_logits(sampled).logp(full), atol=1e-5)
+    # about 0.95 per group kept and a moving node per placement: ~0.3 of the proposals
+    # are the incumbent itself, against 1 in 2^6 (~0.02) for an untrained uniform policy
+    assert share[3.0] > 0.2 and share[3.0] > 5 * share[0.0]
+
+
+def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
+    from hsdag_ray.cli import UsageError
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.resolve import env_config
+
+    with pytest.raises(UsageError, match="incumbent_prior must be 0"):
+        TrainConfig(incumbent_prior=-1).validate()
+    with pytest.raises(ValueError, match="incumbent_prior must be >= 0"):
+        HSDAGConfig(incumbent_prior=-0.5)
+    for prior, on in ((0.0, False), (1.0, True)):
+        cfg = TrainConfig(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], incumbent_prior=prior)
+        assert env_config(cfg, "simulator", cfg.devices, None, "")["incumbent"] is on
