@@ -19,7 +19,8 @@ MILP with the memory limit), over the best single device, and the number of
 distinct placements measured; then, per case and method, the median and range
 over seeds of best/optimum at each of ``--budgets`` (read from the run's
 best-so-far after every iteration, so one run gives the whole curve), and
-``--plot FILE`` draws the median curves. Flags after ``--``
+``--plot FILE`` draws the median curves. With ``-- --budget-unit measurements`` the
+budgets and curves count new placements measured instead of placements proposed. Flags after ``--``
 are ``python -m hsdag_ray.train`` flags (its ``--help``), read by its own
 parser, for every run; the bench sets the model, devices, profile, budget,
 seed, method and output itself.
@@ -115,7 +116,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             try:
                                 s = train(replace(cfg, name=f"{cfg.name}-{attempt}"), quiet=True,
                                           on_iteration=lambda _h, row, c=curve: c.append(
-                                              (row["placements"], row["best_latency_s"])))
+                                              (row[base.budget_unit], row["best_latency_s"])))
                                 break
                             except Exception as e:  # noqa: BLE001 - reported, the grid goes on
                                 say(f"{model} {acc} {method} seed {seed}: run {attempt} failed "
@@ -143,7 +144,8 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             f"{s['measurements']} distinct of {s['placements']}, "
                             f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
-                                  "ratios": ratios, "curves": curves, "proven": proven_all})
+                                  "ratios": ratios, "curves": curves, "proven": proven_all,
+                                  "unit": base.budget_unit})
                     if on_case is not None:
                         on_case(cases)
     if started:
@@ -207,7 +209,8 @@ def summarize(cases: list[dict], budgets: list[int]) -> list[str]:
 
 
 def plot(cases: list[dict], path: str, budget: int) -> None:
-    """Median best/optimum against placements, one panel per (model, accelerator)."""
+    """Median best/optimum against placements (or the runs' budget unit), one panel per
+    (model, accelerator)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -227,7 +230,7 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
         ax.axhline(1.01, ls="--", lw=0.8, color="grey")
         ax.set_title(f"{model} / {acc}", fontsize=9)
         ax.set_ylim(0.99, 1.25)
-        ax.set_xlabel("placements", fontsize=8)
+        ax.set_xlabel(cases[0].get("unit", "placements"), fontsize=8)
         ax.set_ylabel("best / optimum", fontsize=8)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
@@ -267,7 +270,7 @@ def main() -> None:
                      budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
                      on_case=save, jitter=args.jitter)
     print(f"\nbest/optimum, median [min-max] over seeds {args.seeds} at "
-          f"{', '.join(map(str, budgets))} placements, cost features "
+          f"{', '.join(map(str, budgets))} {base.budget_unit}, cost features "
           + ("off" if base.no_cost else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else "")
           + (f", profiles jittered by {args.jitter}" if args.jitter else ""))

@@ -47,6 +47,9 @@ class TrainConfig:
             before) read from the cache (the paper: about 500); training stops
             after the iteration that reaches it, so it rounds up to whole
             iterations (episode_len x episodes_per_iteration placements each).
+        budget_unit: what the budget counts: placements (proposed, the default) or
+            measurements (new placements measured; a proposal the cache answers costs
+            nothing), then at most 5x the budget in placements proposed.
         episode_len: placements per episode (the paper: 20; 10 gives twice the updates
             per measured placement and reached the optimum faster, see policies/reinforce.py).
         episodes_per_iteration: episodes per policy update.
@@ -172,6 +175,7 @@ class TrainConfig:
     objective: str = "sequential"
     coarsen: str = "colocation"
     budget: int = 500
+    budget_unit: str = "placements"
     episode_len: int = 10
     episodes_per_iteration: int = 1
     env_runners: int = 1
@@ -268,6 +272,8 @@ class TrainConfig:
              "init_soften must be at most 1 (0: the method's own, 1: off)"),
             (self.init_soften in (0, 1) or bool(self.init),
              "init_soften spreads a pre-trained policy: pass --init CHECKPOINT with it"),
+            (self.budget_unit in ("placements", "measurements"),
+             "budget_unit must be placements or measurements"),
             (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),

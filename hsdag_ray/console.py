@@ -83,16 +83,17 @@ def reference_device(devices: Sequence[str]) -> str:
 
 
 class Progress:
-    """Progress of a run in placements: a bar on a terminal, else one line per iteration.
+    """Progress of a run in placements (or ``unit``, another count of a metrics row):
+    a bar on a terminal, else one line per iteration.
 
-    ``update(row)`` takes a ``metrics.jsonl`` row (``placements``,
+    ``update(row)`` takes a ``metrics.jsonl`` row (``placements``, ``measurements``,
     ``best_latency_s``, ``speedup_vs_cpu``, ``num_groups``,
     ``measurements_per_s``...).
     """
 
     def __init__(self, total: int, done: int, quiet: bool, reference: str = "CPU",
-                 optimum_s: Optional[float] = None) -> None:
-        self.total, self.quiet, self.reference = total, quiet, reference
+                 optimum_s: Optional[float] = None, unit: str = "placements") -> None:
+        self.total, self.quiet, self.reference, self.unit = total, quiet, reference, unit
         self.optimum_s = optimum_s if optimum_s and math.isfinite(optimum_s) else None
         self.bar = None
         if quiet:
@@ -102,7 +103,7 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
 
-            self.bar = RichProgress(TextColumn("placements"), BarColumn(), MofNCompleteColumn(),
+            self.bar = RichProgress(TextColumn(unit), BarColumn(), MofNCompleteColumn(),
                                     TimeElapsedColumn(), TextColumn("{task.description}"),
                                     console=self.console, transient=False)
             self.task = self.bar.add_task("", total=total, completed=min(done, total))
@@ -124,11 +125,11 @@ class Progress:
         if self.quiet:
             return
         if self.bar is not None:
-            self.bar.update(self.task, completed=min(row["placements"], self.total),
+            self.bar.update(self.task, completed=min(row[self.unit], self.total),
                             description=self._text(row))
         else:
-            self.console.print(f"iter {row['iteration']:>3}  placements "
-                               f"{row['placements']:>4}/{self.total}  {self._text(row)}")
+            self.console.print(f"iter {row['iteration']:>3}  {self.unit} "
+                               f"{row[self.unit]:>4}/{self.total}  {self._text(row)}")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -146,15 +146,20 @@ def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False,
 #: a run stops when this many iterations in a row, over at least STALL_S seconds, measured
 #: no placement (every EnvRunner failing, and failing again when restarted)
 MAX_EMPTY_ITERATIONS = 5
+#: with --budget-unit measurements, a run stops after this many times its budget in
+#: placements proposed even when fewer were new (a settled policy proposes few new ones)
+PROPOSAL_CAP = 5
 STALL_S = 30.0
 
 
 def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, tracker,
           progress, single_device_s: dict[str, float], on_iteration) -> None:
-    """Iterate until the budget of placements is reached; checkpoint on the way."""
+    """Iterate until the budget is reached (placements proposed, or with ``budget_unit``
+    measurements, at most ``PROPOSAL_CAP`` times as many proposed); checkpoint on the way."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
     target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
-    while store.stats()["placements"] < target:
+    cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
+    while (stats := store.stats())[cfg.budget_unit] < target and stats["placements"] < cap:
         t_it = time.time()
         before = store.stats()
         method_metrics = driver.iterate()
@@ -272,13 +277,18 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         tracker = Tracker(cfg.wandb, cfg.wandb_project, run_dir.dir, asdict(cfg),
                           name=run_dir.dir.name, resume=resume is not None)
         planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
-        progress = console.Progress(planned, store.stats()["placements"], quiet,
+        progress = console.Progress(planned, store.stats()[cfg.budget_unit], quiet,
                                     reference=console.reference_device(env.devices),
-                                    optimum_s=baselines.latency_s.get("optimum"))
+                                    optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit)
         try:
             _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration)
         finally:
             progress.close()
+        stats = store.stats()
+        if stats[cfg.budget_unit] < cfg.budget:
+            say(f"stopped at {stats['placements']} placements proposed ({PROPOSAL_CAP}x the budget) "
+                f"with {stats['measurements']} of {cfg.budget} measured: the policy proposes "
+                "placements it has measured before")
         _checkpoint(driver, store, run_dir, state)
         driver.stop()  # frees the measuring slots for the final re-measurement
         remeasured = None

@@ -1,0 +1,36 @@
+"""--budget-unit measurements: a budget of new placements measured, proposals capped."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hsdag_ray.cli import UsageError
+from hsdag_ray.config import TrainConfig
+from hsdag_ray.train import PROPOSAL_CAP, train
+
+
+def _run(tmp_path, name: str, **kw) -> dict:
+    cfg = TrainConfig(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], env_runners=0,
+                      wandb="disabled", out=str(tmp_path), name=name, checkpoint_every=100, **kw)
+    return train(cfg, quiet=True)
+
+
+def test_a_budget_of_measurements_counts_new_placements_only(tmp_path):
+    s = _run(tmp_path, "m", model="resnet50", budget=30, budget_unit="measurements")
+    assert s["measurements"] >= 30  # cache hits did not count toward the budget
+    assert s["measurements"] < 30 + 10  # it stopped after the iteration that reached it
+    rows = [json.loads(r) for r in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-2]["measurements"] < 30 <= rows[-1]["measurements"]
+
+
+def test_a_policy_that_proposes_nothing_new_stops_at_the_proposal_cap(tmp_path):
+    # three nodes the coarsening joins into one: two placements exist, 12 can never be measured
+    s = _run(tmp_path, "cap", model="gen:layered:n=3:c=16:w=1:seed=0", budget=12,
+             budget_unit="measurements")
+    assert s["measurements"] <= 4 and s["placements"] == 12 * PROPOSAL_CAP
+
+
+def test_budget_unit_is_checked():
+    with pytest.raises(UsageError, match="budget_unit must be placements or measurements"):
+        TrainConfig(budget_unit="seconds").validate()
