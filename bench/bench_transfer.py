@@ -156,6 +156,8 @@ def main() -> None:
     ap.add_argument("--finetune-graphs", type=int, default=2,
                     help="held-out graphs fine-tuned on (the first ones); 0 = none")
     ap.add_argument("--seeds", default="0")
+    ap.add_argument("--pretrain-seed", type=int, default=0,
+                    help="seed of pre-training (--seeds are the fine-tuning runs')")
     ap.add_argument("--imitate-steps", type=int, default=0,
                     help="pre-training imitates each training graph's exact optimum for this many "
                          "steps before its --pretrain-budget placements of reinforcement")
@@ -205,7 +207,7 @@ def main() -> None:
             print(f"{method}: reusing the pre-trained policy in {pre}", flush=True)
         else:
             meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
-                                        wandb="disabled", **base), args.family, pre,
+                                        wandb="disabled", seed=args.pretrain_seed, **base), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
             print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
                   flush=True)

@@ -5,11 +5,15 @@ padded graph: ``hsdag``, ``placeto``, ``gdp``) is trained with RLlib on the
 family's training graphs (:mod:`hsdag_ray.core.families`), a graph drawn per
 episode (:class:`envs.multi_graph.MultiGraphEnv`), on the simulator with
 devices modeled from specs (``CPU_MODEL`` and an accelerator holding half of
-each graph's weights), for ``--budget`` placements in all. With
+each graph's weights), for ``--budget`` placements in all (default 2000). With
 ``--imitate-steps K`` the policy first learns, in ``K`` gradient steps, to
 place each training graph as the exact solver's optimum does
 (:mod:`hsdag_ray.imitate`; no measurement: the family's costs are the
-simulator's). Pre-training defaults to the ``speedup`` reward (each graph's
+simulator's), then does ``--budget`` placements of reinforcement; left unset,
+that budget is the method's own after imitation (``Method.budget_after_imitation``
+in ``policies/registry.py``): 0 for Placeto, imitation only (its reinforcement
+after imitation undid the imitation on held-out graphs in 2 of 5 pre-training
+seeds; README, "What to expect"), 2000 for HSDAG and GDP. Pre-training defaults to the ``speedup`` reward (each graph's
 best single device over the placement's latency, one scale for all graphs)
 and to scale-free node features (``--relative-features``); ``train --init``
 adopts both. Examples::
@@ -17,6 +21,7 @@ adopts both. Examples::
     python -m hsdag_ray.pretrain --method hsdag --family synthetic --budget 4000 --out pre
     python -m hsdag_ray.pretrain --method gdp --family synthetic --imitate-steps 300 --budget 500
     python -m hsdag_ray.pretrain --method placeto --family tiny --budget 600 --out /tmp/pre
+    python -m hsdag_ray.pretrain --method placeto --family real --imitate-steps 300   # imitation only
 
 Writes to ``--out`` (default ``runs/``) a folder ``<family>-<method>-pretrain``:
 ``pretrained.pt`` (the RLModule's weights and its settings; ``train --init``
@@ -47,9 +52,10 @@ from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run
 from hsdag_ray.config import TrainConfig, build_parser
 
-__all__ = ["pretrain", "family_graph_configs", "main", "profile_file"]
+__all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "default_budget"]
 
-#: pre-training budget when none is given (placements over all graphs)
+#: pre-training budget when none is given (placements over all graphs), unless the method has
+#: its own after imitation (``Method.budget_after_imitation``)
 DEFAULT_BUDGET = 2000
 #: the reward of pre-training when none is given: the best single device's latency over
 #: the placement's, the same scale on every graph
@@ -189,8 +195,18 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     return meta
 
 
+def default_budget(method: str, imitate_steps: int) -> int:
+    """Placements of reinforcement when the run names no ``--budget``: after imitation the
+    method's own (``Method.budget_after_imitation``: 0 for Placeto), else ``DEFAULT_BUDGET``."""
+    from policies.registry import METHODS
+
+    own = METHODS[method].budget_after_imitation if method in METHODS else None
+    return own if imitate_steps > 0 and own is not None else DEFAULT_BUDGET
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from hsdag_ray.core.families import FAMILIES
+    from policies.registry import METHODS
 
     ap = build_parser()
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
@@ -200,6 +216,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="first imitate each training graph's exact optimum for this many steps "
                          "(the simulator's costs make it free of measurements; see "
                          "hsdag_ray/imitate.py), then --budget placements of reinforcement")
+    ap._option_string_actions["--budget"].help = (
+        f"placements of reinforcement over the training graphs (default: {DEFAULT_BUDGET}; after "
+        "--imitate-steps the method's own: " + ", ".join(
+            f"{m.name} {m.budget_after_imitation}" for m in METHODS.values()
+            if m.kind == "rl" and m.budget_after_imitation is not None)
+        + f", the others {DEFAULT_BUDGET}); 0 with --imitate-steps: imitation only")
     args = ap.parse_args(argv)
     if args.imitate_steps < 0:
         raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")
@@ -209,7 +231,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if getattr(args, flag, None):
             raise UsageError(f"--{flag} is set by the family in pre-training; leave it out")
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
-    values.setdefault("budget", DEFAULT_BUDGET)
+    if "budget" not in values:
+        values["budget"] = default_budget(values.get("method", TrainConfig.method), args.imitate_steps)
+    if values["budget"] == 0 and not args.imitate_steps:
+        raise UsageError("--budget 0 pre-trains nothing without --imitate-steps; give one or both")
     values.setdefault("env_runners", 0)
     # scale-free features: measured to transfer to held-out graphs where the raw costs did not
     values.setdefault("relative_features", True)
@@ -218,7 +243,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = TrainConfig(**values)
     except TypeError as e:
         raise UsageError(f"bad settings: {e}") from None
-    cfg.validate()
+    # a budget of 0 after imitation is pre-training's own (imitation only), not train's zero-shot
+    dataclasses.replace(cfg, budget=cfg.budget or 1).validate()
     out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
     out.mkdir(parents=True, exist_ok=True)
     # what Ray, RLlib and torch print goes to the checkpoint folder, as in a training run

@@ -53,6 +53,9 @@ class Method:
             when the run names none.
         init_soften: ``rl``: the factor a fine-tuning run (``train --init``) spreads
             the loaded policy by when the run names none (1: not at all).
+        budget_after_imitation: ``rl``: placements of reinforcement ``python -m
+            hsdag_ray.pretrain`` does after ``--imitate-steps`` when the run names no
+            ``--budget`` (None: pretrain's ``DEFAULT_BUDGET``, as without imitation).
     """
 
     name: str
@@ -68,6 +71,7 @@ class Method:
     run: str = ""
     reward: str = "inverse"
     init_soften: float = 1.0
+    budget_after_imitation: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -143,7 +147,11 @@ register(Method(
                 "REINFORCE on runtime improvements",
     module="policies.placeto_module:PlacetoRLModule", learner="policies.placeto_learner:PlacetoTorchLearner",
     env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
-    learner_config=_placeto_learner_config))
+    learner_config=_placeto_learner_config,
+    # pre-trained by imitation only: 500 placements of reinforcement after imitating the
+    # training graphs' optima undid the imitation in 2 of 5 pre-training seeds on the real
+    # family and gained little otherwise (README, "What to expect")
+    budget_after_imitation=0))
 
 
 def _rnn_model_config(s: Mapping[str, Any]) -> dict:

@@ -212,3 +212,23 @@ def test_the_pretrain_command_reads_like_a_tool(tmp_path):
     for word in ("Warning", "Traceback", "Token authentication", "gputil"):
         assert word not in console, f"{word!r} on the console:\n{console}"
     assert (out / "libraries.log").stat().st_size > 0 and (out / CHECKPOINT_FILE).is_file()
+
+
+def test_placeto_pretrains_by_imitation_only_unless_a_budget_is_given(tmp_path):
+    """After --imitate-steps, Placeto's own pre-training budget is 0 placements of
+    reinforcement (its Method.budget_after_imitation; README, "What to expect"); an explicit
+    --budget still runs them, and without imitation the general default applies."""
+    from hsdag_ray.pretrain import DEFAULT_BUDGET, default_budget, main
+
+    assert default_budget("placeto", 5) == 0
+    assert default_budget("placeto", 0) == DEFAULT_BUDGET  # else nothing would train the policy
+    assert default_budget("hsdag", 5) == default_budget("gdp", 5) == DEFAULT_BUDGET
+    common = ["--method", "placeto", "--family", "tiny", "--hidden-dim", "16", "--imitate-steps", "5"]
+    for name, extra, reinforced in (("own", [], False), ("given", ["--budget", "20"], True)):
+        assert main(common + extra + ["--out", str(tmp_path), "--name", name]) == 0
+        meta = json.loads((tmp_path / name / "pretrained.json").read_text())
+        assert "loss_after" in meta["imitation"]  # the optima were imitated first
+        assert (meta["placements"] >= 20) if reinforced else (meta["placements"] == meta["iterations"] == 0)
+        assert (tmp_path / name / CHECKPOINT_FILE).is_file()
+    with pytest.raises(UsageError, match="pre-trains nothing"):
+        main(["--method", "placeto", "--family", "tiny", "--budget", "0"])
