@@ -11,7 +11,7 @@ import argparse
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from hsdag_ray.cli import UsageError, read_yaml_mapping
 
@@ -317,7 +317,10 @@ class TrainConfig:
         return data
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(help_for: Optional[Mapping[str, str]] = None) -> argparse.ArgumentParser:
+    """The command line of every TrainConfig field; ``help_for`` replaces the help of
+    fields whose meaning another command changes (e.g. pretrain's ``budget``)."""
+    help_for = dict(help_for or {})
     ap = argparse.ArgumentParser(prog="python -m hsdag_ray.train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="YAML file with any of the settings below (flags win)")
@@ -331,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         help_text = doc.get(f.name, "")
-        if isinstance(default, bool) and f.name.startswith("no_"):
+        if f.name in help_for:
+            ap.add_argument(flag, type=type(default), default=None, help=help_for.pop(f.name))
+        elif isinstance(default, bool) and f.name.startswith("no_"):
             # argparse's BooleanOptionalAction reads any flag starting with --no- as False,
             # so --no-cost would switch cost features on: the pair is spelled out instead
             on = "--" + f.name[3:].replace("_", "-")
@@ -346,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             ap.add_argument(flag, type=type(default), default=None,
                             help=f"{help_text} (default: {default if default != '' else 'none'})")
+    if help_for:
+        raise ValueError(f"no setting named {', '.join(help_for)}")
     return ap
 
 

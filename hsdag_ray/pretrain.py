@@ -208,7 +208,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from hsdag_ray.core.families import FAMILIES
     from policies.registry import METHODS
 
-    ap = build_parser()
+    budget_help = (
+        f"placements of reinforcement over the training graphs (default: {DEFAULT_BUDGET}; after "
+        "--imitate-steps the method's own: " + ", ".join(
+            f"{m.name} {m.budget_after_imitation}" for m in METHODS.values()
+            if m.kind == "rl" and m.budget_after_imitation is not None)
+        + f", the others {DEFAULT_BUDGET}); 0 with --imitate-steps: imitation only")
+    ap = build_parser(help_for={"budget": budget_help})
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
     ap.add_argument("--family", required=True,
                     help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
@@ -216,12 +222,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="first imitate each training graph's exact optimum for this many steps "
                          "(the simulator's costs make it free of measurements; see "
                          "hsdag_ray/imitate.py), then --budget placements of reinforcement")
-    ap._option_string_actions["--budget"].help = (
-        f"placements of reinforcement over the training graphs (default: {DEFAULT_BUDGET}; after "
-        "--imitate-steps the method's own: " + ", ".join(
-            f"{m.name} {m.budget_after_imitation}" for m in METHODS.values()
-            if m.kind == "rl" and m.budget_after_imitation is not None)
-        + f", the others {DEFAULT_BUDGET}); 0 with --imitate-steps: imitation only")
     args = ap.parse_args(argv)
     if args.imitate_steps < 0:
         raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")

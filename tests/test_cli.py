@@ -180,3 +180,13 @@ def test_the_result_table_compares_with_the_cpu_alone(cpu):
     text = console.export_text()
     assert f"vs {cpu}_only" in text
     assert "50.0% faster" in text and "60.0% faster" in text and "0.0% faster" in text
+
+
+def test_a_command_can_reword_a_settings_help_and_only_an_existing_ones():
+    from hsdag_ray.config import build_parser
+
+    ap = build_parser(help_for={"budget": "placements of reinforcement"})
+    assert "placements of reinforcement" in ap.format_help()
+    assert ap.parse_args(["--budget", "7"]).budget == 7
+    with pytest.raises(ValueError, match="no setting named budgett"):
+        build_parser(help_for={"budgett": "typo"})
