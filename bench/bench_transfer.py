@@ -151,7 +151,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="synthetic")
     ap.add_argument("--methods", default="hsdag,placeto,gdp")
-    ap.add_argument("--pretrain-budget", type=int, default=3000)
+    ap.add_argument("--pretrain-budget", type=int, default=None,
+                    help="placements of reinforcement in pre-training (default: 3000, or after "
+                         "--imitate-steps the method's own, as python -m hsdag_ray.pretrain: "
+                         "Placeto none)")
     ap.add_argument("--finetune-budget", type=int, default=300)
     ap.add_argument("--finetune-graphs", type=int, default=2,
                     help="held-out graphs fine-tuned on (the first ones); 0 = none")
@@ -192,6 +195,7 @@ def main() -> None:
         base["entropy_coeff"] = args.entropy_coeff
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import pretrain
+    from policies.registry import get
 
     finetune_settings = parse_settings(args.finetune_set)
     if args.finetune_graphs:
@@ -206,7 +210,11 @@ def main() -> None:
             meta = json.loads((pre / "pretrained.json").read_text())
             print(f"{method}: reusing the pre-trained policy in {pre}", flush=True)
         else:
-            meta = pretrain(TrainConfig(method=method, budget=args.pretrain_budget, env_runners=0,
+            budget = args.pretrain_budget
+            if budget is None:  # the method's own after imitation (Placeto: none), else 3000
+                own = get(method).budget_after_imitation if args.imitate_steps else None
+                budget = 3000 if own is None else own
+            meta = pretrain(TrainConfig(method=method, budget=budget, env_runners=0,
                                         wandb="disabled", seed=args.pretrain_seed, **base), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
             print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
