@@ -194,8 +194,7 @@ def main() -> None:
     if args.entropy_coeff is not None:
         base["entropy_coeff"] = args.entropy_coeff
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.pretrain import pretrain
-    from policies.registry import get
+    from hsdag_ray.pretrain import default_budget, pretrain
 
     finetune_settings = parse_settings(args.finetune_set)
     if args.finetune_graphs:
@@ -212,8 +211,7 @@ def main() -> None:
         else:
             budget = args.pretrain_budget
             if budget is None:  # the method's own after imitation (Placeto: none), else 3000
-                own = get(method).budget_after_imitation if args.imitate_steps else None
-                budget = 3000 if own is None else own
+                budget = default_budget(method, args.imitate_steps, fallback=3000)
             meta = pretrain(TrainConfig(method=method, budget=budget, env_runners=0,
                                         wandb="disabled", seed=args.pretrain_seed, **base), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)

@@ -195,13 +195,13 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     return meta
 
 
-def default_budget(method: str, imitate_steps: int) -> int:
+def default_budget(method: str, imitate_steps: int, fallback: int = DEFAULT_BUDGET) -> int:
     """Placements of reinforcement when the run names no ``--budget``: after imitation the
-    method's own (``Method.budget_after_imitation``: 0 for Placeto), else ``DEFAULT_BUDGET``."""
+    method's own (``Method.budget_after_imitation``: 0 for Placeto), else ``fallback``."""
     from policies.registry import METHODS
 
     own = METHODS[method].budget_after_imitation if method in METHODS else None
-    return own if imitate_steps > 0 and own is not None else DEFAULT_BUDGET
+    return own if imitate_steps > 0 and own is not None else fallback
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

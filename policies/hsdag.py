@@ -328,8 +328,8 @@ class HSDAGNet(nn.Module):
         group_logits = self.placer(gx) + self.prior
         majority = None
         if self.config.incumbent_prior > 0:  # each group leans to its incumbent majority
-            majority = incumbent_majority(x[:, -self.num_devices:], grouping.assignment,
-                                          grouping.num_groups)
+            inc = x[:, -self.num_devices:]
+            majority = incumbent_majority(inc, grouping.assignment, grouping.num_groups)
             group_logits = group_logits + self.config.incumbent_prior * majority
         node_logits = group_logits.index_select(0, grouping.assignment)
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
@@ -339,7 +339,7 @@ class HSDAGNet(nn.Module):
             n = torch.bincount(batch, minlength=num_graphs).to(z.dtype).clamp_min(2.0)[batch]
             move_logits = self.mover(z).squeeze(-1) - torch.log(n - 1.0)
             if majority is not None:  # a node the incumbent places apart from its group's
-                inc = x[:, -self.num_devices:]  # majority moves as likely as the group keeps it
+                # majority moves as likely as the group keeps it
                 apart = inc.sum(-1) - (inc * majority.index_select(0, grouping.assignment)).sum(-1)
                 move_logits = move_logits + apart * (self.config.incumbent_prior + torch.log(n - 1.0))
             if self.config.move_floor > 0:
