@@ -94,12 +94,14 @@ class TrainConfig:
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
-        incumbent_prior: HSDAG samples around the run's best placement so far (turns on
+        incumbent_prior: HSDAG samples around the run's best placement so far, or the
+            fastest single device until a measured placement beats it (turns on
             incumbent): each group leans toward the incumbent's devices by this logit,
             and a node the incumbent places apart from its group moves back to it with
             about the same odds, so proposals are the incumbent with a few changes that
             the policy learns to steer (0 = off; see policies/hsdag_config.py).
-        incumbent: the run's best placement so far becomes node features (one-hot
+        incumbent: the run's best placement so far (or the fastest single device,
+            until a measured placement beats it) becomes node features (one-hot
             device, refreshed at every episode's start), so the policy can learn to
             place relative to it (see envs/placement_env.py).
         start: where sampling starts: uniform (every device equally likely, the paper)

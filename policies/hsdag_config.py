@@ -61,7 +61,8 @@ class HSDAGConfig:
             of proposing the same placement again; ``0`` = the learned probability alone.
         incumbent_prior: sample around the run's best placement so far, which the
             observation carries as its last ``D`` node features (``incumbent``
-            features, all zero until something is measured). The device on which the
+            features: the fastest single device, measured as the reward's reference,
+            until a measured placement beats it). The device on which the
             incumbent puts most of a group's nodes gets ``incumbent_prior`` added to
             the group's logit, and with ``node_moves`` a node the incumbent places
             apart from that majority gets its move logit raised by ``incumbent_prior``

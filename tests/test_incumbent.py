@@ -6,11 +6,18 @@ from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device
 
 
-def make_env(**kw) -> PlacementEnv:
+def make_env(crossed: bool = False, **kw) -> PlacementEnv:
+    """``tiny_cnn`` on a slow and a fast modelled device; ``crossed``: the second half
+    of the ops (in topological order) runs 1000x faster on SLOW and slower on FAST, so
+    a split beats both single devices."""
     _, fine, _, _ = build_graph("tiny_cnn", "none")
     prof = Profile("tiny_cnn", {}, {})
     add_modeled_device(prof, fine, "SLOW", DeviceSpec(1e9, 1e9, 1e-4))
     add_modeled_device(prof, fine, "FAST", DeviceSpec(1e11, 1e11, 1e-5))
+    if crossed:
+        for name in list(prof.op_time_s["FAST"])[len(prof.op_time_s["FAST"]) // 2:]:
+            prof.op_time_s["SLOW"][name] /= 1000.0
+            prof.op_time_s["FAST"][name] *= 1000.0
     prof.boundary_s = 1e-4
     return PlacementEnv(EnvConfig(model="tiny_cnn", backend="simulator", profile=prof.to_json(),
                                   episode_len=2, **kw))
@@ -23,17 +30,33 @@ def test_the_best_placement_so_far_is_in_the_next_episodes_observation():
     assert env.feature_names[-2:] == ["incumbent_SLOW", "incumbent_FAST"]
     first, _ = env.reset(seed=0)
     assert env.observation_space.contains(first)
-    assert not first["x"][:, width:].any()  # nothing measured yet
+    assert env.store.best() is None  # nothing measured yet: the fastest single device
+    np.testing.assert_array_equal(first["x"][:n, width:].argmax(1), np.ones(n))
+    assert first["x"][:n, width:].sum() == n and not first["x"][n:, width:].any()
     np.testing.assert_array_equal(first["x"][:, :width], plain.reset(seed=0)[0]["x"])
 
     split = np.zeros(n, dtype=np.int64)
-    split[n // 2:] = 1  # faster than all on SLOW
+    split[n // 2:] = 1  # faster than all on SLOW, slower than all on FAST
+    env.step(np.zeros(n, dtype=np.int64))
+    env.step(split)
+    assert env.store.best()["placement"] == split.tolist()
+    second, _ = env.reset(seed=1)  # the run's best is slower than the fastest single device
+    np.testing.assert_array_equal(second["x"][:n, width:].argmax(1), np.ones(n))
+
+
+def test_a_measured_placement_faster_than_every_single_device_becomes_the_incumbent():
+    env = make_env(crossed=True, incumbent=True)
+    n, width = env.graph.num_nodes, env.observation_space["x"].shape[1] - 2
+    split = np.ones(n, dtype=np.int64)
+    split[n // 2:] = 0  # each half on the device that runs it fastest
+    first, _ = env.reset(seed=0)
     env.step(np.zeros(n, dtype=np.int64))
     within, *_ = env.step(split)
-    assert not within["x"][:, width:].any()  # refreshed at an episode's start only
+    np.testing.assert_array_equal(within["x"], first["x"])  # refreshed at an episode's start only
+    best = env.store.best()
+    assert best["placement"] == split.tolist()
+    assert best["latency_s"] < min(env.single_device_s.values())
     second, _ = env.reset(seed=1)
-    best = env.store.best()["placement"]
-    assert best == split.tolist()
     np.testing.assert_array_equal(second["x"][:n, width:].argmax(1), split)
     assert second["x"][:n, width:].sum() == n and not second["x"][n:, width:].any()
-    assert not first["x"][:, width:].any()  # an earlier episode's observation is left as it was
+    assert not np.array_equal(first["x"], second["x"])  # an earlier observation is left as it was
