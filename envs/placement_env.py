@@ -32,6 +32,7 @@ from typing import Any, Iterator, Mapping, Optional
 import gymnasium as gym
 import numpy as np
 
+from envs.incumbent import incumbent, start_placement
 from envs.base import Measurement, TimingConfig
 from envs.store import StoreClient, placement_key
 from hsdag_ray.core.features import FeatureConfig
@@ -237,6 +238,7 @@ class PlacementEnv(gym.Env):
         self.graph_id = f"{graph.name}/{cfg.coarsen}/{cfg.backend}/{cfg.objective}/{','.join(self.devices)}"
         self.store = StoreClient.connect(cfg.store or None)
         self._step = 0
+        self._start: Optional[np.ndarray] = None  # where sampling around an incumbent starts
         self.reference_kind = ""
         self.reference_s, self.single_device_s = math.nan, {}
         if cfg.measure_reference:
@@ -358,18 +360,16 @@ class PlacementEnv(gym.Env):
         return obs
 
     def incumbent(self) -> Optional[np.ndarray]:
-        """The placement a policy samples around: the run's best so far, or the fastest
-        single device (measured as the reference) while nothing measured beats it."""
-        n = self.graph.num_nodes
+        """The placement a policy samples around (:func:`envs.incumbent.incumbent`)."""
         best = self.store.best()
         if best and not str(best.get("key", "")).startswith(self.graph_id + ":"):
             best = None
-        singles = {d: s for d, s in self.single_device_s.items() if math.isfinite(s)}
-        if singles:
-            name = min(singles, key=singles.get)
-            if best is None or singles[name] < best["latency_s"]:
-                return np.full(n, self.devices.index(name), dtype=np.int64)
-        return None if best is None else np.asarray(best["placement"], dtype=np.int64)[:n]
+        if best is None and self._start is None:
+            self._start = start_placement(self.graph.num_nodes, self.devices, self.single_device_s,
+                                          self.limits if self.config.memory_penalty == "repair"
+                                          else None)
+        return incumbent(best, self._start, self.devices, self.single_device_s,
+                         self.graph.num_nodes)
 
     def reward_latency(self, m: Measurement) -> float:
         """The latency a measurement is rewarded as: its own when it ran, else

@@ -3,13 +3,16 @@ import numpy as np
 
 from envs.placement_env import EnvConfig, PlacementEnv
 from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device
+from envs.simulator import Simulator
+from hsdag_ray.core.fit import feasible
+from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device, cost_graph
 
 
-def make_env(crossed: bool = False, **kw) -> PlacementEnv:
+def make_env(crossed: bool = False, fast_memory: float = 0.0, **kw) -> PlacementEnv:
     """``tiny_cnn`` on a slow and a fast modelled device; ``crossed``: the second half
     of the ops (in topological order) runs 1000x faster on SLOW and slower on FAST, so
-    a split beats both single devices."""
+    a split beats both single devices; ``fast_memory``: FAST holds only this fraction
+    of the model's bytes."""
     _, fine, _, _ = build_graph("tiny_cnn", "none")
     prof = Profile("tiny_cnn", {}, {})
     add_modeled_device(prof, fine, "SLOW", DeviceSpec(1e9, 1e9, 1e-4))
@@ -19,6 +22,8 @@ def make_env(crossed: bool = False, **kw) -> PlacementEnv:
             prof.op_time_s["SLOW"][name] /= 1000.0
             prof.op_time_s["FAST"][name] *= 1000.0
     prof.boundary_s = 1e-4
+    if fast_memory:
+        prof.mem_capacity["FAST"] = fast_memory * cost_graph(fine, prof, ["SLOW", "FAST"]).mem_bytes.sum()
     return PlacementEnv(EnvConfig(model="tiny_cnn", backend="simulator", profile=prof.to_json(),
                                   episode_len=2, **kw))
 
@@ -60,3 +65,16 @@ def test_a_measured_placement_faster_than_every_single_device_becomes_the_incumb
     np.testing.assert_array_equal(second["x"][:n, width:].argmax(1), split)
     assert second["x"][:n, width:].sum() == n and not second["x"][n:, width:].any()
     assert not np.array_equal(first["x"], second["x"])  # an earlier observation is left as it was
+
+
+def test_with_a_small_accelerator_sampling_starts_from_as_much_on_it_as_fits():
+    env = make_env(fast_memory=0.5, incumbent=True)
+    n, width = env.graph.num_nodes, env.observation_space["x"].shape[1] - 2
+    assert not np.isfinite(env.single_device_s["FAST"])  # FAST alone does not fit
+    obs, _ = env.reset(seed=0)
+    start = obs["x"][:n, width:].argmax(1)
+    assert obs["x"][:n, width:].sum() == n
+    assert feasible(env.limits, start)
+    assert 0 < start.sum() < n  # FAST holds what fits, SLOW the rest
+    sim = Simulator(env.limits)
+    assert sim.sequential(start).value < 0.9 * env.single_device_s["SLOW"]
