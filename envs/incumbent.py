@@ -25,9 +25,14 @@ import numpy as np
 __all__ = ["incumbent", "start_placement"]
 
 
-def _fastest_single(devices: Sequence[str], single_device_s: Mapping[str, float]) -> Optional[str]:
+def _fastest_single(num_nodes: int, devices: Sequence[str], single_device_s: Mapping[str, float]
+                    ) -> Optional[tuple[float, np.ndarray]]:
+    """The fastest single device measured: ``(latency, everything on it)``, or None."""
     ran = {d: s for d, s in single_device_s.items() if math.isfinite(s)}
-    return min(ran, key=ran.get) if ran else None
+    if not ran:
+        return None
+    name = min(ran, key=ran.get)
+    return ran[name], np.full(num_nodes, list(devices).index(name), dtype=np.int64)
 
 
 def start_placement(num_nodes: int, devices: Sequence[str], single_device_s: Mapping[str, float],
@@ -50,8 +55,8 @@ def start_placement(num_nodes: int, devices: Sequence[str], single_device_s: Map
                 fits.append((sim.sequential(p).value, d, p))
         if fits:
             return min(fits, key=lambda f: (f[0], f[1]))[2]
-    name = _fastest_single(devices, single_device_s)
-    return None if name is None else np.full(num_nodes, list(devices).index(name), dtype=np.int64)
+    fastest = _fastest_single(num_nodes, devices, single_device_s)
+    return None if fastest is None else fastest[1]
 
 
 def incumbent(best: Optional[Mapping[str, Any]], start: Optional[np.ndarray],
@@ -62,7 +67,7 @@ def incumbent(best: Optional[Mapping[str, Any]], start: Optional[np.ndarray],
     ``start`` when nothing is measured yet."""
     if best is None:
         return start
-    name = _fastest_single(devices, single_device_s)
-    if name is not None and single_device_s[name] < best["latency_s"]:
-        return np.full(num_nodes, list(devices).index(name), dtype=np.int64)
+    fastest = _fastest_single(num_nodes, devices, single_device_s)
+    if fastest is not None and fastest[0] < best["latency_s"]:
+        return fastest[1]
     return np.asarray(best["placement"], dtype=np.int64)[:num_nodes]

@@ -32,8 +32,8 @@ from typing import Any, Iterator, Mapping, Optional
 import gymnasium as gym
 import numpy as np
 
-from envs.incumbent import incumbent, start_placement
 from envs.base import Measurement, TimingConfig
+from envs.incumbent import incumbent, start_placement
 from envs.store import StoreClient, placement_key
 from hsdag_ray.core.features import FeatureConfig
 
@@ -245,6 +245,12 @@ class PlacementEnv(gym.Env):
             self.reference_s, self.single_device_s = self._reference()
 
     @property
+    def repair_limits(self):
+        """The cost graph an over-memory placement is repaired to before it is measured
+        (``memory_penalty`` ``repair`` with a profile of every device), or None."""
+        return self.limits if self.config.memory_penalty == "repair" else None
+
+    @property
     def steps_per_episode(self) -> int:
         """Steps of one episode (what an algorithm samples per episode)."""
         return self.config.episode_len
@@ -254,10 +260,10 @@ class PlacementEnv(gym.Env):
         """Measure (or fetch from the run's cache) a placement the policy proposed,
         given as device indices; it counts towards the run's best."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
-        if self.limits is not None and self.config.memory_penalty == "repair":
+        if self.repair_limits is not None:
             from hsdag_ray.core.fit import repair
 
-            fixed = repair(self.limits, p)
+            fixed = repair(self.repair_limits, p)
             p = p if fixed is None else fixed
         key = placement_key(self.graph_id, p)
         hit = self.store.get(key)
@@ -366,8 +372,7 @@ class PlacementEnv(gym.Env):
             best = None
         if best is None and self._start is None:
             self._start = start_placement(self.graph.num_nodes, self.devices, self.single_device_s,
-                                          self.limits if self.config.memory_penalty == "repair"
-                                          else None)
+                                          self.repair_limits)
         return incumbent(best, self._start, self.devices, self.single_device_s,
                          self.graph.num_nodes)
 

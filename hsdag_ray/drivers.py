@@ -75,18 +75,17 @@ class SearchDriver:
 
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                  resources: Optional[dict] = None) -> None:
+        from envs.incumbent import start_placement
         from envs.measuring import call, measuring_service
 
         self.cfg = cfg
         self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
                                          tracked=True)
-        from envs.incumbent import start_placement
-
         # where HSDAG's incumbent prior starts too: the fastest single device, or with a
         # profile of every device the repaired single-device placement estimated fastest
         singles = call(self.service, "single_devices")
         start = start_placement(env.graph.num_nodes, env.devices, singles,
-                                getattr(env, "limits", None) if cfg.memory_penalty == "repair" else None)
+                                getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
         self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,

@@ -2,8 +2,8 @@
 import numpy as np
 
 from envs.placement_env import EnvConfig, PlacementEnv
-from hsdag_ray.core.coarsening import build_graph
 from envs.simulator import Simulator
+from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.fit import feasible
 from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device, cost_graph
 
