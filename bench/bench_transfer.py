@@ -42,17 +42,16 @@ import numpy as np
 
 
 def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20) -> list[dict]:
-    from envs.simulator import Simulator
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.core.profile import Profile, cost_graph
     from hsdag_ray.pretrain import family_graph_configs
-    from hsdag_ray.pretrained import build_module, infer_placements, read_pretrained
+    from hsdag_ray.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
     from policies.exact import solve
     from policies.registry import get, load
 
     m = get(method)
     ckpt = read_pretrained(pre)
-    cfg = TrainConfig(method=method, **base)
+    cfg = adopt_settings(TrainConfig(method=method, **base), ckpt)  # its features, as train --init
     rows = []
     for env_cfg in family_graph_configs(cfg, family, "held_out", None):
         env = load(m.env)(env_cfg)
@@ -194,7 +193,7 @@ def main() -> None:
     if args.entropy_coeff is not None:
         base["entropy_coeff"] = args.entropy_coeff
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.pretrain import default_budget, pretrain
+    from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, default_budget, pretrain
 
     finetune_settings = parse_settings(args.finetune_set)
     if args.finetune_graphs:
@@ -212,8 +211,8 @@ def main() -> None:
             budget = args.pretrain_budget
             if budget is None:  # the method's own after imitation (Placeto: none), else 3000
                 budget = default_budget(method, args.imitate_steps, fallback=3000)
-            meta = pretrain(TrainConfig(method=method, budget=budget, env_runners=0,
-                                        wandb="disabled", seed=args.pretrain_seed, **base), args.family, pre,
+            meta = pretrain(TrainConfig(**{**PRETRAIN_DEFAULTS, **base}, method=method, budget=budget,
+                                        wandb="disabled", seed=args.pretrain_seed), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
             print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
                   flush=True)

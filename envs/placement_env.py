@@ -357,7 +357,7 @@ class PlacementEnv(gym.Env):
         (a new array: episodes already sampled keep the observation they saw)."""
         obs = dict(self._obs)
         x = obs["x"].copy()
-        n, at, d = self.graph.num_nodes, self._incumbent_at, len(self.devices)
+        at, d = self._incumbent_at, len(self.devices)
         x[:, at:at + d] = 0.0
         placement = self.incumbent()
         if placement is not None:

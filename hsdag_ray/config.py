@@ -1,22 +1,18 @@
-"""The settings of a training run, from the command line and YAML.
+"""The settings of a training run.
 
-:class:`TrainConfig` is the one typed config of ``python -m hsdag_ray.train``;
-:func:`build_parser` makes a flag of every field (with the field's docstring
-as its help) and :func:`config_from_args` fills it from ``--config run.yaml``,
-a resumed run's ``config.json`` and the flags, flags winning.
+:class:`TrainConfig` is the one typed config of ``python -m hsdag_ray.train``,
+checked by :meth:`TrainConfig.validate`; :mod:`hsdag_ray.arguments` makes its
+command line (a flag of every field) and reads YAML files and resumed runs into it.
 """
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any
 
 from hsdag_ray.cli import UsageError, read_yaml_mapping
 
-__all__ = ["TrainConfig", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS", "Command",
-           "build_parser", "config_from_args"]
+__all__ = ["TrainConfig", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS"]
 
 
 #: the custom Ray resource a measuring machine advertises once (one measurement at a time)
@@ -99,7 +95,8 @@ class TrainConfig:
             incumbent): each group leans toward the incumbent's devices by this logit,
             and a node the incumbent places apart from its group moves back to it with
             about the same odds, so proposals are the incumbent with a few changes that
-            the policy learns to steer (0 = off; see policies/hsdag_config.py).
+            the policy learns to steer (0 = off, the paper's sampling; HSDAG only, the
+            other methods ignore it; see policies/hsdag_config.py).
         incumbent: the run's best placement so far (or the fastest single device,
             until a measured placement beats it) becomes node features (one-hot
             device, refreshed at every episode's start), so the policy can learn to
@@ -200,7 +197,7 @@ class TrainConfig:
     node_moves: bool = True
     segment_moves: bool = False
     move_floor: float = 0.0
-    incumbent_prior: float = 0.0
+    incumbent_prior: float = 2.0
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"
@@ -317,99 +314,3 @@ class TrainConfig:
             raise UsageError(f"unknown setting {unknown[0]!r} in {path}; settings are the "
                              "long options of --help without dashes")
         return data
-
-
-def build_parser(help_for: Optional[Mapping[str, str]] = None) -> argparse.ArgumentParser:
-    """The command line of every TrainConfig field; ``help_for`` replaces the help of
-    fields whose meaning another command changes (e.g. pretrain's ``budget``)."""
-    help_for = dict(help_for or {})
-    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="YAML file with any of the settings below (flags win)")
-    ap.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
-    ap.add_argument("--verbose", action="store_true",
-                    help="show the libraries' warnings and logs (torch, Ray, RLlib, W&B, "
-                         "OpenVINO) on the console instead of the run's libraries.log")
-    defaults = TrainConfig()
-    doc = _field_docs()
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        help_text = doc.get(f.name, "")
-        if f.name in help_for:
-            ap.add_argument(flag, type=type(default), default=None, help=help_for.pop(f.name))
-        elif isinstance(default, bool) and f.name.startswith("no_"):
-            # argparse's BooleanOptionalAction reads any flag starting with --no- as False,
-            # so --no-cost would switch cost features on: the pair is spelled out instead
-            on = "--" + f.name[3:].replace("_", "-")
-            ap.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
-                            help=f"{help_text} ({on} undoes it)")
-            ap.add_argument(on, dest=f.name, action="store_const", const=False,
-                            help=argparse.SUPPRESS)
-        elif isinstance(default, bool):
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif isinstance(default, list):
-            ap.add_argument(flag, default=None, help=help_text + " (comma-separated)")
-        else:
-            ap.add_argument(flag, type=type(default), default=None,
-                            help=f"{help_text} (default: {default if default != '' else 'none'})")
-    if help_for:
-        raise ValueError(f"no setting named {', '.join(help_for)}")
-    return ap
-
-
-def _field_docs() -> dict[str, str]:
-    doc = TrainConfig.__doc__ or ""
-    out: dict[str, str] = {}
-    current: list[str] = []
-    text: list[str] = []
-    for line in doc.split("Attributes:")[-1].splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        head, _, rest = s.partition(":")
-        names = [h.strip() for h in head.split("/")]
-        if rest and all(n.isidentifier() for n in names):
-            for n in current:
-                out[n] = " ".join(text)
-            current, text = names, [rest.strip()]
-        else:
-            text.append(s)
-    for n in current:
-        out[n] = " ".join(text)
-    return out
-
-
-class Command(NamedTuple):
-    """What ``python -m hsdag_ray.train`` was asked: the run's settings, the
-    run folder to continue (or None) and whether to show the libraries' logs."""
-
-    cfg: TrainConfig
-    resume: Optional[Path]
-    verbose: bool
-
-
-def config_from_args(argv: Optional[Sequence[str]]) -> Command:
-    args = build_parser().parse_args(argv)
-    values: dict[str, Any] = {}
-    resume = Path(args.resume) if args.resume else None
-    if resume is not None:
-        cfg_file = resume / "config.json"
-        if not cfg_file.is_file():
-            raise UsageError(f"{resume} is not a run folder (no config.json); pass the folder "
-                             "a previous run printed")
-        values.update(json.loads(cfg_file.read_text())["train"])
-    if args.config:
-        values.update(TrainConfig.from_yaml(args.config))
-    for f in fields(TrainConfig):
-        v = getattr(args, f.name)
-        if v is not None:
-            values[f.name] = v
-    if isinstance(values.get("devices"), str):
-        values["devices"] = [d for d in values["devices"].split(",") if d]
-    try:
-        cfg = TrainConfig(**values)
-    except TypeError as e:
-        raise UsageError(f"bad settings: {e}") from None
-    cfg.validate()
-    return Command(cfg, resume, bool(args.verbose))

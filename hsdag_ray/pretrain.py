@@ -50,9 +50,10 @@ from typing import Any, Optional, Sequence
 
 from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run
-from hsdag_ray.config import TrainConfig, build_parser
+from hsdag_ray.arguments import build_parser
+from hsdag_ray.config import TrainConfig
 
-__all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "default_budget"]
+__all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "default_budget", "PRETRAIN_DEFAULTS"]
 
 #: pre-training budget when none is given (placements over all graphs), unless the method has
 #: its own after imitation (``Method.budget_after_imitation``)
@@ -176,7 +177,8 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
         settings = {k: v for k, v in asdict(cfg).items()
                     if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
                              "self_loops", "episode_len", "no_fractal", "no_shape", "no_cost",
-                             "no_op_type", "no_degree", "position", "coarsen", "relative_features")}
+                             "no_op_type", "no_degree", "position", "coarsen", "relative_features",
+                             "incumbent_prior", "incumbent")}
         meta = {"method": cfg.method, "family": family, "model_config":
                 method.model_config(asdict(cfg)) if method.model_config else {},
                 "settings": settings, "reward": cfg.reward, "devices": list(FAMILY_DEVICES),
@@ -193,6 +195,12 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     say(f"pre-trained {cfg.method} on {len(fam.train)} graphs of {family}: {steps} placements, "
         f"{it} iterations, {meta['wall_s']:.0f} s; checkpoint {path}")
     return meta
+
+
+#: pre-training's own defaults where train's differ: scale-free features (measured to
+#: transfer to held-out graphs where the raw costs did not), and HSDAG sampling as the
+#: paper, without the incumbent prior (the README's pre-training figures were measured so)
+PRETRAIN_DEFAULTS = {"env_runners": 0, "relative_features": True, "incumbent_prior": 0.0}
 
 
 def default_budget(method: str, imitate_steps: int, fallback: int = DEFAULT_BUDGET) -> int:
@@ -214,7 +222,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"{m.name} {m.budget_after_imitation}" for m in METHODS.values()
             if m.kind == "rl" and m.budget_after_imitation is not None)
         + f", the others {DEFAULT_BUDGET}); 0 with --imitate-steps: imitation only")
-    ap = build_parser(help_for={"budget": budget_help})
+    ap = build_parser(help_for={"budget": budget_help, "incumbent_prior": (
+        "HSDAG samples around each graph's best placement so far by this logit (default in "
+        "pre-training: 0, off; train's default is 2)")})
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
     ap.add_argument("--family", required=True,
                     help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
@@ -235,9 +245,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         values["budget"] = default_budget(values.get("method", TrainConfig.method), args.imitate_steps)
     if values["budget"] == 0 and not args.imitate_steps:
         raise UsageError("--budget 0 pre-trains nothing without --imitate-steps; give one or both")
-    values.setdefault("env_runners", 0)
-    # scale-free features: measured to transfer to held-out graphs where the raw costs did not
-    values.setdefault("relative_features", True)
+    for k, v in PRETRAIN_DEFAULTS.items():
+        values.setdefault(k, v)
     values.update(backend="simulator", wandb="disabled")
     try:
         cfg = TrainConfig(**values)

@@ -82,7 +82,9 @@ def adopt_settings(cfg, ckpt: Mapping[str, Any]):
     from hsdag_ray.config import TrainConfig
 
     defaults = TrainConfig()
-    theirs = {**dict(ckpt.get("settings") or {}), "reward": ckpt.get("reward", "")}
+    # a checkpoint that does not name the incumbent settings was trained without them
+    theirs = {"incumbent_prior": 0.0, "incumbent": False, **dict(ckpt.get("settings") or {}),
+              "reward": ckpt.get("reward", "")}
     change = {k: v for k, v in theirs.items()
               if hasattr(cfg, k) and v not in (None, "") and getattr(cfg, k) == getattr(defaults, k)
               and getattr(cfg, k) != v}

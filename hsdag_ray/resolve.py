@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 
-__all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "env_config"]
+__all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -143,6 +143,14 @@ def reward_of_run(cfg: TrainConfig) -> str:
     return cfg.reward or get(cfg.method).reward
 
 
+def reads_incumbent(cfg: TrainConfig) -> bool:
+    """Whether the run's environment carries the incumbent's features: ``--incumbent``, or
+    a method that samples around the incumbent (HSDAG) with ``--incumbent-prior`` above 0."""
+    from policies.registry import get
+
+    return cfg.incumbent or (cfg.incumbent_prior > 0 and get(cfg.method).incumbent_prior)
+
+
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
                store: str) -> dict[str, Any]:
     from envs.base import TimingConfig
@@ -153,4 +161,4 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
             "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
-            "sim_delay_s": cfg.sim_delay_s, "incumbent": cfg.incumbent or cfg.incumbent_prior > 0}
+            "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg)}

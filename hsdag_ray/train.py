@@ -1,7 +1,8 @@
 """Learn a placement: ``python -m hsdag_ray.train``.
 
 With no arguments: a local Ray, HSDAG trained with REINFORCE on ResNet-50 for
-500 measured placements, W&B offline. On a machine with two or more real
+500 placements (a placement proposed again is answered from the cache, not
+measured again), W&B offline. On a machine with two or more real
 OpenVINO devices (e.g. CPU and GPU) placements are measured on them; with
 only a CPU the simulator is used, with the local CPU profiled by OpenVINO and
 a modeled accelerator with 64 MB of memory (``GPU_SMALLMEM``: ResNet-50 does
@@ -41,7 +42,8 @@ from typing import Any, Callable, Optional, Sequence
 from hsdag_ray import console
 from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
-from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig, config_from_args
+from hsdag_ray.arguments import config_from_args
+from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.resolve import env_config, resolve_backend
 from hsdag_ray.rundir import Run
 
@@ -310,7 +312,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    command = config_from_args(argv)
+    command = config_from_args(argv, __doc__)
     summary = train(command.cfg, command.resume, library_log=not command.verbose)
     console.print_result(summary, quiet=False)
     return 0

@@ -56,6 +56,9 @@ class Method:
         budget_after_imitation: ``rl``: placements of reinforcement ``python -m
             hsdag_ray.pretrain`` does after ``--imitate-steps`` when the run names no
             ``--budget`` (None: pretrain's ``DEFAULT_BUDGET``, as without imitation).
+        incumbent_prior: ``rl``: its policy samples around the incumbent by the run's
+            ``--incumbent-prior`` (its environment then carries the incumbent's features);
+            the other methods ignore that setting.
     """
 
     name: str
@@ -72,6 +75,7 @@ class Method:
     reward: str = "inverse"
     init_soften: float = 1.0
     budget_after_imitation: Optional[int] = None
+    incumbent_prior: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -128,7 +132,7 @@ register(Method(
     name="hsdag", kind="rl",
     description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
     module="policies.hsdag_module:HSDAGRLModule", model_config=_hsdag_model_config,
-    learner_config=_batch_advantages))
+    learner_config=_batch_advantages, incumbent_prior=True))
 
 
 def _placeto_model_config(s: Mapping[str, Any]) -> dict:

@@ -183,7 +183,7 @@ def test_the_result_table_compares_with_the_cpu_alone(cpu):
 
 
 def test_a_command_can_reword_a_settings_help_and_only_an_existing_ones():
-    from hsdag_ray.config import build_parser
+    from hsdag_ray.arguments import build_parser
 
     ap = build_parser(help_for={"budget": "placements of reinforcement"})
     assert "placements of reinforcement" in ap.format_help()

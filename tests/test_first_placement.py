@@ -3,7 +3,6 @@ fine-tuning), and fine-tuning measures the policy's greedy placement first."""
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 
 from envs.store import placement_key
@@ -24,7 +23,7 @@ def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("first")
     pre = root / "tiny-hsdag"
     pretrain(TrainConfig(method="hsdag", budget=30, episode_len=5, env_runners=0, hidden_dim=16,
-                         seed=0), "tiny", pre, say=lambda s: None, imitate_steps=5)
+                         seed=0, incumbent_prior=0.0), "tiny", pre, say=lambda s: None, imitate_steps=5)
     ckpt = read_pretrained(pre)
     graphs = json.loads((pre / "graphs.json").read_text())
     accelerator = graphs["devices"].index("GPU_PARTMEM")

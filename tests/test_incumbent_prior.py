@@ -102,3 +102,30 @@ def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
     for prior, on in ((0.0, False), (1.0, True)):
         cfg = TrainConfig(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], incumbent_prior=prior)
         assert env_config(cfg, "simulator", cfg.devices, None, "")["incumbent"] is on
+
+
+def test_the_prior_is_hsdags_default_and_only_hsdags():
+    """On by default for HSDAG; the other methods ignore it (their observation stays as
+    it was); pre-training and a checkpoint made without it keep it off."""
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.pretrain import PRETRAIN_DEFAULTS
+    from hsdag_ray.pretrained import adopt_settings
+    from hsdag_ray.resolve import env_config
+    from policies.registry import get
+
+    def features_on(cfg):
+        return env_config(cfg, "simulator", ["CPU", "GPU_SMALLMEM"], None, "")["incumbent"]
+
+    assert TrainConfig().incumbent_prior == 2.0 and features_on(TrainConfig())
+    assert get("hsdag").model_config({**TrainConfig().__dict__})["incumbent_prior"] == 2.0
+    for method in ("placeto", "gdp", "rnn"):
+        assert not features_on(TrainConfig(method=method))
+        assert features_on(TrainConfig(method=method, incumbent=True))  # asked for by name
+    assert PRETRAIN_DEFAULTS["incumbent_prior"] == 0.0
+    old = {"settings": {"hidden_dim": 64}, "reward": "speedup"}  # a checkpoint from before
+    tuned = adopt_settings(TrainConfig(init="ckpt"), old)
+    assert tuned.incumbent_prior == 0.0 and not features_on(tuned)
+    named = adopt_settings(TrainConfig(init="ckpt", incumbent_prior=3.0), old)
+    assert named.incumbent_prior == 3.0  # a setting the run names is kept (and checked on load)
+    new = {"settings": {"incumbent_prior": 2.0, "incumbent": False}}
+    assert adopt_settings(TrainConfig(init="ckpt"), new).incumbent_prior == 2.0

@@ -21,7 +21,7 @@ HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 def pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("pre") / "tiny-hsdag"
     meta = pretrain(TrainConfig(method="hsdag", budget=60, episode_len=5, env_runners=0,
-                                hidden_dim=16, seed=0), "tiny", out, say=lambda s: None,
+                                hidden_dim=16, seed=0, incumbent_prior=0.0), "tiny", out, say=lambda s: None,
                     imitate_steps=20)
     return out, meta
 
@@ -55,15 +55,15 @@ def test_init_loads_the_weights_into_the_learner_and_the_env_runner(pretrained):
     import ray
 
     from hsdag_ray.algos import algo_config
-    from hsdag_ray.pretrained import load_into_algo
+    from hsdag_ray.pretrained import adopt_settings, load_into_algo
     from hsdag_ray.resolve import env_config, resolve_backend
     from policies.registry import get
 
     out, _ = pretrained
-    cfg = _held_out_cfg(out)
+    ckpt = read_pretrained(out / CHECKPOINT_FILE)
+    cfg = adopt_settings(_held_out_cfg(out), ckpt)  # as train --init: the checkpoint's settings
     backend, devices, profile = resolve_backend(cfg, lambda s: None)
     env_cfg = env_config(cfg, backend, devices, profile, "")
-    ckpt = read_pretrained(out / CHECKPOINT_FILE)
     ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
     try:
         algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.episode_len).build_algo()
@@ -130,7 +130,7 @@ def test_init_soften_spreads_the_loaded_policy_and_keeps_its_preferences(pretrai
 
 
 def test_init_soften_is_checked_before_a_run_starts():
-    from hsdag_ray.config import config_from_args
+    from hsdag_ray.arguments import config_from_args
 
     with pytest.raises(UsageError, match="pass --init CHECKPOINT with it"):
         config_from_args(["--init-soften", "0.3"])
@@ -160,7 +160,7 @@ def test_budget_zero_places_zero_shot_with_one_measurement(pretrained, tmp_path)
 
 
 def test_budget_zero_needs_a_checkpoint():
-    from hsdag_ray.config import config_from_args
+    from hsdag_ray.arguments import config_from_args
 
     with pytest.raises(UsageError, match="zero-shot with --init"):
         config_from_args(["--budget", "0"])

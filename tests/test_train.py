@@ -224,11 +224,13 @@ def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
     """BERT-base with an accelerator that holds 2% of its weights: every placement
     of the first iterations overflows. With one flat failure reward every advantage
     of such a batch is equal and the policy never found a feasible placement in 300
-    (measured, seeds 0 and 1); the graded memory reward leads it to feasibility."""
+    (measured, seeds 0 and 1); the graded memory reward leads it to feasibility. (Sampled
+    as the paper, without the incumbent prior, which would start next to the CPU alone.)"""
     profile = small_memory_profile(tmp_path / "p.json", "bert_base", 0.02)
     cfg = TrainConfig(model="bert_base", backend="simulator", devices=["CPU_MODEL", "GPU_TINY"],
                       profile=str(profile), budget=300, env_runners=0, wandb="disabled",
-                      out=str(tmp_path), name="tiny", seed=0, memory_penalty="graded")
+                      out=str(tmp_path), name="tiny", seed=0, memory_penalty="graded",
+                      incumbent_prior=0.0)
     s = train(cfg, quiet=True)
     rows = read_jsonl(tmp_path / "tiny" / "metrics.jsonl")
     assert rows[0]["failures"] == rows[0]["measurements"], "the case must start all infeasible"
@@ -304,7 +306,7 @@ def test_feature_ablation_flags_switch_features_off(flags, expected, tmp_path):
     """argparse reads any --no-... flag of a BooleanOptionalAction as False: --no-cost
     once left cost features on. The ablation flags must do what they say, on the
     command line and in the environment's node features."""
-    from hsdag_ray.config import config_from_args
+    from hsdag_ray.arguments import config_from_args
 
     cfg = config_from_args(flags).cfg
     for k, v in expected.items():
