@@ -107,6 +107,8 @@ def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
 def test_the_prior_is_hsdags_default_and_only_hsdags():
     """On by default for HSDAG; the other methods ignore it (their observation stays as
     it was); pre-training and a checkpoint made without it keep it off."""
+    from dataclasses import asdict
+
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import PRETRAIN_DEFAULTS
     from hsdag_ray.pretrained import adopt_settings
@@ -117,7 +119,7 @@ def test_the_prior_is_hsdags_default_and_only_hsdags():
         return env_config(cfg, "simulator", ["CPU", "GPU_SMALLMEM"], None, "")["incumbent"]
 
     assert TrainConfig().incumbent_prior == 2.0 and features_on(TrainConfig())
-    assert get("hsdag").model_config({**TrainConfig().__dict__})["incumbent_prior"] == 2.0
+    assert get("hsdag").model_config(asdict(TrainConfig()))["incumbent_prior"] == 2.0
     for method in ("placeto", "gdp", "rnn"):
         assert not features_on(TrainConfig(method=method))
         assert features_on(TrainConfig(method=method, incumbent=True))  # asked for by name
