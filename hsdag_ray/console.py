@@ -40,32 +40,37 @@ def say(quiet: bool) -> Callable[[str], None]:
 
 @contextmanager
 def libraries_to(path: Optional[Path]) -> Iterator[None]:
-    """Send everything printed on this process's stderr to the file ``path``,
-    while this module's own output (:func:`say`, :class:`Progress`) still
-    reaches the console.
+    """Send everything printed on this process's stdout and stderr to the file
+    ``path``, while this module's own output (:func:`say`, :class:`Progress`) still
+    reaches the console (on stderr).
 
     The libraries underneath (torch's and torch-geometric's warnings, Ray's and
-    RLlib's Python logs and the C++ log lines of Ray's core worker, which no
-    Python setting reaches) all write to file descriptor 2; it is pointed at
-    ``path`` for the duration and restored after, so nothing they say is lost
-    and the console reads like a tool's. Processes started meanwhile (a local
-    Ray's) inherit the file. ``path=None`` changes nothing (``--verbose``).
+    RLlib's Python logs, the C++ log lines of Ray's core worker and HiGHS's stray
+    debug lines, which no Python setting reaches) write to file descriptors 1 and
+    2; both are pointed at ``path`` for the duration and restored after, so nothing
+    they say is lost and the console reads like a tool's. Processes started
+    meanwhile (a local Ray's) inherit the file. ``path=None`` changes nothing
+    (``--verbose``).
     """
     global _OUT
     if path is None:
         yield
         return
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = os.dup(1), os.dup(2)
     with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-    _OUT = os.fdopen(os.dup(saved), "w", buffering=1)
+    _OUT = os.fdopen(os.dup(saved[1]), "w", buffering=1)
     try:
         yield
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, old in zip((1, 2), saved):
+            os.dup2(old, fd)
+            os.close(old)
         _OUT.close()
         _OUT = None
 

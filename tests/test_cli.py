@@ -182,6 +182,26 @@ def test_the_result_table_compares_with_the_cpu_alone(cpu):
     assert "50.0% faster" in text and "60.0% faster" in text and "0.0% faster" in text
 
 
+def test_what_libraries_print_on_either_stream_goes_to_the_log(tmp_path, capfd):
+    """Lines written straight to file descriptors 1 and 2 (as C libraries such as
+    HiGHS and Ray's core worker do) land in the log; the command's own lines do not."""
+    import os
+
+    from hsdag_ray import console
+
+    log = tmp_path / "libraries.log"
+    with console.libraries_to(log):
+        os.write(1, b"a library on stdout\n")
+        os.write(2, b"a library on stderr\n")
+        console.say(False)("the command's own line")
+    out, err = capfd.readouterr()
+    assert "the command's own line" in err and "the command's own line" not in log.read_text()
+    assert "a library on stdout" in log.read_text() and "a library on stderr" in log.read_text()
+    assert "a library" not in out + err
+    os.write(1, b"after\n")  # both streams are back on the console
+    assert "after" in capfd.readouterr().out and "after" not in log.read_text()
+
+
 def test_a_command_can_reword_a_settings_help_and_only_an_existing_ones():
     from hsdag_ray.arguments import build_parser
 

@@ -1,5 +1,8 @@
 """Whether a placement fits the devices, and the repair rule (hsdag_ray.core.fit)."""
+import itertools
+
 import numpy as np
+import pytest
 
 from hsdag_ray.core.costgraph import CostGraph
 from hsdag_ray.core.fit import feasible, repair, violation
@@ -24,16 +27,60 @@ def test_a_feasible_placement_is_kept_as_it_is():
     assert np.array_equal(repair(g, p), p)
 
 
-def test_an_overflowing_device_sheds_the_nodes_cheapest_per_byte():
-    # device 1 holds 2 of 7 bytes: node 0 (5 bytes, 0.1 s slower on device 0) and node 1
-    # (1 byte, 0.1 s slower) must leave, node 2 (1 byte, 10 s slower) stays
+def test_an_overflowing_device_sheds_the_cheapest_nodes():
+    # device 1 holds 2 of 7 bytes: node 0 (5 bytes, 0.1 s slower on device 0) or nodes 1
+    # and 2 (10.1 s slower together) must leave
     g = chain([[1.1, 1.0], [1.1, 1.0], [11.0, 1.0]], [5, 1, 1], [np.inf, 2])
     p = np.array([1, 1, 1])
     assert "over its memory" in violation(g, p)
     fixed = repair(g, p)
     assert feasible(g, fixed)
-    assert fixed.tolist() == [0, 1, 1]  # freeing 5 bytes costs 0.02 s per byte; node 1 stays
+    assert fixed.tolist() == [0, 1, 1]
     assert (g.memory_use(fixed) <= g.mem_capacity).all()
+
+
+def test_a_large_node_moved_onto_a_full_device_exchanges_for_smaller_ones():
+    # nodes 0 and 1 (8 + 4 bytes) fill 12 of device 1's 20; the proposal adds node 2
+    # (18 bytes). Moving nodes 0 and 1 off costs 0.65 + 1.45 s, node 2 back 2.6 s: the
+    # repair makes the exchange (the cheapest-per-byte rule, node 0 then node 2 off,
+    # cost 3.25 s and undid the proposal)
+    g = chain([[1.65, 1.0], [2.45, 1.0], [3.6, 1.0]], [8, 4, 18], [np.inf, 20])
+    assert feasible(g, [1, 1, 0]) and not feasible(g, [1, 1, 1])
+    assert repair(g, np.array([1, 1, 1])).tolist() == [0, 0, 1]
+
+
+def _cheapest_by_enumeration(g, p):
+    """The least summed extra compute time (moves that save time priced 0) of moving
+    nodes off overflowing devices until every device fits, by trying every set."""
+    over = g.memory_use(p) > g.mem_capacity
+    movable = [i for i in range(g.num_nodes) if over[p[i]] and g.mem_bytes[i] > 0]
+    best = np.inf
+    for targets in itertools.product(range(g.num_devices), repeat=len(movable)):
+        q = p.copy()
+        q[movable] = targets
+        if feasible(g, q):
+            extra = g.compute_s[movable, targets] - g.compute_s[movable, p[movable]]
+            best = min(best, np.maximum(extra, 0).sum())
+    return best
+
+
+def test_the_repair_is_the_cheapest_set_of_moves_on_random_graphs():
+    # (the per-byte rule was dearer than the cheapest set on 4 of these 25)
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        n, D = 7, int(rng.integers(2, 4))
+        g = chain(rng.uniform(0.5, 3.0, (n, D)), rng.integers(1, 9, n).astype(float),
+                  [np.inf] + list(rng.integers(8, 16, D - 1).astype(float)))
+        p = rng.integers(1, D, n)  # everything on the devices with limited memory
+        fixed = repair(g, p)
+        best = _cheapest_by_enumeration(g, p)
+        if not np.isfinite(best):
+            assert fixed is None
+            continue
+        assert feasible(g, fixed)
+        moved = np.flatnonzero(fixed != p)
+        extra = g.compute_s[moved, fixed[moved]] - g.compute_s[moved, p[moved]]
+        assert np.maximum(extra, 0).sum() == pytest.approx(best, abs=1e-9)
 
 
 def test_boundaries_count_in_the_price_of_a_move():
