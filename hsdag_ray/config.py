@@ -127,9 +127,9 @@ class TrainConfig:
         repeats / threads / timeout: timing of real measurements.
         failure_factor: a failed placement counts as this many times the reference latency.
         memory_penalty: repair (the default: a placement the profile says overflows is
-            not measured; its repair, the overflowing nodes moved to a device with room, is
-            measured and rewarded instead, see hsdag_ray/core/fit.py; without a profile of
-            every device, graded), graded (a placement over a device's memory counts as
+            not measured; its repair, the cheapest set of nodes moved off the full device
+            to one with room, is measured and rewarded instead, see hsdag_ray/core/fit.py;
+            without a profile of every device, graded), graded (a placement over a device's memory counts as
             failure_factor x (1 + the fraction it is over) times the reference, so a batch
             that all overflows still says which placements are closer to fitting), or flat.
         remeasure_rounds: with a real backend, the run's best few placements and every

@@ -197,8 +197,8 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
 
     With ``fit`` (and a profile of the run's devices, the environment's ``limits``) no
     placement breaks a device's limits when the rule of :mod:`hsdag_ray.core.fit`
-    finds one that does not: an infeasible greedy placement is repaired (nodes
-    move off the overflowing device, cheapest extra time per byte first); sampled
+    finds one that does not: an infeasible greedy placement is repaired (the
+    cheapest set of nodes moves off the overflowing device); sampled
     placements that do not fit are drawn again, up to ``DRAWS`` draws per
     placement asked for and until ``DRAWS`` draws in a row did not fit (a
     policy that seldom fits is not sampled on and on: a per-node policy's draw

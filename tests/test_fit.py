@@ -96,6 +96,20 @@ def test_boundaries_count_in_the_price_of_a_move():
     assert repair(g3, np.ones(5, dtype=np.int64)).tolist() == [1, 1, 0, 1, 1]
 
 
+def test_boundaries_are_priced_for_the_set_of_moves_together():
+    # two of six nodes must leave device 1; moving two neighbours at an end adds one
+    # boundary, any other pair two or more (priced one move at a time, the end nodes
+    # 0 and 5 looked cheapest: one boundary each)
+    g = chain([[1.5, 1.0]] * 6, [1] * 6, [np.inf, 4], boundary_s=1.0)
+    fixed = repair(g, np.ones(6, dtype=np.int64))
+    assert fixed.tolist() in ([0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0])
+    # a node holding no bytes between two that leave goes with them rather than stay
+    # alone on the device as a stage of its own
+    g2 = chain([[1.5, 1.0], [1.1, 1.0], [1.5, 1.0], [9.0, 1.0], [9.0, 1.0]], [1, 0, 1, 1, 1],
+               [np.inf, 2], boundary_s=1.0)
+    assert repair(g2, np.ones(5, dtype=np.int64)).tolist() == [0, 0, 0, 1, 1]
+
+
 def test_nodes_leave_devices_that_cannot_run_them_and_classes_stay_together():
     g = chain([[1, np.inf], [1, 1], [1, 1]], [0, 1, 1], [np.inf, np.inf], colocate=np.array([-1, 3, 3]))
     p = np.array([1, 0, 1])

@@ -14,27 +14,28 @@ fine-tuning placement follow):
 2. a node (class) on a device that cannot run it goes to the device where it
    runs fastest;
 3. when devices hold more bytes than their memory, some nodes (classes) on them
-   move to other devices: the set of moves whose summed extra time is least
-   with every device within its memory afterwards, the extra time of a move
-   being the node's compute time there minus here plus ``boundary_s`` per stage
-   boundary the move adds (minus per boundary it removes) between it and its
-   neighbours in the topological order, each move priced alone. This is a small
-   0/1 program (a knapsack cover when one device overflows), solved exactly by
-   HiGHS; nodes holding no bytes never move (moving them frees nothing).
+   move to other devices: the set of moves that costs least in all, with every
+   device within its memory afterwards. A move costs the node's compute time
+   there minus here (nothing when that saves time), and the result costs
+   ``boundary_s`` per stage boundary (two consecutive nodes of the topological
+   order on different devices) next to a moved node. This is a small 0/1
+   program (a knapsack cover when one device overflows), solved exactly by
+   HiGHS. A node holding no bytes moves only where that removes boundaries
+   (one left alone between nodes that moved would be a stage of its own).
 
 An exact set matters: the earlier rule moved one node at a time, the cheapest
-per byte freed, and so could not *exchange*. Moving a large node onto a full
-accelerator made it evict that node again (or one as costly) rather than the two
-smaller ones whose leaving costs less in all, so a policy proposing the large
-node never saw the placement it pointed at (ResNet-50 with a 64 MB accelerator
-stayed 1.02-1.04x above the optimum on one recorded profile). That rule remains
-as the fallback when HiGHS finds no set within its time limit.
+extra time per byte freed, and so could not *exchange*. Moving a large node onto
+a full accelerator made it evict that node again (or one as costly) rather than
+the two smaller ones whose leaving costs less in all, so a policy proposing the
+large node never saw the placement it pointed at (ResNet-50 with a 64 MB
+accelerator stayed 1.02-1.04x above the optimum on one recorded profile). That
+rule remains as the fallback when HiGHS finds no set within its time limit.
 
 It returns None when no set of moves fits, which happens only when the devices
 together cannot hold the graph's bytes or a node is larger than every device
-with room. The rule does not look for the fastest feasible placement: it prices
-moves one by one from the costs of compute and stage boundaries alone, without
-transfers, and moves only what overflows.
+with room. The rule is not a search for the fastest feasible placement: it
+counts compute and stage boundaries but not transfers, and it moves only nodes
+that sit on a device that overflows.
 """
 from __future__ import annotations
 
@@ -166,50 +167,87 @@ def _greedy(g, unit, comp, mem, runs, dev, use) -> Optional[np.ndarray]:
 
 
 def _cover(g, unit, comp, mem, runs, dev, use, time_limit: float = 2.0) -> Optional[np.ndarray]:
-    """The exact rule: the set of moves off the overflowing devices whose summed
-    extra time (:func:`_extra`, each move priced alone) is least, with every device
-    within its memory afterwards; a 0/1 program solved by HiGHS (``scipy.optimize.milp``).
-    None when it finds no such set within ``time_limit`` seconds."""
+    """The exact rule: the moves off the overflowing devices that cost least in all
+    (compute time added, a move that saves time counting nothing, plus
+    ``boundary_s`` per stage boundary of the result between nodes of which one
+    moved), with every device within its memory afterwards; a 0/1 program solved by
+    HiGHS (``scipy.optimize.milp``). Nodes holding no bytes move only where that
+    removes boundaries. None when it finds no such set within ``time_limit`` seconds."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
     cap, D = g.mem_capacity, comp.shape[1]
     over = use > cap * (1 + 1e-12)
-    cand = np.flatnonzero(over[dev] & (mem > 0))
-    extra = _extra(g, unit, comp, dev, cand)
+    cand = np.flatnonzero(over[dev] & ((mem > 0) | (g.boundary_s > 0)))
     ok = runs[cand] & (mem[cand][:, None] <= cap[None, :] * (1 + 1e-12))
     ok[np.arange(cand.size), dev[cand]] = False
-    k, t = np.nonzero(ok)  # one 0/1 variable per allowed (unit, target device)
+    k, t = np.nonzero(ok)  # one 0/1 variable x per allowed (unit, target device)
     if not k.size:
         return None
-    # a move that saves time still costs a little, so nothing moves that need not
-    pos = extra[k, t][extra[k, t] > 0]
+    col = np.full((cand.size, D), -1)
+    col[k, t] = np.arange(k.size)
+    where = np.full(comp.shape[0], -1)
+    where[cand] = np.arange(cand.size)
+    # stage boundaries: one variable b >= z_i,d - z_j,d per device d, for each pair of
+    # consecutive nodes i, j of different units of which one may move; z_i,d is 1 when
+    # node i ends on d: x of (its unit, d), or 1 - its unit's x's for the device it is on
+    order_i = np.arange(g.num_nodes - 1)
+    order_i = order_i[(unit[:-1] != unit[1:]) & ((where[unit[:-1]] >= 0) | (where[unit[1:]] >= 0))]
+    if g.boundary_s <= 0:
+        order_i = order_i[:0]
+    nb = order_i.size
+    rows, cols, vals, ub = [], [], [], []
+
+    def z(node, d, sign, row):  # adds sign * z_node,d to row; returns its constant part
+        c = where[unit[node]]
+        if c < 0:
+            return sign * float(dev[unit[node]] == d)
+        if dev[cand[c]] == d:
+            for j in col[c][col[c] >= 0]:
+                rows.append(row), cols.append(j), vals.append(-sign)
+            return sign
+        if col[c, d] >= 0:
+            rows.append(row), cols.append(col[c, d]), vals.append(sign)
+        return 0.0
+
+    r = 0
+    for p, i in enumerate(order_i):
+        for d in range(D):
+            const = z(i, d, 1.0, r) + z(i + 1, d, -1.0, r)
+            rows.append(r), cols.append(k.size + p), vals.append(-1.0)
+            ub.append(-const)
+            r += 1
+    extra = comp[cand[k], t] - comp[cand[k], dev[cand[k]]]
+    pos = extra[extra > 0]
     tiny = 1e-3 * (pos.mean() if pos.size else 1.0)
-    cost = np.maximum(extra[k, t], 0.0) + tiny
+    cost = np.r_[np.maximum(extra, 0.0) + tiny, np.full(nb, g.boundary_s)]
     cost = cost / cost.max()  # HiGHS is best with numbers near 1: scale time and bytes
-    scale = mem[cand].max()
-    v, w = np.arange(k.size), mem[cand[k]] / scale
-    rows_d = np.flatnonzero(np.isfinite(cap))
+    scale = mem[cand].max() if mem[cand].max() > 0 else 1.0
+    w = mem[cand[k]] / scale
     # per device with finite memory: bytes arriving minus bytes leaving <= its room
-    r, c, x = [], [], []
-    for i, d in enumerate(rows_d):
-        into, out = t == d, dev[cand[k]] == d
-        r += [np.full(into.sum() + out.sum(), i)]
-        c += [v[into], v[out]]
-        x += [w[into], -w[out]]
-    A_mem = coo_matrix((np.concatenate(x), (np.concatenate(r), np.concatenate(c))),
-                       shape=(rows_d.size, k.size))
-    A_one = coo_matrix((np.ones(k.size), (k, v)), shape=(cand.size, k.size))
+    rows_d = np.flatnonzero(np.isfinite(cap))
+    mr, mc, mv = [], [], []
+    for a, d in enumerate(rows_d):
+        into, out = np.flatnonzero(t == d), np.flatnonzero(dev[cand[k]] == d)
+        mr += [np.full(into.size + out.size, a)]
+        mc += [into, out]
+        mv += [w[into], -w[out]]
+    n_var = k.size + nb
+    A_mem = coo_matrix((np.concatenate(mv), (np.concatenate(mr), np.concatenate(mc))),
+                       shape=(rows_d.size, n_var))
+    A_one = coo_matrix((np.ones(k.size), (k, np.arange(k.size))), shape=(cand.size, n_var))
+    constraints = [LinearConstraint(A_mem, -np.inf, (cap - use)[rows_d] / scale),
+                   LinearConstraint(A_one, 0, 1)]
+    if nb:
+        A_b = coo_matrix((vals, (rows, cols)), shape=(r, n_var))
+        constraints.append(LinearConstraint(A_b, -np.inf, np.asarray(ub)))
     # presolve off: with it HiGHS prints a stray debug line on about 1% of these
-    room = (cap - use)[rows_d] / scale
-    res = milp(cost, integrality=np.ones(k.size), bounds=Bounds(0, 1),
-               constraints=[LinearConstraint(A_mem, -np.inf, room),
-                            LinearConstraint(A_one, 0, 1)],
-               options={"time_limit": time_limit, "presolve": False})
+    res = milp(cost, integrality=np.r_[np.ones(k.size), np.zeros(nb)], bounds=Bounds(0, 1),
+               constraints=constraints, options={"time_limit": time_limit, "presolve": False})
     if res.x is None:
         return None
     out = dev.copy()
-    chosen = res.x > 0.5
+    chosen = res.x[: k.size] > 0.5
     out[cand[k[chosen]]] = t[chosen]
     new_use = np.bincount(out, weights=mem, minlength=D)
     # HiGHS allows rows 1e-6 over; a set that overflows by as little is not taken
