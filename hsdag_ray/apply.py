@@ -52,6 +52,7 @@ from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devic
                            run, timing_from_args)
 from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.graph import parse_input_shapes
+from hsdag_ray.core.models import MODEL_HELP
 
 __all__ = ["main", "apply", "TOLERANCE"]
 
@@ -61,7 +62,7 @@ MODES = ("auto", "hetero", "pipeline")
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m hsdag_ray.apply", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="zoo name or .xml / .onnx file (as for train)")
+    ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--placement", required=True,
                     help="placement JSON file (op name -> device, e.g. RUN/best_placement.json) "
                          "or all:DEVICE, split:F, random:SEED")

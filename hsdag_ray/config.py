@@ -26,7 +26,9 @@ class TrainConfig:
     """One training run. The command line and a YAML file (``--config``) fill it.
 
     Attributes:
-        model: zoo name (resnet50, inception_v3, bert_base, tiny_cnn) or .xml/.onnx file.
+        model: zoo name (resnet50, inception_v3, bert_base, tiny_cnn), tv:NAME (a
+            torchvision architecture), hf:TYPE (a Hugging Face model type), gen:KIND:...
+            (a generated graph), all with random weights, or a .xml/.onnx file.
         input_shape: static input shape(s) of a dynamic file model, e.g. 1,3,224,224 or
             input_ids:1,128;attention_mask:1,128.
         method: placement method; ``hsdag`` (the paper).

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from hsdag_ray.cli import run
 from hsdag_ray.core.coarsening import COARSENINGS, build_graph
 from hsdag_ray.core.graph import parse_input_shapes
-from hsdag_ray.core.models import ZOO
+from hsdag_ray.core.models import MODEL_HELP
 
 __all__ = ["main"]
 
@@ -24,8 +24,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m hsdag_ray.graph",
         description="Print a model's placement graph before and after coarsening.")
-    ap.add_argument("model", help=f"zoo name ({', '.join(ZOO)}), tv:NAME (a torchvision model), "
-                    "hf:TYPE (a Hugging Face model type) or a .xml / .onnx file")
+    ap.add_argument("model", help=MODEL_HELP)
     ap.add_argument("--coarsen", choices=COARSENINGS, default="colocation",
                     help="coarsening to report (default: colocation)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model, "

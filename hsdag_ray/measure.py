@@ -34,6 +34,7 @@ from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolv
                            timing_from_args)
 from hsdag_ray.core.coarsening import COARSENINGS, build_graph
 from hsdag_ray.core.graph import parse_input_shapes
+from hsdag_ray.core.models import MODEL_HELP
 
 __all__ = ["main"]
 
@@ -41,7 +42,7 @@ __all__ = ["main"]
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hsdag_ray.measure", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="zoo name or .xml / .onnx file")
+    ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--devices", default=None,
                     help="comma-separated devices (default CPU,CPU_F32); with the simulator: "
                          "devices of the profile to use (default all)")

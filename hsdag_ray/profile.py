@@ -18,6 +18,7 @@ from envs.profiling import record
 from hsdag_ray.cli import (UsageError, add_timing_args, resolve_devices, run,
                            timing_from_args)
 from hsdag_ray.core.graph import parse_input_shapes
+from hsdag_ray.core.models import MODEL_HELP
 from hsdag_ray.core.profile import MODELED_DEVICES
 
 __all__ = ["main"]
@@ -26,7 +27,7 @@ __all__ = ["main"]
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hsdag_ray.profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="zoo name or .xml / .onnx file")
+    ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--devices", default="CPU",
                     help="real or virtual OpenVINO devices to profile, comma-separated (default CPU)")
     ap.add_argument("--modeled", default="",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -17,6 +18,17 @@ def absolute(path: str | Path) -> Path:
     return Path(path).expanduser().resolve()
 
 
+def slug(text: str) -> str:
+    """``text`` as a file-name part: runs of other characters than letters, digits, ``_.-`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+
+
+def model_label(model: str) -> str:
+    """A model spec as a run-name part: a file's stem, else the spec slugged
+    (``tv:convnext_tiny`` -> ``tv_convnext_tiny``: no ``:`` that scp or rsync would read as a host)."""
+    return slug(Path(model).stem if Path(model).suffix in (".xml", ".onnx") else model)
+
+
 class Run:
     """A run folder: config, metrics, checkpoints, outputs.
 
@@ -30,7 +42,7 @@ class Run:
         if resume is not None:
             self.dir = absolute(resume)
         else:
-            name = cfg.name or f"{Path(cfg.model).stem}-{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+            name = cfg.name or f"{model_label(cfg.model)}-{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
             self.dir = absolute(Path(cfg.out) / name)
             if self.dir.exists() and any(self.dir.iterdir()):
                 raise UsageError(f"run folder {self.dir} exists already; choose another --name or "

@@ -37,6 +37,7 @@ from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
 from hsdag_ray.core.costgraph import CostGraph
 from hsdag_ray.core.dnnpart import load_dnnpart
+from hsdag_ray.core.models import MODEL_HELP
 from policies.exact import SOLVERS, solve
 from policies.result import SolveResult
 
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m hsdag_ray.solve", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", help="dnn-partitioning input file (.json)")
-    ap.add_argument("--model", help="or a model (zoo name, .xml, .onnx), with --profile")
+    ap.add_argument("--model", help=f"or a model, with --profile: {MODEL_HELP}")
     ap.add_argument("--profile", help="with --model: the profile JSON its costs come from")
     ap.add_argument("--coarsen", default="colocation", choices=("none", "colocation", "openvino"),
                     help="with --model: the graph placed (default colocation)")

@@ -41,7 +41,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -50,6 +49,7 @@ from typing import Any, Optional, Sequence
 
 from hsdag_ray.cli import UsageError, read_yaml_mapping, run
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.rundir import model_label, slug
 
 __all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "trials", "run_trial", "run_sweep",
            "main"]
@@ -111,10 +111,6 @@ class SweepConfig:
         return cfg
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
-
-
 def trials(sc: SweepConfig) -> list[dict[str, Any]]:
     """The grid: one dict (name, model, method, variant, seed) per trial."""
     out = []
@@ -122,8 +118,7 @@ def trials(sc: SweepConfig) -> list[dict[str, Any]]:
         for method in sc.methods:
             for variant in sc.variants:
                 for seed in sc.seeds:
-                    name = "-".join(p for p in (_slug(Path(model).stem if Path(model).suffix else model),
-                                                method, _slug(variant), f"s{seed}") if p)
+                    name = "-".join(p for p in (model_label(model), method, slug(variant), f"s{seed}") if p)
                     out.append({"name": name, "model": model, "method": method, "variant": variant,
                                 "seed": int(seed)})
     return out

@@ -153,3 +153,19 @@ def test_the_ablation_preset_writes_its_own_table(tmp_path):
              for r in runs}
     assert feats["no output shape"]["shape"] is False and feats["no node id"]["position"] == "none"
     assert feats["no structural"]["fractal"] is False and feats["full"]["fractal"] is True
+
+
+@pytest.mark.parametrize("model,label", [
+    ("tv:convnext_tiny", "tv_convnext_tiny"),
+    ("gen:layered:n=30:c=32:w=3:seed=100", "gen_layered_n_30_c_32_w_3_seed_100"),
+    ("models/net.onnx", "net"), ("resnet50", "resnet50")])
+def test_run_folders_are_named_without_characters_a_shell_or_scp_reads(model, label, tmp_path):
+    """A train run's folder and a sweep trial's name start with the same label: a file's stem,
+    else the spec with ':' and '=' replaced (scp and rsync read 'tv:...' as a host)."""
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.rundir import Run
+
+    run = Run(TrainConfig(model=model, out=str(tmp_path)), resume=None)
+    assert run.dir.parent == tmp_path and run.dir.name.startswith(f"{label}-hsdag-")
+    sc = SweepConfig(models=[model], methods=["hsdag"], seeds=[0], out=str(tmp_path))
+    assert [t["name"] for t in trials(sc)] == [f"{label}-hsdag-s0"]

@@ -39,7 +39,12 @@ import numpy as np
 
 from hsdag_ray.core.errors import GraphError
 
-__all__ = ["ZOO", "load_model", "cache_dir", "tiny_cnn", "openvino_error_text"]
+__all__ = ["ZOO", "MODEL_HELP", "load_model", "cache_dir", "tiny_cnn", "openvino_error_text"]
+
+#: what a command's model argument accepts, for its --help
+MODEL_HELP = ("zoo name (resnet50, inception_v3, bert_base, tiny_cnn), tv:NAME (a torchvision "
+              "architecture), hf:TYPE (a Hugging Face model type), gen:KIND:... (a generated "
+              "graph), all with random weights, or a .xml / .onnx file")
 
 
 def cache_dir() -> Path:
