@@ -49,9 +49,34 @@ def test_an_encoder_decoder_transformer_builds():
     assert fine.num_nodes > 100
 
 
+def test_hf_specs_set_config_fields_and_the_sequence_length():
+    from hsdag_ray.core.hf_models import parse_hf_spec
+
+    assert parse_hf_spec("gpt2") == ("gpt2", {}, 128)
+    assert parse_hf_spec("llama:num_hidden_layers=2:rms_norm_eps=1e-5:tie_word_embeddings=false:seq=64") \
+        == ("llama", {"num_hidden_layers": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}, 64)
+
+
+def test_a_small_decoder_llm_and_a_vision_transformer_build_from_their_specs():
+    """hf:llama made small in the spec converts with input_ids of the given length; hf:vit, a
+    vision model, converts with one image of its config's size as pixel_values."""
+    model, fine, _, _ = build_graph("hf:llama:num_hidden_layers=2:hidden_size=128:intermediate_size=256"
+                                    ":num_attention_heads=4:num_key_value_heads=4:seq=32", "colocation")
+    assert {p.get_any_name(): list(p.get_shape()) for p in model.inputs} == {
+        "input_ids": [1, 32], "attention_mask": [1, 32]}
+    assert sum(n.op_type == "MatMul" for n in fine.nodes) >= 2 * 7  # q, k, v, o, gate, up, down per layer
+    model, fine, _, _ = build_graph("hf:vit:num_hidden_layers=2:image_size=64", "colocation")
+    assert {p.get_any_name(): list(p.get_shape()) for p in model.inputs} == {"pixel_values": [1, 3, 64, 64]}
+    assert fine.num_nodes > 30
+
+
 @pytest.mark.parametrize("spec,words", [("tv:no_such_net", "torchvision"),
                                         ("hf:no_such_type", "Hugging Face"),
-                                        ("nope:x", "unknown model")])
+                                        ("nope:x", "unknown model"),
+                                        ("hf:llama", "hf:llama:num_hidden_layers=2"),
+                                        ("hf:gpt2:n_layer", "is not KEY=VALUE"),
+                                        ("hf:gpt2:no_field=1", "has no field 'no_field'"),
+                                        ("hf:whisper", "export this one to ONNX")])
 def test_unknown_architecture_names_are_one_sentence(spec, words):
     import subprocess
     import sys

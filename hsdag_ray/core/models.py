@@ -17,11 +17,13 @@ Names understood by :func:`load_model`:
 ``gen:KIND:...``
     a generated graph of a family (random layered DAG, NAS cells; see
     :mod:`hsdag_ray.core.generated`), built directly, no conversion.
-``hf:TYPE``
+``hf:TYPE[:KEY=VALUE...]``
     any Hugging Face model type buildable from its default config without a
-    download (``hf:gpt2``, ``hf:distilbert``, ``hf:roberta``, ``hf:electra``,
-    ``hf:albert``, ``hf:bert`` ...), random weights, batch 1, sequence length
-    128, the base model (no task head).
+    download, text (``hf:gpt2``, ``hf:distilbert``, ``hf:roberta``, ``hf:t5``
+    ...: sequence length 128, ``seq=N`` to change it) or vision (``hf:vit``,
+    ``hf:swin``, ``hf:convnext`` ...), random weights, batch 1, the base model
+    (no task head); ``KEY=VALUE`` sets config fields
+    (``hf:llama:num_hidden_layers=2``), see :mod:`hsdag_ray.core.hf_models`.
 a path ending in ``.xml`` (OpenVINO IR, ``.bin`` beside it) or ``.onnx``
     loaded with OpenVINO; dynamic inputs must be given static shapes with
     ``input_shapes``.
@@ -133,26 +135,6 @@ def _torchvision(name: str):
     return m, torch.randn(1, 3, size, size), [1, 3, size, size]
 
 
-def _huggingface(model_type: str, seq_len: int = 128):
-    import torch
-    from transformers import AutoConfig, AutoModel
-
-    try:
-        config = AutoConfig.for_model(model_type)
-    except ValueError:
-        raise GraphError(f"unknown Hugging Face model type {model_type!r} (e.g. gpt2, bert, t5, "
-                         "distilbert, roberta)") from None
-    if hasattr(config, "use_cache"):
-        config.use_cache = False  # no key/value cache objects in the traced outputs
-    torch.manual_seed(0)
-    m = AutoModel.from_config(config).eval()
-    ids = torch.ones(1, seq_len, dtype=torch.long)
-    example = {"input_ids": ids, "attention_mask": ids}
-    if getattr(config, "is_encoder_decoder", False):  # T5, BART...: the decoder reads its own ids
-        example["decoder_input_ids"] = ids
-    return m, example, {k: [1, seq_len] for k in example}
-
-
 def _builder(name: str) -> Optional[Callable]:
     """The builder of a zoo name or a ``tv:``/``hf:`` spec, or None."""
     if name in ZOO:
@@ -161,7 +143,9 @@ def _builder(name: str) -> Optional[Callable]:
     if prefix == "tv" and rest:
         return lambda: _torchvision(rest)
     if prefix == "hf" and rest:
-        return lambda: _huggingface(rest)
+        from hsdag_ray.core.hf_models import huggingface_model
+
+        return lambda: huggingface_model(rest)
     return None
 
 

@@ -1,0 +1,123 @@
+"""Hugging Face architectures with random weights: the ``hf:`` model specs.
+
+``hf:TYPE[:KEY=VALUE...]``
+    the base model (no task head) of a Hugging Face model type built from its
+    default config, random weights, batch 1: ``hf:gpt2``, ``hf:t5``,
+    ``hf:vit``, ``hf:swin``. ``KEY=VALUE`` pairs set fields of the config
+    first (``hf:llama:num_hidden_layers=2:hidden_size=512``), and ``seq=N``
+    the sequence length of a text model (default 128).
+
+A text model reads ``input_ids`` and ``attention_mask`` (and an
+encoder-decoder its ``decoder_input_ids``); a vision model (its main input is
+``pixel_values``) one image of its config's size. A model whose default
+config would not fit this machine's memory in f32 is refused before it is
+built, with a sentence saying how to make it smaller.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hsdag_ray.core.errors import GraphError
+
+__all__ = ["huggingface_model", "parse_hf_spec"]
+
+SEQ_LEN = 128
+#: the share of the machine's memory the f32 weights may take (conversion holds about three copies)
+MEMORY_SHARE = 0.25
+
+
+def _value(text: str) -> Any:
+    """A config value from the spec: int, float, true/false, else the text."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_hf_spec(rest: str) -> tuple[str, dict[str, Any], int]:
+    """``TYPE[:KEY=VALUE...]`` (the spec after ``hf:``) -> model type, config fields, sequence length."""
+    model_type, *pairs = rest.split(":")
+    fields: dict[str, Any] = {}
+    seq_len = SEQ_LEN
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        if not (key and eq and text):
+            raise GraphError(f"hf:{rest}: {pair!r} is not KEY=VALUE (e.g. hf:llama:num_hidden_layers=2)")
+        if key == "seq":
+            seq_len = _value(text)
+            if not isinstance(seq_len, int) or seq_len < 1:
+                raise GraphError(f"hf:{rest}: seq must be a positive integer, got {text!r}")
+        else:
+            fields[key] = _value(text)
+    return model_type, fields, seq_len
+
+
+def _config(model_type: str, fields: dict[str, Any]):
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.for_model(model_type)
+    except ValueError:
+        raise GraphError(f"unknown Hugging Face model type {model_type!r} (e.g. gpt2, bert, t5, "
+                         "distilbert, roberta, vit)") from None
+    for key, value in fields.items():
+        if not hasattr(config, key):
+            raise GraphError(f"the {model_type} config has no field {key!r}; see its "
+                             f"{type(config).__name__} in the transformers documentation")
+        setattr(config, key, value)
+    if hasattr(config, "use_cache"):
+        config.use_cache = False  # no key/value cache objects in the traced outputs
+    return config
+
+
+def _machine_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _check_size(spec: str, model_type: str, config) -> None:
+    """Refuse a model whose f32 weights would take over MEMORY_SHARE of the machine's memory
+    (counted on torch's meta device: nothing is allocated)."""
+    import torch
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AutoModel.from_config(config).parameters())
+    need, have = 4 * params, _machine_memory()
+    if need > MEMORY_SHARE * have:
+        layers = "num_hidden_layers" if hasattr(config, "num_hidden_layers") else "KEY"
+        raise GraphError(
+            f"{spec} has {params / 1e9:.1f} billion parameters ({need / 2**30:.0f} GiB in f32), too "
+            f"many to convert in this machine's {have / 2**30:.0f} GiB; make it smaller in the spec, "
+            f"e.g. hf:{model_type}:{layers}=2 (any field of its config, KEY=VALUE)")
+
+
+def huggingface_model(rest: str):
+    """(torch module, example input, static input shapes) of ``hf:`` + ``rest``."""
+    import torch
+    from transformers import AutoModel
+
+    model_type, fields, seq_len = parse_hf_spec(rest)
+    config = _config(model_type, fields)
+    _check_size(f"hf:{rest}", model_type, config)
+    torch.manual_seed(0)
+    m = AutoModel.from_config(config).eval()
+    main_input = getattr(m, "main_input_name", "input_ids")
+    if main_input == "pixel_values":
+        size = getattr(config, "image_size", None) or 224
+        h, w = (size, size) if isinstance(size, int) else tuple(size)
+        shape = [1, int(getattr(config, "num_channels", 3) or 3), int(h), int(w)]
+        return m, {"pixel_values": torch.randn(*shape)}, {"pixel_values": shape}
+    if main_input != "input_ids":
+        raise GraphError(f"hf:{model_type} reads {main_input!r}; hf: builds text models (input_ids) "
+                         "and vision models (pixel_values): export this one to ONNX and pass the file")
+    ids = torch.ones(1, seq_len, dtype=torch.long)
+    example = {"input_ids": ids, "attention_mask": ids}
+    if getattr(config, "is_encoder_decoder", False):  # T5, BART...: the decoder reads its own ids
+        example["decoder_input_ids"] = ids
+    return m, example, {k: [1, seq_len] for k in example}
