@@ -110,6 +110,42 @@ def test_boundaries_are_priced_for_the_set_of_moves_together():
     assert repair(g2, np.ones(5, dtype=np.int64)).tolist() == [0, 0, 0, 1, 1]
 
 
+def test_transfers_count_in_the_price_of_a_move():
+    # one of five nodes must leave device 1; node 2 is the cheapest to run elsewhere (0.5 s
+    # slower) but its input and output take 1 s each to send across, so an end node (1 s
+    # slower, small tensors) is cheaper in all (the rule before, blind to transfers, moved
+    # node 2: 2.5 s where 1 s would do)
+    g = chain([[2.0, 1.0], [2.0, 1.0], [1.5, 1.0], [2.0, 1.0], [2.0, 1.0]], [1] * 5, [np.inf, 4])
+    g.tensor_bytes[:] = [1.0, 1e9, 1e9, 1.0]
+    fixed = repair(g, np.ones(5, dtype=np.int64))
+    assert fixed.tolist() in ([0, 1, 1, 1, 1], [1, 1, 1, 1, 0])
+
+
+def test_the_repair_prices_compute_transfers_and_boundaries_together_on_random_graphs():
+    """Against every set of moves: the repaired placement's extra compute (a move that saves
+    time priced 0) plus its transfer and boundary time is the least any fitting set gives."""
+    from envs.simulator import Simulator
+
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        n = 7
+        g = chain(rng.uniform(0.5, 3.0, (n, 2)), rng.integers(1, 9, n).astype(float),
+                  [np.inf, float(rng.integers(8, 16))], boundary_s=float(rng.uniform(0, 0.5)))
+        g.tensor_bytes[:] = rng.uniform(0, 1e9, n - 1)  # up to 1 s per tensor at 1 GB/s
+        sim, p = Simulator(g), np.ones(n, dtype=np.int64)
+
+        def price(q):
+            extra = g.compute_s[np.arange(n), q] - g.compute_s[np.arange(n), p]
+            r = sim.sequential(q).breakdown
+            return np.maximum(extra, 0).sum() + r["transfer_s"] + r["boundary_s"]
+
+        sets = [np.array(q) for q in itertools.product((0, 1), repeat=n) if feasible(g, np.array(q))]
+        fixed = repair(g, p)
+        assert feasible(g, fixed)
+        # HiGHS adds 1e-3 of a mean move's cost per move, to prefer fewer moves on a tie
+        assert price(fixed) == pytest.approx(min(price(q) for q in sets), abs=0.02)
+
+
 def test_nodes_leave_devices_that_cannot_run_them_and_classes_stay_together():
     g = chain([[1, np.inf], [1, 1], [1, 1]], [0, 1, 1], [np.inf, np.inf], colocate=np.array([-1, 3, 3]))
     p = np.array([1, 0, 1])
