@@ -102,7 +102,7 @@ def repair(graph: CostGraph, placement: Sequence[int]) -> Optional[np.ndarray]:
     p = np.array(placement, dtype=np.int64).reshape(-1)[: g.num_nodes]
     if feasible(g, p):
         return p
-    n, D = g.num_nodes, g.num_devices
+    D = g.num_devices
     unit = _units(g)
     U = int(unit.max()) + 1
     # per unit: compute time on each device, bytes, and its device
@@ -178,20 +178,20 @@ def _greedy(g, unit, comp, mem, runs, dev, use) -> Optional[np.ndarray]:
         use[t] += mem[u]
 
 
-def _crossing_pairs(g: CostGraph, unit: np.ndarray, where: np.ndarray, dev: np.ndarray
+def _crossing_pairs(g: CostGraph, unit: np.ndarray, where: np.ndarray
                     ) -> dict[tuple[int, int], list[int]]:
     """(tensor, device) -> the consumers of the tensor, for every tensor whose source
-    or a consumer (of another unit) may move, and every device a consumer may end on."""
+    or a consumer (of another unit) may move, and every device."""
     movable = where[unit] >= 0
-    out: dict[tuple[int, int], list[int]] = {}
     e = np.flatnonzero(unit[g.edge_src] != unit[g.edge_dst])
-    for tensor in np.unique(g.edge_tensor[e]):
-        cons = g.edge_dst[e[g.edge_tensor[e] == tensor]]
-        src = int(g.tensor_src[tensor])
-        if not (movable[src] or movable[cons].any()):
-            continue
-        for d in range(g.num_devices):
-            out[(int(tensor), d)] = [int(j) for j in np.unique(cons)]
+    e = e[np.argsort(g.edge_tensor[e], kind="stable")]  # edges grouped by tensor
+    tensors, first = np.unique(g.edge_tensor[e], return_index=True)
+    out: dict[tuple[int, int], list[int]] = {}
+    for tensor, cons in zip(tensors.tolist(), np.split(g.edge_dst[e], first[1:])):
+        if movable[g.tensor_src[tensor]] or movable[cons].any():
+            consumers = np.unique(cons).tolist()
+            for d in range(g.num_devices):
+                out[(tensor, d)] = consumers
     return out
 
 
@@ -209,9 +209,10 @@ def _cover(g, unit, comp, mem, runs, dev, use, time_limit: float = 2.0) -> Optio
     (compute time added, a move that saves time counting nothing, plus
     ``boundary_s`` per stage boundary of the result between nodes of which one
     moved, plus the transfer time of each (tensor, device) crossing of the result
-    with a moved source or consumer), with every device within its memory afterwards; a 0/1 program solved by
-    HiGHS (``scipy.optimize.milp``). Nodes holding no bytes move only where that
-    removes boundaries or transfers. None when it finds no such set within ``time_limit`` seconds."""
+    with a moved source or consumer), with every device within its memory
+    afterwards; a 0/1 program solved by HiGHS (``scipy.optimize.milp``). Nodes
+    holding no bytes move only where that removes boundaries or transfers. None
+    when it finds no such set within ``time_limit`` seconds."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
@@ -259,7 +260,7 @@ def _cover(g, unit, comp, mem, runs, dev, use, time_limit: float = 2.0) -> Optio
             r += 1
     # transfers: one variable y >= z_j,d - z_s,d per (tensor, device d), for each consumer j
     # of a tensor of node s where s or a consumer may move (a tensor crosses to d once)
-    pairs, ycost = _crossing_pairs(g, unit, where, dev), []
+    pairs, ycost = _crossing_pairs(g, unit, where), []
     for (tensor, d), consumers in pairs.items():
         src = int(g.tensor_src[tensor])
         col_y = k.size + nb + len(ycost)
