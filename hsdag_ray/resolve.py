@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
+from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent", "env_config"]
 
@@ -69,7 +70,7 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
         measured = resolve_devices(measured, threads)
     shape = "-" + input_shape.replace(",", "x").replace(":", "_").replace(";", "_") if input_shape else ""
     path = (cache_dir().parent / "profiles"
-            / f"{Path(model).stem}{_content_tag(model)}{shape}-{'-'.join(measured + modeled)}"
+            / f"{model_label(model)}{_content_tag(model)}{shape}-{'-'.join(measured + modeled)}"
                f"-p{PROFILE_FORMAT}.json")
     if path.is_file():
         prof = Profile.load(path)

@@ -158,10 +158,12 @@ def test_the_ablation_preset_writes_its_own_table(tmp_path):
 @pytest.mark.parametrize("model,label", [
     ("tv:convnext_tiny", "tv_convnext_tiny"),
     ("gen:layered:n=30:c=32:w=3:seed=100", "gen_layered_n_30_c_32_w_3_seed_100"),
+    ("hf:gpt2:layer_norm_epsilon=0.5", "hf_gpt2_layer_norm_epsilon_0.5"),  # not cut at the '.'
     ("models/net.onnx", "net"), ("resnet50", "resnet50")])
 def test_run_folders_are_named_without_characters_a_shell_or_scp_reads(model, label, tmp_path):
-    """A train run's folder and a sweep trial's name start with the same label: a file's stem,
-    else the spec with ':' and '=' replaced (scp and rsync read 'tv:...' as a host)."""
+    """A train run's folder and a sweep trial's name (and a cached profile's) start with the
+    same label: a file's stem, else the spec with ':' and '=' replaced (scp and rsync read
+    'tv:...' as a host)."""
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.rundir import Run
 
