@@ -222,9 +222,7 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
     else:
         path = Path(spec)
         if path.suffix.lower() not in (".xml", ".onnx"):
-            raise GraphError(f"unknown model {spec!r}: name one of {', '.join(ZOO)}, "
-                             "tv:NAME (a torchvision model), hf:TYPE (a Hugging Face model type) "
-                             "or a path to an OpenVINO .xml or .onnx file")
+            raise GraphError(f"unknown model {spec!r}: give a {MODEL_HELP}")
         if not path.is_file():
             raise GraphError(f"model file {spec} does not exist")
         if path.suffix.lower() == ".xml" and not path.with_suffix(".bin").is_file():
