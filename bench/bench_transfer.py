@@ -7,8 +7,10 @@
 
 For each method: pre-train on the family's training graphs
 (:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
-``CPU_MODEL`` + an accelerator holding half the graph's weights, sequential
-objective, the exact optimum from the MILP solver):
+``CPU_MODEL`` + ``--accelerator``: by default ``GPU_PARTMEM``, holding half the
+graph's weights, where the memory limit decides most of the optimum;
+``NPU_MODEL``, unlimited memory but slow on memory-bound ops, where the kind of
+op decides; sequential objective, the exact optimum from the MILP solver):
 
 * zero-shot: best/optimum of the policy's greedy placement (1 inference) and of
   its best of 10 (greedy + 9 sampled), made to fit the devices' memory
@@ -41,7 +43,8 @@ from typing import Optional
 import numpy as np
 
 
-def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20) -> list[dict]:
+def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20,
+                   accelerator: str = "GPU_PARTMEM") -> list[dict]:
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.core.profile import Profile, cost_graph
     from hsdag_ray.pretrain import family_graph_configs
@@ -53,7 +56,7 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
     ckpt = read_pretrained(pre)
     cfg = adopt_settings(TrainConfig(method=method, **base), ckpt)  # its features, as train --init
     rows = []
-    for env_cfg in family_graph_configs(cfg, family, "held_out", None):
+    for env_cfg in family_graph_configs(cfg, family, "held_out", None, accelerator=accelerator):
         env = load(m.env)(env_cfg)
         cg = cost_graph(env.graph, Profile.from_json(env_cfg["profile"]), env.devices)
         opt = solve(cg, "sequential", "milp", time_limit=60)
@@ -90,12 +93,12 @@ def reach(store: Path, optimum_s: float, factor: float) -> float:
 
 def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: Path,
              seed: int, memory_penalty: str = "repair", settings: Optional[dict] = None,
-             init_soften: float = 1.0, reuse: bool = False) -> dict:
+             init_soften: float = 1.0, reuse: bool = False, accelerator: str = "GPU_PARTMEM") -> dict:
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch, and with
     ``init_soften`` below 1 also pre-trained with the policy spread once after loading
     (``"softened"``). ``reuse``: a run whose folder in ``out`` is complete is read, not run again."""
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.families import FAMILY_DEVICES
+    from hsdag_ray.core.families import family_devices
     from hsdag_ray.core.profile import Profile
     from hsdag_ray.train import train
 
@@ -111,7 +114,7 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
         kinds.insert(0, ("softened", str(pre), init_soften))
     for kind, init, soften in kinds:
         cfg = TrainConfig(method=method, model=graph["graph"], backend="simulator",
-                          devices=list(FAMILY_DEVICES), profile=str(prof_file), init=init,
+                          devices=family_devices(accelerator), profile=str(prof_file), init=init,
                           init_soften=soften,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
                           name=f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{tag}-{seed}",
@@ -149,6 +152,9 @@ def fmt(x: float, budget: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="synthetic")
+    ap.add_argument("--accelerator", default="GPU_PARTMEM",
+                    help="the accelerator next to CPU_MODEL: GPU_PARTMEM (memory for half of each "
+                         "graph's weights) or NPU_MODEL (unlimited memory, slow on memory-bound ops)")
     ap.add_argument("--methods", default="hsdag,placeto,gdp")
     ap.add_argument("--pretrain-budget", type=int, default=None,
                     help="placements of reinforcement in pre-training (default: 3000, or after "
@@ -199,11 +205,13 @@ def main() -> None:
     if args.finetune_graphs:
         print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}"
               + "".join(f", {k} {v}" for k, v in finetune_settings.items()), flush=True)
+    runs_dir = out / ("runs" if args.accelerator == "GPU_PARTMEM" else f"runs-{args.accelerator}")
     all_rows: dict[str, list[dict]] = {}
     tunes: dict[str, list[tuple[str, int, dict]]] = {}
     for method in args.methods.split(","):
         t0 = time.time()
-        pre = out / f"{args.family}-{method}-pretrain"
+        pre = out / f"{args.family}-{method}-pretrain" if args.accelerator == "GPU_PARTMEM" else \
+            out / f"{args.family}-{args.accelerator}-{method}-pretrain"
         if args.reuse and (pre / "pretrained.pt").is_file():
             meta = json.loads((pre / "pretrained.json").read_text())
             print(f"{method}: reusing the pre-trained policy in {pre}", flush=True)
@@ -213,10 +221,11 @@ def main() -> None:
                 budget = default_budget(method, args.imitate_steps, fallback=3000)
             meta = pretrain(TrainConfig(**{**PRETRAIN_DEFAULTS, **base}, method=method, budget=budget,
                                         wandb="disabled", seed=args.pretrain_seed), args.family, pre,
-                            say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps)
+                            say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps,
+                            accelerator=args.accelerator)
             print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
                   flush=True)
-        rows = zero_shot_rows(method, pre, args.family, base)
+        rows = zero_shot_rows(method, pre, args.family, base, accelerator=args.accelerator)
         all_rows[method] = rows
         how = (f"{args.imitate_steps} imitation steps + " if args.imitate_steps else "") + \
             f"{meta['placements']} placements"
@@ -238,9 +247,9 @@ def main() -> None:
             try:
                 for r in rows[: args.finetune_graphs]:
                     for seed in (int(s) for s in args.seeds.split(",")):
-                        res = finetune(method, pre, r, base, args.finetune_budget, out / "runs", seed,
+                        res = finetune(method, pre, r, base, args.finetune_budget, runs_dir, seed,
                                        args.finetune_memory_penalty, finetune_settings,
-                                       args.init_soften, args.reuse)
+                                       args.init_soften, args.reuse, args.accelerator)
                         tunes[method].append((r["graph"], seed, res))
                         print(f"{method} {r['graph']} seed {seed}: {res}", flush=True)
             finally:
@@ -260,7 +269,7 @@ def main() -> None:
             for graph, seed, res in items:
                 print(f"| {method} | {graph} | {seed} | "
                       + " | ".join(fmt(res[k][i], B) for i in (0, 1) for k in kinds) + " |")
-    (out / "bench_transfer.json").write_text(json.dumps(
+    (out / f"bench_transfer{'' if args.accelerator == 'GPU_PARTMEM' else '-' + args.accelerator}.json").write_text(json.dumps(
         {"zero_shot": {m: [{k: v for k, v in r.items() if k != "profile"} for r in rows]
                        for m, rows in all_rows.items()}, "finetune": {m: [(g, s, r) for g, s, r in v] for m, v in tunes.items()}},
         indent=1, default=str))

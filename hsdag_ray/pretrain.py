@@ -4,8 +4,10 @@ The policy (``--method``: any learned method whose environment observes the
 padded graph: ``hsdag``, ``placeto``, ``gdp``) is trained with RLlib on the
 family's training graphs (:mod:`hsdag_ray.core.families`), a graph drawn per
 episode (:class:`envs.multi_graph.MultiGraphEnv`), on the simulator with
-devices modeled from specs (``CPU_MODEL`` and an accelerator holding half of
-each graph's weights), for ``--budget`` placements in all (default 2000). With
+devices modeled from specs (``CPU_MODEL`` and ``--family-accelerator``: by
+default ``GPU_PARTMEM``, holding half of each graph's weights; ``NPU_MODEL``,
+unlimited memory but slow on memory-bound ops), for ``--budget`` placements in
+all (default 2000). With
 ``--imitate-steps K`` the policy first learns, in ``K`` gradient steps, to
 place each training graph as the exact solver's optimum does
 (:mod:`hsdag_ray.imitate`; no measurement: the family's costs are the
@@ -32,6 +34,9 @@ train and held out, with the profile file to place it with) and
     python -m hsdag_ray.train --model SPEC --backend simulator --devices CPU_MODEL,GPU_PARTMEM \\
         --profile DIR/profiles/FILE.json --init DIR --budget 0    # zero-shot
     ... --budget 200                                              # fine-tune
+
+(``--devices CPU_MODEL,NPU_MODEL`` after ``--family-accelerator NPU_MODEL``;
+``graphs.json`` lists the devices.)
 
 Every setting of ``python -m hsdag_ray.train`` applies (``--lr``,
 ``--hidden-dim``, ``--episodes-per-iteration``, ``--reward`` ...) except the
@@ -69,10 +74,11 @@ def profile_file(folder: Path, spec: str) -> Path:
 
 
 def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Optional[Path],
-                         say=lambda s: None) -> list[dict[str, Any]]:
+                         say=lambda s: None, accelerator: str = "GPU_PARTMEM") -> list[dict[str, Any]]:
     """One environment config per graph of ``family``'s ``split``, each with its own
-    profile from device specs (written under ``folder/profiles`` when ``folder`` is set)."""
-    from hsdag_ray.core.families import FAMILY_DEVICES, family_profile, get_family
+    profile from device specs, ``CPU_MODEL`` and ``accelerator`` (written under
+    ``folder/profiles`` when ``folder`` is set)."""
+    from hsdag_ray.core.families import family_devices, family_profile, get_family
     from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.resolve import env_config
 
@@ -80,13 +86,13 @@ def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Opti
     for g in get_family(family).graphs(split):
         t0 = time.time()
         _, _, graph, _ = build_graph(g.spec, cfg.coarsen)
-        prof = family_profile(graph)
+        prof = family_profile(graph, accelerator=accelerator)
         if folder is not None:
             path = profile_file(folder, g.spec)
             path.parent.mkdir(parents=True, exist_ok=True)
             prof.save(path)
         c = dataclasses.replace(cfg, model=g.spec)
-        out.append(env_config(c, "simulator", list(FAMILY_DEVICES), prof.to_json(), store=""))
+        out.append(env_config(c, "simulator", family_devices(accelerator), prof.to_json(), store=""))
         say(f"  {g.spec} ({g.group}): {graph.num_nodes} nodes ({time.time() - t0:.1f} s)")
     return out
 
@@ -103,17 +109,19 @@ def _local_env(algo):
 
 
 def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
-             imitate_steps: int = 0) -> dict[str, Any]:
+             imitate_steps: int = 0, accelerator: str = "GPU_PARTMEM") -> dict[str, Any]:
     """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary.
     ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
-    optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement."""
+    optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement.
+    Every graph is placed on ``CPU_MODEL`` and ``accelerator``
+    (:data:`hsdag_ray.core.families.FAMILY_ACCELERATORS`)."""
     import ray
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     from envs.multi_graph import MultiGraphEnv, padding_of
     from hsdag_ray.algos import algo_config
-    from hsdag_ray.core.families import FAMILY_DEVICES, get_family
+    from hsdag_ray.core.families import family_devices, get_family
     from hsdag_ray.pretrained import save_pretrained
     from policies.registry import get
 
@@ -122,6 +130,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
         raise UsageError(f"{cfg.method} is a {method.kind} method and learns no policy; pre-train "
                          "a learned one (hsdag, placeto)")
     fam = get_family(family)
+    devices = family_devices(accelerator)
     if not cfg.reward:
         # latencies of a family's graphs differ by orders of magnitude: a reward relative to
         # each graph's best single device keeps them comparable (a value baseline, PPO's)
@@ -129,12 +138,12 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     torch.set_num_threads(cfg.torch_threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"family {family}: {len(fam.train)} training graphs, {len(fam.held_out)} held out")
-    train_cfgs = family_graph_configs(cfg, family, "train", out_dir, say)
-    held_cfgs = family_graph_configs(cfg, family, "held_out", out_dir, say)
+    train_cfgs = family_graph_configs(cfg, family, "train", out_dir, say, accelerator)
+    held_cfgs = family_graph_configs(cfg, family, "held_out", out_dir, say, accelerator)
     n, e = padding_of(train_cfgs)
     train_cfgs = [{**c, "max_nodes": n, "max_edges": e} for c in train_cfgs]
     (out_dir / "graphs.json").write_text(json.dumps({
-        "family": family, "devices": list(FAMILY_DEVICES),
+        "family": family, "devices": devices,
         "train": [{"spec": g.spec, "group": g.group, "profile": str(profile_file(out_dir, g.spec))}
                   for g in fam.train],
         "held_out": [{"spec": g.spec, "group": g.group, "profile": str(profile_file(out_dir, g.spec))}
@@ -181,7 +190,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
                              "incumbent_prior", "incumbent")}
         meta = {"method": cfg.method, "family": family, "model_config":
                 method.model_config(asdict(cfg)) if method.model_config else {},
-                "settings": settings, "reward": cfg.reward, "devices": list(FAMILY_DEVICES),
+                "settings": settings, "reward": cfg.reward, "devices": devices,
                 "num_features": int(env.observation_space["x"].shape[1]),
                 "train_graphs": [g.spec for g in fam.train],
                 "held_out_graphs": [g.spec for g in fam.held_out],
@@ -213,7 +222,7 @@ def default_budget(method: str, imitate_steps: int, fallback: int = DEFAULT_BUDG
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from hsdag_ray.core.families import FAMILIES
+    from hsdag_ray.core.families import ACCELERATOR, FAMILIES, FAMILY_ACCELERATORS
     from policies.registry import METHODS
 
     budget_help = (
@@ -233,7 +242,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="first imitate each training graph's exact optimum for this many steps "
                          "(the simulator's costs make it free of measurements; see "
                          "hsdag_ray/imitate.py), then --budget placements of reinforcement")
+    ap.add_argument("--family-accelerator", default=ACCELERATOR, metavar="NAME",
+                    help="the accelerator next to CPU_MODEL on every graph: " + "; ".join(
+                        f"{k} ({v})" for k, v in FAMILY_ACCELERATORS.items()) + f"; default {ACCELERATOR}")
     args = ap.parse_args(argv)
+    if args.family_accelerator not in FAMILY_ACCELERATORS:
+        raise UsageError(f"unknown --family-accelerator {args.family_accelerator!r}; choose one of "
+                         f"{', '.join(FAMILY_ACCELERATORS)}")
     if args.imitate_steps < 0:
         raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")
     if args.family not in FAMILIES:
@@ -259,7 +274,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # what Ray, RLlib and torch print goes to the checkpoint folder, as in a training run
     with console.libraries_to(None if args.verbose else out / "libraries.log"):
-        pretrain(cfg, args.family, out, say=console.say(False), imitate_steps=args.imitate_steps)
+        pretrain(cfg, args.family, out, say=console.say(False), imitate_steps=args.imitate_steps,
+                 accelerator=args.family_accelerator)
     print(out)
     return 0
 

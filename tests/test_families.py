@@ -4,7 +4,8 @@ import pytest
 
 from envs.multi_graph import MultiGraphEnv
 from hsdag_ray.core.errors import GraphError
-from hsdag_ray.core.families import FAMILIES, FAMILY_DEVICES, Family, FamilyGraph, family_profile, get_family
+from hsdag_ray.core.families import (FAMILIES, FAMILY_DEVICES, Family, FamilyGraph, family_devices,
+                                     family_profile, get_family)
 from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.profile import cost_graph
 
@@ -52,6 +53,24 @@ def test_family_profile_makes_the_optimum_a_split():
     assert cg.mem_capacity[1] == pytest.approx(0.5 * cg.mem_bytes.sum())
     res = solve(cg, "sequential", "milp", time_limit=30)
     assert res.feasible and 0 < int(res.placement.sum()) < g.num_nodes
+
+
+def test_the_npu_like_accelerator_splits_a_graph_by_its_ops_without_a_memory_limit():
+    """NPU_MODEL: no memory limit, yet on a held-out layered graph the optimum runs some
+    nodes on the CPU and is faster than either device alone (no repair decides it)."""
+    from envs.simulator import Simulator
+    from policies.exact import solve
+
+    _, _, g, _ = build_graph("gen:layered:n=30:c=32:w=3:seed=100", "colocation")
+    cg = cost_graph(g, family_profile(g, accelerator="NPU_MODEL"), family_devices("NPU_MODEL"))
+    assert np.isinf(cg.mem_capacity).all()
+    res = solve(cg, "sequential", "milp", time_limit=30)
+    assert res.feasible and 0 < int(res.placement.sum()) < g.num_nodes
+    sim = Simulator(cg)
+    singles = [sim.sequential(np.full(g.num_nodes, d)).value for d in range(2)]
+    assert min(singles) > 1.05 * res.value
+    with pytest.raises(GraphError, match="unknown family accelerator 'TPU'"):
+        family_devices("TPU")
 
 
 def test_multi_graph_env_draws_graphs_with_their_own_stores():

@@ -232,3 +232,34 @@ def test_placeto_pretrains_by_imitation_only_unless_a_budget_is_given(tmp_path):
         assert (tmp_path / name / CHECKPOINT_FILE).is_file()
     with pytest.raises(UsageError, match="pre-trains nothing"):
         main(["--method", "placeto", "--family", "tiny", "--budget", "0"])
+
+
+def test_a_family_can_be_placed_on_the_npu_like_accelerator(tmp_path):
+    """--family-accelerator NPU_MODEL: every profile has CPU_MODEL and NPU_MODEL with no memory
+    limit, graphs.json and the checkpoint name those devices, and a held-out graph is placed
+    zero-shot on them from the command line; an unknown accelerator is one sentence, exit 2."""
+    from hsdag_ray.core.profile import Profile
+    from hsdag_ray.pretrain import main
+
+    common = ["--method", "placeto", "--family", "tiny", "--hidden-dim", "16", "--imitate-steps", "5",
+              "--out", str(tmp_path)]
+    assert main(common + ["--family-accelerator", "NPU_MODEL", "--name", "npu"]) == 0
+    out = tmp_path / "npu"
+    graphs = json.loads((out / "graphs.json").read_text())
+    assert graphs["devices"] == ["CPU_MODEL", "NPU_MODEL"] == read_pretrained(out)["devices"]
+    for g in graphs["train"] + graphs["held_out"]:
+        prof = Profile.load(g["profile"])
+        assert set(prof.devices) == {"CPU_MODEL", "NPU_MODEL"} and not prof.mem_capacity
+    held = graphs["held_out"][0]
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--model", held["spec"], "--method",
+                        "placeto", "--backend", "simulator", "--devices", "CPU_MODEL,NPU_MODEL",
+                        "--profile", held["profile"], "--init", str(out), "--budget", "0",
+                        "--hidden-dim", "16", "--env-runners", "0", "--wandb", "disabled",
+                        "--out", str(tmp_path), "--name", "zs"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "zs" / "summary.json").read_text())["measurements"] == 1
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.pretrain", *common, "--family-accelerator",
+                        "TPU"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown --family-accelerator 'TPU'" in r.stderr
+    assert "NPU_MODEL" in r.stderr and "Traceback" not in r.stderr

@@ -17,10 +17,18 @@ real models
     and cached (10-60 s each).
 
 Devices of a family are modeled from specs (no profiling, the same for every
-graph): ``CPU_MODEL`` and an accelerator with the specs of ``GPU_SMALLMEM``
-whose weight memory holds ``mem_fraction`` (default half) of the graph's
-weights, so on every graph, small or large, the optimum is a real split
-(:func:`family_profile`).
+graph): ``CPU_MODEL`` and one of :data:`FAMILY_ACCELERATORS`
+(:func:`family_profile`):
+
+``GPU_PARTMEM`` (the default)
+    the specs of ``GPU_SMALLMEM`` with weight memory for ``mem_fraction``
+    (default half) of the graph's weights, so on every graph, small or large,
+    the optimum is a split that memory forces;
+``NPU_MODEL``
+    unlimited memory, dense math 10x the CPU's but half its memory bandwidth
+    and a launch cost per op: memory-bound ops (embeddings, gathers) are faster
+    on the CPU, so the optimum splits by the kind of op, and the repair rule
+    (:mod:`hsdag_ray.core.fit`) has nothing to decide.
 """
 from __future__ import annotations
 
@@ -29,13 +37,26 @@ from typing import Optional
 
 from hsdag_ray.core.errors import GraphError
 
-__all__ = ["FamilyGraph", "Family", "FAMILIES", "get_family",
-           "family_profile", "FAMILY_DEVICES", "ACCELERATOR", "graph_spec_family"]
+__all__ = ["FamilyGraph", "Family", "FAMILIES", "get_family", "family_profile", "family_devices",
+           "FAMILY_DEVICES", "ACCELERATOR", "FAMILY_ACCELERATORS", "graph_spec_family"]
 
-#: the modeled accelerator of a family: GPU_SMALLMEM's speed, memory for part of the weights
+#: the default modeled accelerator of a family: GPU_SMALLMEM's speed, memory for part of the weights
 ACCELERATOR = "GPU_PARTMEM"
-#: the devices every family graph is placed on
+#: the accelerators a family graph may be placed on next to ``CPU_MODEL``: name -> what it is
+FAMILY_ACCELERATORS = {
+    "GPU_PARTMEM": "GPU_SMALLMEM's speed, memory for half of each graph's weights (memory decides)",
+    "NPU_MODEL": "unlimited memory, fast dense math, slow memory-bound ops (the kind of op decides)",
+}
+#: the devices every family graph is placed on by default
 FAMILY_DEVICES = ("CPU_MODEL", ACCELERATOR)
+
+
+def family_devices(accelerator: str = ACCELERATOR) -> list[str]:
+    """``["CPU_MODEL", accelerator]`` after checking the accelerator is a family's."""
+    if accelerator not in FAMILY_ACCELERATORS:
+        raise GraphError(f"unknown family accelerator {accelerator!r}; choose one of "
+                         f"{', '.join(FAMILY_ACCELERATORS)}")
+    return ["CPU_MODEL", accelerator]
 
 
 @dataclass(frozen=True)
@@ -81,20 +102,26 @@ class Family:
 
 
 # ======================================================================== profiles
-def family_profile(graph, mem_fraction: float = 0.5, boundary_s: float = 1e-4):
+def family_profile(graph, mem_fraction: float = 0.5, boundary_s: float = 1e-4,
+                   accelerator: str = ACCELERATOR):
     """The profile of a family graph (a :class:`~hsdag_ray.core.graph.CompGraph`) from
-    device specs: ``CPU_MODEL`` and :data:`ACCELERATOR` (``GPU_SMALLMEM``'s speed
-    and links, weight memory for ``mem_fraction`` of the graph's weights).
+    device specs: ``CPU_MODEL`` and ``accelerator`` (:data:`FAMILY_ACCELERATORS`):
+    ``GPU_PARTMEM`` has ``GPU_SMALLMEM``'s speed and links and weight memory for
+    ``mem_fraction`` of the graph's weights; ``NPU_MODEL`` is the ready-made spec.
     A stage boundary costs ``boundary_s`` (0.1 ms: a synchronisation with an
     accelerator; 0.5 ms was fitted between two CPU configurations, where it made
     every graph of tens of microseconds per node best on one device)."""
     from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
 
-    weights = float(sum(nd.weight_bytes for nd in graph.nodes))
+    family_devices(accelerator)  # a known one
     prof = Profile(model=graph.name, devices={}, op_time_s={})
     add_modeled_device(prof, graph, "CPU_MODEL")
-    spec = replace(MODELED_DEVICES["GPU_SMALLMEM"], memory_bytes=max(mem_fraction * weights, 1.0))
-    add_modeled_device(prof, graph, ACCELERATOR, spec)
+    if accelerator == "GPU_PARTMEM":
+        weights = float(sum(nd.weight_bytes for nd in graph.nodes))
+        spec = replace(MODELED_DEVICES["GPU_SMALLMEM"], memory_bytes=max(mem_fraction * weights, 1.0))
+    else:
+        spec = MODELED_DEVICES[accelerator]
+    add_modeled_device(prof, graph, accelerator, spec)
     prof.boundary_s = boundary_s
     return prof
 

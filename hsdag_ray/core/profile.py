@@ -76,6 +76,11 @@ MODELED_DEVICES: dict[str, DeviceSpec] = {
     # the same accelerator with 64 MB of memory for weights: large models must split
     "GPU_SMALLMEM": DeviceSpec(peak_flops=2.0e12, mem_bandwidth_Bps=60e9, op_overhead_s=30e-6,
                                memory_bytes=64e6, link_bandwidth_Bps=8e9, link_latency_s=50e-6),
+    # an NPU-like accelerator: dense math 10x a CPU's, half its memory bandwidth and a
+    # launch cost per op, so memory-bound ops (embeddings, gathers, normalisations) may run
+    # faster on the CPU and the optimum splits by the kind of op, not by memory size
+    "NPU_MODEL": DeviceSpec(peak_flops=1.0e12, mem_bandwidth_Bps=10e9, op_overhead_s=40e-6,
+                            link_bandwidth_Bps=8e9, link_latency_s=20e-6),
     # a CPU-like device, for modeling a CPU without measuring it
     "CPU_MODEL": DeviceSpec(peak_flops=1.0e11, mem_bandwidth_Bps=20e9, op_overhead_s=5e-6,
                             link_bandwidth_Bps=16e9, link_latency_s=5e-6),
