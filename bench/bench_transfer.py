@@ -4,6 +4,9 @@
     python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
     python bench/bench_transfer.py --family real --imitate-steps 300 --pretrain-budget 500 \
         --finetune-budget 300 --finetune-graphs 5 --seeds 0,1 --methods hsdag,placeto   # the README's figures
+    python bench/bench_transfer.py --family real --accelerator NPU_MODEL --methods hsdag \
+        --imitate-steps 300 --pretrain-budget 500 --finetune-graphs 5 --seeds 0,1,2 \
+        --pretrain-set incumbent_prior=2 --init-soften 0.3    # where memory does not decide
 
 For each method: pre-train on the family's training graphs
 (:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
@@ -185,6 +188,10 @@ def main() -> None:
     ap.add_argument("--finetune-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="a train setting of the fine-tuning runs, pre-trained and from scratch "
                          "(e.g. lr=3e-4, num_epochs=1); repeatable")
+    ap.add_argument("--pretrain-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a train setting of pre-training only (e.g. incumbent_prior=2: HSDAG "
+                         "pre-trained sampling around each graph's incumbent, which fine-tuning "
+                         "then adopts from the checkpoint); repeatable")
     ap.add_argument("--init-soften", type=float, default=1.0, metavar="F",
                     help="below 1, also fine-tune from the pre-trained policy spread once after "
                          "loading (train --init-soften F), a third run per graph and seed")
@@ -202,6 +209,7 @@ def main() -> None:
     from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, default_budget, pretrain
 
     finetune_settings = parse_settings(args.finetune_set)
+    pretrain_settings = parse_settings(args.pretrain_set)
     if args.finetune_graphs:
         print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}"
               + "".join(f", {k} {v}" for k, v in finetune_settings.items()), flush=True)
@@ -219,7 +227,8 @@ def main() -> None:
             budget = args.pretrain_budget
             if budget is None:  # the method's own after imitation (Placeto: none), else 3000
                 budget = default_budget(method, args.imitate_steps, fallback=3000)
-            meta = pretrain(TrainConfig(**{**PRETRAIN_DEFAULTS, **base}, method=method, budget=budget,
+            meta = pretrain(TrainConfig(**{**PRETRAIN_DEFAULTS, **base, **pretrain_settings},
+                                        method=method, budget=budget,
                                         wandb="disabled", seed=args.pretrain_seed), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps,
                             accelerator=args.accelerator)
