@@ -239,6 +239,7 @@ class PlacementEnv(gym.Env):
         self.store = StoreClient.connect(cfg.store or None)
         self._step = 0
         self._start: Optional[np.ndarray] = None  # where sampling around an incumbent starts
+        self._start_checked = False  # measured (or found measured) at this env's first step
         self.reference_kind = ""
         self.reference_s, self.single_device_s = math.nan, {}
         if cfg.measure_reference:
@@ -390,8 +391,28 @@ class PlacementEnv(gym.Env):
         with reporting_errors(self.config.store, "measuring a placement"):
             return self._step_once(action)
 
+    def _measure_start(self) -> None:
+        """With incumbent features and a start the profile estimated (a single device
+        repaired to fit memory, :func:`envs.incumbent.start_placement`), measure that
+        start once, before the run's first placement, as a placement of the run: the
+        policy samples around it, so the run's best is never worse than it (on a
+        247-node MaxViT a 10-placement iteration around a start 1.001x the optimum had
+        found nothing better than 1.26x, and the start itself was never measured)."""
+        if self._start_checked:
+            return
+        self._start_checked = True
+        if not self.config.incumbent or self.repair_limits is None:
+            return
+        best = self.store.best()
+        if best and str(best.get("key", "")).startswith(self.graph_id + ":"):
+            return  # the run has measured (a resumed run, another EnvRunner)
+        start = self.incumbent()
+        if start is not None:
+            self.measure_array(start)
+
     def _step_once(self, action):
         t0 = time.perf_counter()
+        self._measure_start()
         m, cached = self.measure_array(np.asarray(action))
         self._step += 1
         latency = self.reward_latency(m)

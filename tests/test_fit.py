@@ -157,3 +157,24 @@ def test_nodes_leave_devices_that_cannot_run_them_and_classes_stay_together():
 def test_no_placement_when_the_devices_cannot_hold_the_graph():
     g = chain([[1, 1]] * 3, [2, 2, 2], [3, 2])
     assert repair(g, np.array([1, 1, 1])) is None
+
+
+def test_a_repair_given_no_time_to_search_still_fits_and_the_start_gets_longer(monkeypatch):
+    """``time_limit`` bounds HiGHS's search; with none left the per-byte rule still makes the
+    placement fit. The start of a run (once per run) is given START_REPAIR_S, not the 2 s of
+    a proposal's repair."""
+    import envs.incumbent as inc
+    from hsdag_ray.core.synthetic import random_cost_graph
+
+    g = random_cost_graph(400, seed=3)
+    g.mem_bytes = np.random.default_rng(3).uniform(1, 10, g.num_nodes)
+    g.mem_capacity = np.array([np.inf, 0.5 * g.mem_bytes.sum()])
+    p = np.ones(g.num_nodes, dtype=np.int64)
+    assert not feasible(g, p)
+    assert feasible(g, repair(g, p, time_limit=1e-4)) and feasible(g, repair(g, p))
+    limits = []
+    import hsdag_ray.core.fit as fit
+
+    monkeypatch.setattr(fit, "repair", lambda graph, q, time_limit=2.0: limits.append(time_limit) or repair(graph, q))
+    start = inc.start_placement(g.num_nodes, g.devices, {}, g)
+    assert feasible(g, start) and limits == [inc.START_REPAIR_S] * 2 and inc.START_REPAIR_S >= 10

@@ -2,6 +2,7 @@
 import numpy as np
 
 from envs.placement_env import EnvConfig, PlacementEnv
+from envs.store import placement_key
 from envs.simulator import Simulator
 from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.fit import feasible
@@ -29,7 +30,8 @@ def make_env(crossed: bool = False, fast_memory: float = 0.0, **kw) -> Placement
 
 
 def test_the_best_placement_so_far_is_in_the_next_episodes_observation():
-    plain, env = make_env(), make_env(incumbent=True)
+    # no repair, so no start the profile estimates: the run measures only its own placements
+    plain, env = make_env(), make_env(incumbent=True, memory_penalty="graded")
     n, width = env.graph.num_nodes, plain.observation_space["x"].shape[1]
     assert env.observation_space["x"].shape[1] == width + 2
     assert env.feature_names[-2:] == ["incumbent_SLOW", "incumbent_FAST"]
@@ -78,3 +80,33 @@ def test_with_a_small_accelerator_sampling_starts_from_as_much_on_it_as_fits():
     assert 0 < start.sum() < n  # FAST holds what fits, SLOW the rest
     sim = Simulator(env.limits)
     assert sim.sequential(start).value < 0.9 * env.single_device_s["SLOW"]
+
+
+def test_the_start_is_measured_first_so_the_run_is_never_worse_than_it():
+    """With the repair's start (a profile of every device), an env's first step measures
+    the start as a placement of the run before the proposed one, once: the run's best is
+    never worse than the placement its policy samples around."""
+    env = make_env(fast_memory=0.5, incumbent=True)
+    n = env.graph.num_nodes
+    start = env.incumbent().copy()
+    key = lambda p: placement_key(env.graph_id, np.asarray(p, dtype=np.int64))  # noqa: E731
+    env.reset(seed=0)
+    far = np.zeros(n, dtype=np.int64)  # SLOW alone: slower than the start
+    _, _, _, _, info = env.step(far)
+    log = env.store.log_since(0)
+    assert [e["key"] for e in log] == [key(start), key(far)]
+    assert info["latency_s"] == log[1]["latency_s"] > log[0]["latency_s"]
+    assert env.store.best()["placement"] == start.tolist()
+    env.step(far)
+    assert len(env.store.log_since(0)) == 2  # once per env; the second proposal is a cache hit
+    # a run with a measured best (resumed, or another EnvRunner's) measures no start
+    again = make_env(fast_memory=0.5, incumbent=True)
+    again.store = env.store
+    again.reset(seed=0)
+    again.step(far)
+    assert len(env.store.log_since(0)) == 2
+    # without incumbent features (a method that does not sample around one) nothing extra
+    plain = make_env(fast_memory=0.5)
+    plain.reset(seed=0)
+    plain.step(far)
+    assert [e["key"] for e in plain.store.log_since(0)] == [key(far)]

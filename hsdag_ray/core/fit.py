@@ -95,9 +95,11 @@ def _units(graph: CostGraph) -> np.ndarray:
     return inv.reshape(-1)
 
 
-def repair(graph: CostGraph, placement: Sequence[int]) -> Optional[np.ndarray]:
+def repair(graph: CostGraph, placement: Sequence[int], time_limit: float = 2.0) -> Optional[np.ndarray]:
     """``placement`` made feasible by the module's rule (a copy; the same values when
-    it is feasible already), or None when the rule finds no feasible one."""
+    it is feasible already), or None when the rule finds no feasible one.
+    ``time_limit``: seconds HiGHS may search for the cheapest set of moves (its best
+    set so far is taken when it stops, and the per-byte rule when it has none)."""
     g = graph
     p = np.array(placement, dtype=np.int64).reshape(-1)[: g.num_nodes]
     if feasible(g, p):
@@ -122,7 +124,7 @@ def repair(graph: CostGraph, placement: Sequence[int]) -> Optional[np.ndarray]:
     use = np.bincount(dev, weights=mem, minlength=D)
     cap = g.mem_capacity
     if (use > cap * (1 + 1e-12)).any():
-        moved = _cover(g, unit, comp, mem, runs, dev, use)
+        moved = _cover(g, unit, comp, mem, runs, dev, use, time_limit)
         if moved is None:
             moved = _greedy(g, unit, comp, mem, runs, dev, use)
         if moved is None:
