@@ -76,7 +76,8 @@ def test_a_small_decoder_llm_and_a_vision_transformer_build_from_their_specs():
                                         ("hf:llama", "hf:llama:num_hidden_layers=2"),
                                         ("hf:gpt2:n_layer", "is not KEY=VALUE"),
                                         ("hf:gpt2:no_field=1", "has no field 'no_field'"),
-                                        ("hf:whisper", "export this one to ONNX")])
+                                        ("hf:whisper", "export this one to ONNX"),
+                                        ("hf:xlnet:n_layer=1", "export the model yourself")])
 def test_unknown_architecture_names_are_one_sentence(spec, words):
     import subprocess
     import sys

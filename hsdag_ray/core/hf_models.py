@@ -101,7 +101,9 @@ def huggingface_model(rest: str):
     """(torch module, example input, static input shapes) of ``hf:`` + ``rest``."""
     import torch
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # its notes on config defaults are not the user's to act on
     model_type, fields, seq_len = parse_hf_spec(rest)
     config = _config(model_type, fields)
     _check_size(f"hf:{rest}", model_type, config)

@@ -164,7 +164,9 @@ def _convert_zoo(name: str):
         try:
             model = ov.convert_model(module, example_input=example)
         except Exception as e:  # the converter raises many kinds, with pages of text
-            raise GraphError(f"OpenVINO cannot convert {name}: {openvino_error_text(e)[:300]}") from None
+            raise GraphError(f"OpenVINO cannot convert {name}: {openvino_error_text(e)[:300].rstrip('.')}; export "
+                             "the model yourself (torch.onnx.export, or optimum-cli export openvino) "
+                             "and pass the .onnx or .xml file to --model") from None
     model.reshape(shape)
     model.set_friendly_name(name)
     target.parent.mkdir(parents=True, exist_ok=True)
