@@ -99,6 +99,10 @@ class TrainConfig:
             about the same odds, so proposals are the incumbent with a few changes that
             the policy learns to steer (0 = off, the paper's sampling; HSDAG only, the
             other methods ignore it; see policies/hsdag_config.py).
+        incumbent_flips: with incumbent_prior, each group leans toward the incumbent by
+            at least log((D-1) G / F) on a graph of G groups, so an untrained policy
+            changes about F groups per proposal on a graph of any size (with the fixed
+            lean of 2, about one group in eight: 7 of 60); 0 = incumbent_prior alone.
         incumbent: the run's best placement so far (or the fastest single device,
             until a measured placement beats it) becomes node features (one-hot
             device, refreshed at every episode's start), so the policy can learn to
@@ -200,6 +204,7 @@ class TrainConfig:
     segment_moves: bool = False
     move_floor: float = 0.0
     incumbent_prior: float = 2.0
+    incumbent_flips: float = 0.0
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"
@@ -255,6 +260,7 @@ class TrainConfig:
              "entropy_coeff and grouping_noise must be 0 or more"),
             (0 <= self.move_floor < 2, "move_floor must be at least 0 and below 2"),
             (self.incumbent_prior >= 0, "incumbent_prior must be 0 (off) or more"),
+            (self.incumbent_flips >= 0, "incumbent_flips must be 0 (off) or more"),
             (self.stall_patience >= 0 and self.stall_entropy >= 0,
              "stall_patience and stall_entropy must be 0 or more"),
             (0 < self.stall_shrink <= 1, "stall_shrink must be above 0 and at most 1"),

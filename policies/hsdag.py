@@ -288,6 +288,19 @@ class HSDAGNet(nn.Module):
                     h = F.relu(h)
         return h
 
+    def incumbent_lean(self, group_batch: Tensor, num_graphs: int, like: Tensor) -> Tensor:
+        """``[G]``: the logit by which each group leans to its incumbent majority:
+        ``incumbent_prior``, or with ``incumbent_flips`` F at least
+        :math:`\log((D - 1) G / F)` for a graph of ``G`` groups, so that an untrained
+        policy changes about F groups of the incumbent per proposal on a graph of any
+        size (with the fixed lean, about ``G / (1 + e^{prior})``: 7 of 60 groups at 2)."""
+        lean = like.new_full((group_batch.numel(),), float(self.config.incumbent_prior))
+        if self.config.incumbent_flips > 0 and group_batch.numel():
+            groups = torch.bincount(group_batch, minlength=num_graphs).to(like.dtype)[group_batch]
+            scaled = torch.log((self.num_devices - 1) * groups / self.config.incumbent_flips)
+            lean = torch.maximum(lean, scaled)
+        return lean
+
     def forward(
         self,
         x: Tensor,
@@ -330,7 +343,8 @@ class HSDAGNet(nn.Module):
         if self.config.incumbent_prior > 0:  # each group leans to its incumbent majority
             inc = x[:, -self.num_devices:]
             majority = incumbent_majority(inc, grouping.assignment, grouping.num_groups)
-            group_logits = group_logits + self.config.incumbent_prior * majority
+            lean = self.incumbent_lean(grouping.group_batch, num_graphs, gx)
+            group_logits = group_logits + lean.unsqueeze(-1) * majority
         node_logits = group_logits.index_select(0, grouping.assignment)
         graph_embedding = global_mean_pool(gx, grouping.group_batch, size=num_graphs)
         move_logits = None
@@ -341,7 +355,8 @@ class HSDAGNet(nn.Module):
             if majority is not None:  # a node the incumbent places apart from its group's
                 # majority moves as likely as the group keeps it
                 apart = inc.sum(-1) - (inc * majority.index_select(0, grouping.assignment)).sum(-1)
-                move_logits = move_logits + apart * (self.config.incumbent_prior + torch.log(n - 1.0))
+                lean_n = lean.index_select(0, grouping.assignment)
+                move_logits = move_logits + apart * (lean_n + torch.log(n - 1.0))
             if self.config.move_floor > 0:
                 move_logits = floored_logits(move_logits, self.config.move_floor / n)
         return HSDAGOutput(

@@ -72,6 +72,10 @@ class HSDAGConfig:
             device with about the same: the proposals are the incumbent with a few
             changes, which the policy learns to steer. The priors are functions of the
             observation, so ``logp`` stays exact; ``0`` = off.
+        incumbent_flips: with ``incumbent_prior``, a group leans to the incumbent by at
+            least :math:`\log((D - 1) G / F)` on a graph of ``G`` groups (``F`` = this
+            value), so an untrained policy changes about ``F`` groups per proposal
+            whatever the graph's size; ``0`` = the fixed ``incumbent_prior`` alone.
     """
 
     hidden_dim: int = 64
@@ -92,6 +96,7 @@ class HSDAGConfig:
     sampled_grouping: bool = False
     move_floor: float = 0.0
     incumbent_prior: float = 0.0
+    incumbent_flips: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -105,6 +110,8 @@ class HSDAGConfig:
             raise ValueError(f"HSDAGConfig.move_floor must be in [0, 2), got {self.move_floor}.")
         if not float(self.incumbent_prior) >= 0:
             raise ValueError(f"HSDAGConfig.incumbent_prior must be >= 0, got {self.incumbent_prior}.")
+        if not float(self.incumbent_flips) >= 0:
+            raise ValueError(f"HSDAGConfig.incumbent_flips must be >= 0, got {self.incumbent_flips}.")
         if not float(self.grouping_noise) >= 0:
             raise ValueError(f"HSDAGConfig.grouping_noise must be >= 0, got {self.grouping_noise}.")
 

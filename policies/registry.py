@@ -118,6 +118,7 @@ def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
             "segment_moves": s.get("segment_moves", False),
             "sampled_grouping": s.get("sampled_grouping", False),
             "move_floor": s.get("move_floor", 0.0), "incumbent_prior": s.get("incumbent_prior", 0.0),
+            "incumbent_flips": s.get("incumbent_flips", 0.0),
             "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0)}
 
 

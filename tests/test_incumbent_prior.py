@@ -131,3 +131,35 @@ def test_the_prior_is_hsdags_default_and_only_hsdags():
     assert named.incumbent_prior == 3.0  # a setting the run names is kept (and checked on load)
     new = {"settings": {"incumbent_prior": 2.0, "incumbent": False}}
     assert adopt_settings(TrainConfig(init="ckpt"), new).incumbent_prior == 2.0
+
+
+def test_incumbent_flips_keeps_about_that_many_group_changes_on_a_large_graph():
+    """With ``incumbent_flips`` F a group leans by max(prior, log((D-1) G / F)): on a graph
+    of many groups an untrained policy changes about F of them per proposal, where the
+    fixed lean changes a share of them (about G / (1 + e^2)); small graphs keep the
+    fixed lean."""
+    n = 600
+    rng = np.random.default_rng(0)
+    src = np.r_[np.arange(n - 1), np.arange(n - 3)]
+    edges = torch.as_tensor(np.stack([src, np.r_[np.arange(1, n), np.arange(3, n)]]))
+    inc = np.zeros((n, 2), np.float32)
+    inc[:, 1] = 1.0  # the incumbent: everything on device 1
+    x = torch.as_tensor(np.concatenate([rng.normal(size=(n, 3)).astype(np.float32), inc], 1))
+    flips = {}
+    for f in (0.0, 1.0):
+        torch.manual_seed(7)
+        net = HSDAGNet(5, 2, HSDAGConfig(hidden_dim=16, node_moves=True, incumbent_prior=2.0,
+                                         incumbent_flips=f))
+        with torch.no_grad():
+            out = net(x, edges)
+        g = out.grouping.num_groups
+        lean = net.incumbent_lean(out.grouping.group_batch, 1, out.group_logits)
+        assert torch.allclose(lean, torch.full((g,), max(2.0, math.log(g)) if f else 2.0))
+        flips[f] = (1 - torch.softmax(out.group_logits, -1)[:, 1]).sum().item()  # expected changes
+    assert g > 50 and flips[0.0] > 6 and 0.3 < flips[1.0] < 3
+    # a six-node graph: log((D-1) G / F) is below the prior, which stays
+    torch.manual_seed(7)
+    net = HSDAGNet(5, 2, HSDAGConfig(hidden_dim=16, node_moves=True, incumbent_prior=2.0, incumbent_flips=1.0))
+    out = net(features([1] * 6), torch.as_tensor(SIX_NODE_EDGES))
+    assert torch.allclose(net.incumbent_lean(out.grouping.group_batch, 1, out.group_logits),
+                          torch.full((out.grouping.num_groups,), 2.0))
