@@ -213,13 +213,14 @@ def main() -> None:
     if args.finetune_graphs:
         print(f"fine-tuning runs: memory_penalty {args.finetune_memory_penalty}"
               + "".join(f", {k} {v}" for k, v in finetune_settings.items()), flush=True)
-    runs_dir = out / ("runs" if args.accelerator == "GPU_PARTMEM" else f"runs-{args.accelerator}")
+    # a folder per accelerator besides the default's, so both can share one --out
+    tag = "" if args.accelerator == "GPU_PARTMEM" else f"-{args.accelerator}"
+    runs_dir = out / f"runs{tag}"
     all_rows: dict[str, list[dict]] = {}
     tunes: dict[str, list[tuple[str, int, dict]]] = {}
     for method in args.methods.split(","):
         t0 = time.time()
-        pre = out / f"{args.family}-{method}-pretrain" if args.accelerator == "GPU_PARTMEM" else \
-            out / f"{args.family}-{args.accelerator}-{method}-pretrain"
+        pre = out / f"{args.family}{tag}-{method}-pretrain"
         if args.reuse and (pre / "pretrained.pt").is_file():
             meta = json.loads((pre / "pretrained.json").read_text())
             print(f"{method}: reusing the pre-trained policy in {pre}", flush=True)
@@ -278,7 +279,7 @@ def main() -> None:
             for graph, seed, res in items:
                 print(f"| {method} | {graph} | {seed} | "
                       + " | ".join(fmt(res[k][i], B) for i in (0, 1) for k in kinds) + " |")
-    (out / f"bench_transfer{'' if args.accelerator == 'GPU_PARTMEM' else '-' + args.accelerator}.json").write_text(json.dumps(
+    (out / f"bench_transfer{tag}.json").write_text(json.dumps(
         {"zero_shot": {m: [{k: v for k, v in r.items() if k != "profile"} for r in rows]
                        for m, rows in all_rows.items()}, "finetune": {m: [(g, s, r) for g, s, r in v] for m, v in tunes.items()}},
         indent=1, default=str))

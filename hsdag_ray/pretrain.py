@@ -57,6 +57,7 @@ from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run
 from hsdag_ray.arguments import build_parser
 from hsdag_ray.config import TrainConfig
+from hsdag_ray.core.families import ACCELERATOR
 
 __all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "default_budget", "PRETRAIN_DEFAULTS"]
 
@@ -74,7 +75,7 @@ def profile_file(folder: Path, spec: str) -> Path:
 
 
 def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Optional[Path],
-                         say=lambda s: None, accelerator: str = "GPU_PARTMEM") -> list[dict[str, Any]]:
+                         say=lambda s: None, accelerator: str = ACCELERATOR) -> list[dict[str, Any]]:
     """One environment config per graph of ``family``'s ``split``, each with its own
     profile from device specs, ``CPU_MODEL`` and ``accelerator`` (written under
     ``folder/profiles`` when ``folder`` is set)."""
@@ -109,7 +110,7 @@ def _local_env(algo):
 
 
 def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
-             imitate_steps: int = 0, accelerator: str = "GPU_PARTMEM") -> dict[str, Any]:
+             imitate_steps: int = 0, accelerator: str = ACCELERATOR) -> dict[str, Any]:
     """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary.
     ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
     optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement.
@@ -222,7 +223,7 @@ def default_budget(method: str, imitate_steps: int, fallback: int = DEFAULT_BUDG
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from hsdag_ray.core.families import ACCELERATOR, FAMILIES, FAMILY_ACCELERATORS
+    from hsdag_ray.core.families import FAMILIES, FAMILY_ACCELERATORS
     from policies.registry import METHODS
 
     budget_help = (
