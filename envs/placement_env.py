@@ -396,8 +396,8 @@ class PlacementEnv(gym.Env):
         repaired to fit memory, :func:`envs.incumbent.start_placement`), measure that
         start once, before the run's first placement, as a placement of the run: the
         policy samples around it, so the run's best is never worse than it (on a
-        247-node MaxViT a 10-placement iteration around a start 1.001x the optimum had
-        found nothing better than 1.26x, and the start itself was never measured)."""
+        247-node MaxViT, 20 measurements around a start 1.001x the optimum had found
+        nothing better than 1.26x, and the start itself was never measured)."""
         if self._start_checked:
             return
         self._start_checked = True

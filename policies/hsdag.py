@@ -291,7 +291,7 @@ class HSDAGNet(nn.Module):
     def incumbent_lean(self, group_batch: Tensor, num_graphs: int, like: Tensor) -> Tensor:
         """``[G]``: the logit by which each group leans to its incumbent majority:
         ``incumbent_prior``, or with ``incumbent_flips`` F at least
-        :math:`\log((D - 1) G / F)` for a graph of ``G`` groups, so that an untrained
+        :math:`\\log((D - 1) G / F)` for a graph of ``G`` groups, so that an untrained
         policy changes about F groups of the incumbent per proposal on a graph of any
         size (with the fixed lean, about ``G / (1 + e^{prior})``: 7 of 60 groups at 2)."""
         lean = like.new_full((group_batch.numel(),), float(self.config.incumbent_prior))
