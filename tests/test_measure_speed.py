@@ -148,9 +148,11 @@ def test_a_placement_far_slower_in_its_warm_up_gets_no_timed_block(model: ov.Mod
 
 
 def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Model) -> None:
-    # a generous margin: only a placement more than 50% slower in every block stops; the
+    # a generous margin: only a placement more than 3x slower in every block stops (the
+    # alternating placement runs about 7x the single stage's 0.2 ms; on a loaded CI machine
+    # every block of the single stage once came out 50% slow three times running); the
     # warm-up stop is off (one run of this sub-millisecond model is not evidence enough)
-    timing = TimingConfig(warmup=1, repeats=6, block=2, timeout_s=60.0, threads=1, race_margin=0.5,
+    timing = TimingConfig(warmup=1, repeats=6, block=2, timeout_s=60.0, threads=1, race_margin=2.0,
                           race_far=0)
     backend = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=timing)
     fast = cut_at(model, len(compute_ops(model)))  # everything on CPU, one stage
@@ -159,11 +161,10 @@ def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Mo
     assert best.ok and best.runs >= 12 and "raced" not in best.info
     slower = backend.measure_ops(slow, race=True)
     assert slower.ok, slower.error
-    assert slower.latency_s > 1.5 * best.latency_s
+    assert slower.latency_s > 3.0 * best.latency_s
     assert slower.info["raced"] == "stopped" and slower.runs < 12
     assert slower.info["race_best_s"] == pytest.approx(best.latency_s)
-    # the best itself, timed again, runs its blocks in full (of three tries: on a loaded
-    # machine two blocks of this sub-millisecond model can both come out 50% slow)
+    # the best itself, timed again, runs its blocks in full (of three tries)
     tries = [backend.measure_ops(fast, race=True) for _ in range(3)]
     assert all(m.ok for m in tries)
     assert any(m.info.get("raced") != "stopped" and m.runs >= 12 for m in tries)
