@@ -237,7 +237,7 @@ class TrainConfig:
     zero_shot_samples: int = 1
 
     def validate(self) -> None:
-        from envs.placement_env import MEMORY_PENALTIES, REWARDS
+        from envs.env_config import MEMORY_PENALTIES, REWARDS
         from envs.simulator import OBJECTIVES
         from hsdag_ray.core.coarsening import COARSENINGS
         from policies.registry import METHODS
