@@ -24,6 +24,15 @@ budgets and curves count new placements measured instead of placements proposed.
 are ``python -m hsdag_ray.train`` flags (its ``--help``), read by its own
 parser, for every run; the bench sets the model, devices, profile, budget,
 seed, method and output itself.
+
+With ``--estimate SIGMA`` a run knows its costs only roughly, as on a real
+machine: the simulator measures with the (possibly ``--jitter``-ed) profile,
+the run is given a variant of it with every op time off by its own factor
+``exp(SIGMA * N(0, 1))`` (``train --sim-profile``), from which it takes its node
+features, memory repair and start. Ratios are then over the optimum of the
+costs measured, and a row ``exact (profile)`` gives the exact solver's
+placement on the run's profile, measured: what solving the profile without
+any measurement gets.
 """
 from __future__ import annotations
 
@@ -81,8 +90,31 @@ def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> floa
     return min(seen) / optimum if seen else math.inf
 
 
+def measured_optimum(model: str, profile: Path, devices: list[str], coarsen: str,
+                     time_limit: float) -> float:
+    """The exact optimum of the costs in ``profile`` (what the simulator measures
+    with), solved here because a run with ``--estimate`` solves its own wrong profile."""
+    from envs.simulator import Simulator
+    from hsdag_ray.baselines import exact_method
+    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.profile import Profile, cost_graph
+    from policies.exact import solve
+
+    _, _, graph, _ = build_graph(model, coarsen)
+    cg = cost_graph(graph, Profile.load(profile), devices)
+    res = solve(cg, "sequential", exact_method(cg, "sequential"), time_limit=time_limit)
+    return float(Simulator(cg).sequential(np.asarray(res.placement)).value)
+
+
+def estimate_of(profile: Path, sigma: float) -> Path:
+    """The run's rough profile of the costs in ``profile``, written beside it."""
+    out = profile.with_name(f"{profile.stem}_estimate{sigma}.json")
+    out.write_text(json.dumps(jittered(json.loads(profile.read_text()), sigma, 1000)))
+    return out
+
+
 def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, base,
-             say=print, on_case=None, jitter: str = "") -> list[dict]:
+             say=print, on_case=None, jitter: str = "", estimate: float = 0.0) -> list[dict]:
     """Train every method on every (model, accelerator) for every seed on the
     recorded profiles; one dict per case: ``model``, ``accelerator``,
     ``method``, ``ratios`` (best/optimum per seed, ``inf`` when nothing was
@@ -100,14 +132,21 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     with tempfile.TemporaryDirectory() as out:
         for model in models:
             profile = load_or_record(model, Path(profiles), jitter)
+            known = estimate_of(profile, estimate) if estimate > 0 else profile
             for acc in accelerators:
+                optimum = None
+                if estimate > 0:
+                    optimum = measured_optimum(model, profile, ["CPU", acc], base.coarsen,
+                                               base.solver_time_limit)
+                    exact_ratios = []
                 for method in methods:
                     ratios, curves, proven_all = [], [], True
                     for seed in seeds:
                         curve: list = []
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
-                                      profile=str(profile), devices=["CPU", acc],
+                                      profile=str(known), devices=["CPU", acc],
+                                      sim_profile=str(profile) if estimate > 0 else "",
                                       budget=budget, env_runners=0, wandb="disabled", out=out,
                                       name=f"{model}-{acc}-{method}-{seed}", seed=seed)
                         s = None
@@ -133,8 +172,11 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                                 f"placement or no optimum ({b})")
                             ratios.append(math.inf)
                             continue
-                        ratios.append(best / b["optimum"])
-                        curves.append((curve, b["optimum"]))
+                        opt = b["optimum"] if optimum is None else optimum
+                        if optimum is not None:
+                            exact_ratios.append(b["optimum"] / optimum)
+                        ratios.append(best / opt)
+                        curves.append((curve, opt))
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
                         say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
@@ -148,6 +190,13 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                                   "unit": base.budget_unit})
                     if on_case is not None:
                         on_case(cases)
+                if optimum is not None and exact_ratios:
+                    # measured once per run, the same placement each time: one point at 1
+                    r = exact_ratios[0]
+                    say(f"{model:13s} {acc:13s} exact solver on the run's profile: {r:.4f}x optimum")
+                    cases.append({"model": model, "accelerator": acc, "method": "exact (profile)",
+                                  "ratios": [r], "curves": [([(1, r * optimum)], optimum)],
+                                  "proven": True, "unit": base.budget_unit})
     if started:
         ray.shutdown()
     return cases
@@ -178,6 +227,9 @@ def parse(description: str, default_methods: str):
                     help="SIGMA:SEED: run on a variant of each recorded profile, every op's "
                          "time on every device times exp(SIGMA * N(0,1)) (e.g. 0.3:1), to "
                          "check a setting on other cost landscapes than the one recorded")
+    ap.add_argument("--estimate", type=float, default=0.0,
+                    help="SIGMA: runs know the costs only roughly, every op time of their profile "
+                         "off by exp(SIGMA * N(0,1)) from what the simulator measures (e.g. 0.2)")
     ap.add_argument("train_flags", nargs=argparse.REMAINDER,
                     help="after --: python -m hsdag_ray.train flags for every run")
     args = ap.parse_args()
@@ -268,12 +320,13 @@ def main() -> None:
     cases = run_grid(args.models.split(","), args.accelerators.split(","),
                      args.methods.split(","), [int(s) for s in args.seeds.split(",")],
                      budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
-                     on_case=save, jitter=args.jitter)
+                     on_case=save, jitter=args.jitter, estimate=args.estimate)
     print(f"\nbest/optimum, median [min-max] over seeds {args.seeds} at "
           f"{', '.join(map(str, budgets))} {base.budget_unit}, cost features "
           + ("off" if base.no_cost else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else "")
-          + (f", profiles jittered by {args.jitter}" if args.jitter else ""))
+          + (f", profiles jittered by {args.jitter}" if args.jitter else "")
+          + (f", runs' profiles off by sigma {args.estimate}" if args.estimate else ""))
     print("\n".join(summarize(cases, budgets)), flush=True)
     if args.plot:
         plot(cases, args.plot, budgets[-1])

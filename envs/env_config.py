@@ -31,7 +31,11 @@ class EnvConfig:
         coarsen: ``none``, ``colocation`` or ``openvino``.
         backend: ``simulator``, ``auto``, ``hetero`` or ``pipeline``.
         devices: device names (real/virtual OpenVINO devices, or profile devices).
-        profile: a profile as a JSON dict (the simulator needs one).
+        profile: a profile as a JSON dict (the simulator needs one): what the run knows of
+            the devices (cost features, the memory repair, the start) and, without
+            ``sim_profile``, the simulator's costs.
+        sim_profile: with the simulator backend, the profile it measures with instead of
+            ``profile`` (the machine the simulator plays, when the run's profile of it is off).
         objective: simulator objective.
         reward: one of :data:`REWARDS`.
         episode_len: placements per episode.
@@ -82,6 +86,7 @@ class EnvConfig:
     memory_penalty: str = "repair"
     sim_delay_s: float = 0.0
     incumbent: bool = False
+    sim_profile: Optional[dict] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EnvConfig":
@@ -103,6 +108,9 @@ class EnvConfig:
             raise ValueError(f"unknown reward {cfg.reward!r}; choose one of {', '.join(REWARDS)}")
         if cfg.episode_len < 1:
             raise ValueError("episode_len must be at least 1")
+        if cfg.sim_profile is not None and cfg.backend != "simulator":
+            raise ValueError("sim_profile is what the simulator backend measures with; "
+                             f"the {cfg.backend} backend measures a real machine")
         if cfg.memory_penalty not in MEMORY_PENALTIES:
             raise ValueError(f"unknown memory_penalty {cfg.memory_penalty!r}; choose one of "
                              f"{', '.join(MEMORY_PENALTIES)}")

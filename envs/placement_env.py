@@ -97,7 +97,8 @@ class PlacementEnv(gym.Env):
         self.model, self.graph = model, graph
         profile = Profile.from_json(cfg.profile) if cfg.profile else None
         devices = list(cfg.devices) or (profile.device_names if profile else ["CPU"])
-        self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, profile,
+        measured = Profile.from_json(cfg.sim_profile) if cfg.sim_profile else profile
+        self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, measured,
                                     cfg.objective, cfg.sim_delay_s)
         self.devices = list(self.backend.devices)
         #: the cost graph of the run's devices under the profile, which says without

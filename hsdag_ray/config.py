@@ -39,6 +39,12 @@ class TrainConfig:
         profile: profile JSON: the simulator's costs (empty = record the local
             CPU and model an accelerator); with a real backend, the costs the
             exact solver's placement is computed on before it is measured.
+        sim_profile: with --backend simulator, a profile JSON the simulator measures with,
+            playing the real machine, while --profile stays what the run knows (node
+            features, the memory repair, the start, the exact solver's placement); e.g. a
+            profile whose op times are off, to see how a method does when its profile is
+            wrong, as a recorded one is on a real machine (empty = the simulator measures
+            with --profile).
         objective: simulator objective: sequential, parallel or throughput.
         coarsen: graph coarsening before learning: none, colocation, openvino.
         budget: placements the policy proposes, each measured or (when proposed
@@ -177,6 +183,7 @@ class TrainConfig:
     backend: str = "default"
     devices: list[str] = field(default_factory=list)
     profile: str = ""
+    sim_profile: str = ""
     objective: str = "sequential"
     coarsen: str = "colocation"
     budget: int = 500
@@ -301,9 +308,13 @@ class TrainConfig:
         if self.init and not Path(self.init).exists():
             raise UsageError(f"pre-trained checkpoint {self.init} does not exist; pass the folder "
                              "python -m hsdag_ray.pretrain printed")
-        if self.profile and not Path(self.profile).is_file():
-            raise UsageError(f"profile file {self.profile} does not exist; record one with "
-                             "python -m hsdag_ray.profile")
+        for what, path in (("profile", self.profile), ("sim-profile", self.sim_profile)):
+            if path and not Path(path).is_file():
+                raise UsageError(f"{what} file {path} does not exist; record one with "
+                                 "python -m hsdag_ray.profile")
+        if self.sim_profile and self.backend != "simulator":
+            raise UsageError("--sim-profile is what the simulator measures with; add "
+                             "--backend simulator (a real backend measures the machine itself)")
 
     def features(self):
         from hsdag_ray.core.features import FeatureConfig

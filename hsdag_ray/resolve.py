@@ -127,6 +127,13 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
             raise UsageError(f"device {missing[0]} is not in the profile {cfg.profile} (it has "
                              f"{', '.join(prof.device_names)}); record one with it with "
                              "python -m hsdag_ray.profile, or leave out --profile")
+        if cfg.sim_profile:
+            sim = Profile.load(cfg.sim_profile)
+            absent = [d for d in devices if d not in sim.devices]
+            if absent:
+                raise UsageError(f"device {absent[0]} is not in the simulator's profile "
+                                 f"{cfg.sim_profile} (it has {', '.join(sim.device_names)}); "
+                                 "give --sim-profile a profile of the run's devices")
         return backend, devices, prof.to_json()
     from hsdag_ray.cli import resolve_devices
 
@@ -162,4 +169,11 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
             "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
-            "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg)}
+            "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
+            "sim_profile": _profile_json(cfg.sim_profile)}
+
+
+def _profile_json(path: str) -> Optional[dict]:
+    from hsdag_ray.core.profile import Profile
+
+    return Profile.load(path).to_json() if path else None

@@ -76,6 +76,37 @@ def test_repair_measures_the_repaired_placement_of_one_that_overflows(profile):
     assert env.store.log_since(1)[0]["key"] == placement_key(env.graph_id, slow)
 
 
+def test_a_sim_profile_is_what_is_measured_and_the_profile_what_the_run_knows(profile):
+    """--sim-profile: the simulator plays a machine the run's profile describes wrongly
+    (here: SLOW twice as slow, FAST with no memory limit); features, the repair and
+    the start still come from the run's profile, every latency from the machine."""
+    _, fine, _, _ = build_graph("tiny_cnn", "none")
+    machine = Profile("tiny_cnn", {}, {})
+    add_modeled_device(machine, fine, "SLOW", DeviceSpec(5e8, 5e8, 2e-4))
+    add_modeled_device(machine, fine, "FAST", DeviceSpec(1e11, 1e11, 1e-5))
+    machine.boundary_s = 1e-4
+    machine = machine.to_json()
+    env = make_env(profile, sim_profile=machine, memory_penalty="repair", incumbent=True)
+    known, truth = make_env(profile, incumbent=True), make_env(machine)
+    assert env.single_device_s == pytest.approx(truth.single_device_s)
+    assert env.single_device_s["SLOW"] > 1.5 * known.single_device_s["SLOW"]
+    assert math.isfinite(env.single_device_s["FAST"]) and known.single_device_s["FAST"] == math.inf
+    assert np.array_equal(env.reset(seed=0)[0]["x"], known.reset(seed=0)[0]["x"])
+    # all on FAST fits the machine, but the run's profile says it does not: it is repaired
+    n = env.graph.num_nodes
+    from hsdag_ray.core.fit import repair
+
+    fixed = repair(env.limits, np.ones(n, dtype=np.int64))
+    assert (fixed == 0).any()
+    m, _ = env.measure_array(np.ones(n, dtype=np.int64))
+    [logged] = env.store.log_since(0)
+    assert m.ok and logged["key"] == placement_key(env.graph_id, fixed)
+    assert m.latency_s == pytest.approx(truth.measure_untracked(fixed).latency_s)
+    assert m.latency_s != pytest.approx(known.measure_untracked(fixed).latency_s)
+    with pytest.raises(ValueError, match="simulator"):
+        EnvConfig.from_dict({"model": "tiny_cnn", "backend": "pipeline", "sim_profile": machine})
+
+
 def test_rewards():
     assert reward_of(0.5, "inverse", 1.0) == 2.0
     assert reward_of(0.5, "speedup", 2.0) == 4.0

@@ -152,6 +152,10 @@ def test_train_bad_input(tmp_path):
     assert r.returncode == 2 and "objective" in r.stderr
     r = run("--resume", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "not a run folder" in r.stderr
+    r = run("--sim-profile", str(bad))  # a file, but the backend is not the simulator
+    assert r.returncode == 2 and "--backend simulator" in r.stderr and "Traceback" not in r.stderr
+    r = run("--backend", "simulator", "--sim-profile", str(tmp_path / "none.json"))
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
@@ -168,6 +172,35 @@ def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
                         "--devices", "CPU,GPU_NOPE", "--model", "tiny_cnn", "--wandb", "disabled",
                         "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "GPU_NOPE" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
+    """--sim-profile: single devices and the exact solver's placement are measured on the
+    simulated machine; that placement is solved on the run's own (wrong) profile."""
+    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+
+    _, fine, _, _ = build_graph("tiny_cnn", "none")
+    paths = []
+    for name, overhead in (("known", 1e-5), ("machine", 5e-4)):
+        prof = Profile("tiny_cnn", {}, {})
+        add_modeled_device(prof, fine, "CPU_MODEL")
+        add_modeled_device(prof, fine, "GPU_X", dataclasses.replace(MODELED_DEVICES["GPU_MODEL"],
+                                                                      op_overhead_s=overhead))
+        prof.boundary_s = 5e-4
+        prof.save(tmp_path / f"{name}.json")
+        paths.append(tmp_path / f"{name}.json")
+    runs = {}
+    for name, extra in (("known", {"profile": str(paths[0])}),
+                        ("wrong", {"profile": str(paths[0]), "sim_profile": str(paths[1])}),
+                        ("machine", {"profile": str(paths[1])})):
+        cfg = TrainConfig(model="tiny_cnn", backend="simulator", budget=10, episode_len=10,
+                          env_runners=0, wandb="disabled", out=str(tmp_path), name=name, **extra)
+        runs[name] = train(cfg, quiet=True)["baselines"]
+    assert runs["wrong"]["GPU_X_only"] == pytest.approx(runs["machine"]["GPU_X_only"])
+    assert runs["wrong"]["GPU_X_only"] > 2 * runs["known"]["GPU_X_only"]
+    # solved on the wrong profile: never better than the machine's own optimum
+    assert runs["wrong"]["optimum"] >= runs["machine"]["optimum"] * (1 - 1e-9)
 
 
 def small_memory_profile(path: Path, model: str, capacity_fraction: float) -> Path:
