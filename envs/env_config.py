@@ -34,6 +34,9 @@ class EnvConfig:
         profile: a profile as a JSON dict (the simulator needs one): what the run knows of
             the devices (cost features, the memory repair, the start) and, without
             ``sim_profile``, the simulator's costs.
+        incumbent_share: with ``incumbent``, the share of episodes that see it; the
+            others see zero incumbent features, so a policy leaning on it
+            (HSDAG's ``incumbent_prior``) samples them from its own logits alone.
         sim_profile: with the simulator backend, the profile it measures with instead of
             ``profile`` (the machine the simulator plays, when the run's profile of it is off).
         objective: simulator objective.
@@ -86,6 +89,7 @@ class EnvConfig:
     memory_penalty: str = "repair"
     sim_delay_s: float = 0.0
     incumbent: bool = False
+    incumbent_share: float = 1.0
     sim_profile: Optional[dict] = None
 
     @classmethod
@@ -111,6 +115,8 @@ class EnvConfig:
         if cfg.sim_profile is not None and cfg.backend != "simulator":
             raise ValueError("sim_profile is what the simulator backend measures with; "
                              f"the {cfg.backend} backend measures a real machine")
+        if not 0 < cfg.incumbent_share <= 1:
+            raise ValueError("incumbent_share must be above 0 and at most 1")
         if cfg.memory_penalty not in MEMORY_PENALTIES:
             raise ValueError(f"unknown memory_penalty {cfg.memory_penalty!r}; choose one of "
                              f"{', '.join(MEMORY_PENALTIES)}")

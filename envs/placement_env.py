@@ -132,6 +132,7 @@ class PlacementEnv(gym.Env):
         self._step = 0
         self._start: Optional[np.ndarray] = None  # where sampling around an incumbent starts
         self._start_checked = False  # measured (or found measured) at this env's first step
+        self._wander: Optional[np.random.Generator] = None  # which episodes see the incumbent
         self.reference_kind = ""
         self.reference_s, self.single_device_s = math.nan, {}
         if cfg.measure_reference:
@@ -242,17 +243,22 @@ class PlacementEnv(gym.Env):
         super().reset(seed=seed)
         self._step = 0
         if self.config.incumbent:
-            self._obs = self._with_incumbent()
+            if self._wander is None:  # seeded once: RLlib resets with the same seed every time
+                self._wander = np.random.default_rng(seed)
+            shown = self.config.incumbent_share >= 1 or \
+                self._wander.random() < self.config.incumbent_share
+            self._obs = self._with_incumbent(shown)
         return self._obs, {}
 
-    def _with_incumbent(self) -> dict:
+    def _with_incumbent(self, shown: bool = True) -> dict:
         """The observation with the run's best placement so far as node features
-        (a new array: episodes already sampled keep the observation they saw)."""
+        (a new array: episodes already sampled keep the observation they saw);
+        ``shown`` False leaves them zero (an episode sampled without the incumbent)."""
         obs = dict(self._obs)
         x = obs["x"].copy()
         at, d = self._incumbent_at, len(self.devices)
         x[:, at:at + d] = 0.0
-        placement = self.incumbent()
+        placement = self.incumbent() if shown else None
         if placement is not None:
             x[np.arange(len(placement)), at + placement] = 1.0
         obs["x"] = x

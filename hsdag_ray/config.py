@@ -109,6 +109,10 @@ class TrainConfig:
             at least log((D-1) G / F) on a graph of G groups, so an untrained policy
             changes about F groups per proposal on a graph of any size (with the fixed
             lean of 2, about one group in eight: 7 of 60); 0 = incumbent_prior alone.
+        incumbent_share: the share of episodes that see the incumbent; the others
+            are sampled without it (with incumbent_prior: from the policy's own
+            logits), so a run settled around its incumbent still wanders (1 = every
+            episode).
         incumbent: the run's best placement so far (or the fastest single device,
             until a measured placement beats it) becomes node features (one-hot
             device, refreshed at every episode's start), so the policy can learn to
@@ -212,6 +216,7 @@ class TrainConfig:
     move_floor: float = 0.0
     incumbent_prior: float = 2.0
     incumbent_flips: float = 0.0
+    incumbent_share: float = 1.0
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"
@@ -297,6 +302,7 @@ class TrainConfig:
             (self.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
             (self.torch_threads >= 1, "torch_threads must be at least 1"),
             (self.sim_delay_s >= 0, "sim_delay_s must be 0 or more"),
+            (0 < self.incumbent_share <= 1, "incumbent_share must be above 0 and at most 1"),
             (self.remeasure_rounds >= 1 and self.solver_time_limit > 0,
              "remeasure_rounds must be at least 1 and solver_time_limit positive"),
             (self.repeats >= 1 and self.threads >= 0 and self.timeout > 0,

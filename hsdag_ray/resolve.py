@@ -170,6 +170,7 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
             "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
+            "incumbent_share": cfg.incumbent_share,
             "sim_profile": _profile_json(cfg.sim_profile)}
 
 

@@ -110,3 +110,21 @@ def test_the_start_is_measured_first_so_the_run_is_never_worse_than_it():
     plain.reset(seed=0)
     plain.step(far)
     assert [e["key"] for e in plain.store.log_since(0)] == [key(far)]
+
+
+def test_a_share_of_episodes_is_sampled_without_the_incumbent():
+    """--incumbent-share: the other episodes see zero incumbent features (and the same
+    seed draws the same episodes: RLlib resets with one seed at every sample call)."""
+    def shown(share: float) -> list[bool]:
+        env = make_env(incumbent=True, incumbent_share=share)
+        width = env.observation_space["x"].shape[1] - 2
+        out = []
+        for _ in range(40):
+            x = env.reset(seed=3)[0]["x"][: env.graph.num_nodes, width:]
+            assert x.sum() in (0, env.graph.num_nodes)
+            out.append(bool(x.any()))
+        return out
+
+    assert all(shown(1.0))
+    half = shown(0.5)
+    assert 8 < sum(half) < 32 and half == shown(0.5)
