@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -60,8 +61,16 @@ def load_or_record(model: str, folder: Path, jitter: str = "") -> Path:
         return path
     sigma, _, seed = jitter.partition(":")
     out = folder / f"profile_{model}_jitter{sigma}_seed{seed or 0}.json"
-    out.write_text(json.dumps(jittered(json.loads(path.read_text()), float(sigma), int(seed or 0))))
+    write_atomic(out, json.dumps(jittered(json.loads(path.read_text()), float(sigma), int(seed or 0))))
     return out
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write by renaming a finished file into place: benches run side by side read
+    the same profiles while one of them writes them again."""
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
+    part.write_text(text)
+    os.replace(part, path)
 
 
 def jittered(profile: dict, sigma: float, seed: int) -> dict:
@@ -109,7 +118,7 @@ def measured_optimum(model: str, profile: Path, devices: list[str], coarsen: str
 def estimate_of(profile: Path, sigma: float) -> Path:
     """The run's rough profile of the costs in ``profile``, written beside it."""
     out = profile.with_name(f"{profile.stem}_estimate{sigma}.json")
-    out.write_text(json.dumps(jittered(json.loads(profile.read_text()), sigma, 1000)))
+    write_atomic(out, json.dumps(jittered(json.loads(profile.read_text()), sigma, 1000)))
     return out
 
 

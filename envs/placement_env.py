@@ -295,17 +295,20 @@ class PlacementEnv(gym.Env):
         start once, before the run's first placement, as a placement of the run: the
         policy samples around it, so the run's best is never worse than it (on a
         247-node MaxViT, 20 measurements around a start 1.001x the optimum had found
-        nothing better than 1.26x, and the start itself was never measured)."""
+        nothing better than 1.26x, and the start itself was never measured). Not
+        again when the run has it (a resumed run, another EnvRunner); a run that has
+        measured something else first (``--exact-start``, a pre-trained policy's greedy
+        placement) measures it too, and samples around the faster."""
         if self._start_checked:
             return
         self._start_checked = True
         if not self.config.incumbent or self.repair_limits is None:
             return
-        best = self.store.best()
-        if best and str(best.get("key", "")).startswith(self.graph_id + ":"):
-            return  # the run has measured (a resumed run, another EnvRunner)
-        start = self.incumbent()
-        if start is not None:
+        if self._start is None:
+            self._start = start_placement(self.graph.num_nodes, self.devices, self.single_device_s,
+                                          self.repair_limits)
+        start = self._start
+        if start is not None and self.store.get(placement_key(self.graph_id, start)) is None:
             self.measure_array(start)
 
     def _step_once(self, action):

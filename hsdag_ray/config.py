@@ -109,6 +109,11 @@ class TrainConfig:
             at least log((D-1) G / F) on a graph of G groups, so an untrained policy
             changes about F groups per proposal on a graph of any size (with the fixed
             lean of 2, about one group in eight: 7 of 60); 0 = incumbent_prior alone.
+        exact_start: measure the exact solver's placement on the run's profile (the
+            baselines' optimum) as the run's first placement, counted in the budget, so
+            a method sampling around the run's best (HSDAG's incumbent prior,
+            annealing) starts from it when it beats their own start: learning then
+            corrects what the profile gets wrong instead of finding what it gets right.
         incumbent_share: the share of episodes that see the incumbent; the others
             are sampled without it (with incumbent_prior: from the policy's own
             logits), so a run settled around its incumbent still wanders (1 = every
@@ -217,6 +222,7 @@ class TrainConfig:
     incumbent_prior: float = 2.0
     incumbent_flips: float = 0.0
     incumbent_share: float = 1.0
+    exact_start: bool = False
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"

@@ -204,6 +204,21 @@ def _measure_first(cfg: TrainConfig, ckpt, method, env_cfg: dict, real: bool, se
     say(f"the pre-trained policy's greedy placement: {latency * 1e3:.4g} ms")
 
 
+def _measure_exact(baselines, service, say) -> None:
+    """Measure the exact solver's placement on the run's profile through the run's store
+    (``--exact-start``): a placement of the run, so sampling around the run's best
+    starts from it when it beats the run's own start."""
+    from envs.measuring import call
+
+    placement = baselines.candidates.get("optimum")
+    if not isinstance(placement, list):
+        say("--exact-start: no exact solver's placement for this run (it needs a profile of "
+            "every device and a solver for the objective); the run starts as it would without")
+        return
+    [latency] = call(service, "measure_batch", [placement])
+    say(f"the exact solver's placement on the profile, the run's first: {latency * 1e3:.4g} ms")
+
+
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
            on_iteration) -> dict[str, Any]:
     import ray
@@ -252,7 +267,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         known = "latency_s" in (state.get("baselines") or {})
         # fine-tuning measures the pre-trained policy's greedy placement first, counted in the
         # budget, before the EnvRunners hold the measuring slots (not again when resumed)
-        first = bool(cfg.init) and cfg.budget > 0 and store.stats()["placements"] == 0
+        first = (bool(cfg.init) or cfg.exact_start) and cfg.budget > 0 and \
+            store.stats()["placements"] == 0
         if known:
             baselines = Baselines.from_json(state["baselines"])
         if not known or first:
@@ -261,7 +277,9 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                 if not known:
                     baselines = compute_baselines(service, env, cfg.objective, say,
                                                   time_limit=cfg.solver_time_limit)
-                if first:
+                if first and cfg.exact_start:
+                    _measure_exact(baselines, service, say)
+                if first and cfg.init:
                     _measure_first(cfg_run, ckpt, method, env_cfg, real, service, say)
             finally:
                 release(service)

@@ -105,6 +105,14 @@ def test_the_start_is_measured_first_so_the_run_is_never_worse_than_it():
     again.reset(seed=0)
     again.step(far)
     assert len(env.store.log_since(0)) == 2
+    # a run that measured another placement first (--exact-start, a pre-trained policy's
+    # greedy placement) still measures its start, once, and samples around the faster
+    other = make_env(fast_memory=0.5, incumbent=True)
+    other.measure_array(far)
+    other.reset(seed=0)
+    other.step(far)
+    assert [e["key"] for e in other.store.log_since(0)] == [key(far), key(start)]
+    assert other.incumbent().tolist() == start.tolist()
     # without incumbent features (a method that does not sample around one) nothing extra
     plain = make_env(fast_memory=0.5)
     plain.reset(seed=0)

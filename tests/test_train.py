@@ -187,7 +187,11 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
         add_modeled_device(prof, fine, "CPU_MODEL")
         add_modeled_device(prof, fine, "GPU_X", dataclasses.replace(MODELED_DEVICES["GPU_MODEL"],
                                                                       op_overhead_s=overhead))
-        prof.boundary_s = 5e-4
+        # the second half of the ops runs far faster on the CPU: the optimum is a split,
+        # not the single device the run starts from
+        for op in list(prof.op_time_s["CPU_MODEL"])[len(prof.op_time_s["CPU_MODEL"]) // 2:]:
+            prof.op_time_s["CPU_MODEL"][op] /= 1000.0
+        prof.boundary_s = 1e-5
         prof.save(tmp_path / f"{name}.json")
         paths.append(tmp_path / f"{name}.json")
     runs = {}
@@ -201,6 +205,23 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     assert runs["wrong"]["GPU_X_only"] > 2 * runs["known"]["GPU_X_only"]
     # solved on the wrong profile: never better than the machine's own optimum
     assert runs["wrong"]["optimum"] >= runs["machine"]["optimum"] * (1 - 1e-9)
+    # --exact-start: that placement is the run's first measurement, counted, and HSDAG and
+    # annealing both sample from the faster of it and their own start
+    for method in ("hsdag", "anneal"):
+        cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths[0]),
+                          sim_profile=str(paths[1]), exact_start=True, method=method, budget=10,
+                          episode_len=5, env_runners=0, wandb="disabled", out=str(tmp_path),
+                          name=f"exact-{method}", budget_unit="measurements")
+        s = train(cfg, quiet=True)
+        assert s["method_best_latency_s"] <= s["baselines"]["optimum"] * (1 + 1e-9)
+        assert s["measurements"] >= 10
+        from envs.store import placement_key
+
+        run = tmp_path / f"exact-{method}"
+        log = json.loads((run / "store.json").read_text())["log"]
+        exact = json.loads((run / "state.json").read_text())["baselines"]["candidates"]["optimum"]
+        assert 0 < sum(exact) < len(exact)
+        assert log[0]["key"].split(":")[-1] == placement_key("", np.asarray(exact))[1:]
 
 
 def small_memory_profile(path: Path, model: str, capacity_fraction: float) -> Path:
