@@ -206,6 +206,8 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     cases.append({"model": model, "accelerator": acc, "method": "exact (profile)",
                                   "ratios": [r], "curves": [([(1, r * optimum)], optimum)],
                                   "proven": True, "unit": base.budget_unit})
+                    if on_case is not None:
+                        on_case(cases)
     if started:
         ray.shutdown()
     return cases
