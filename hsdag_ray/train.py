@@ -44,7 +44,7 @@ from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import env_config, resolve_backend
+from hsdag_ray.resolve import env_config, reads_incumbent, resolve_backend
 from hsdag_ray.rundir import Run
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
@@ -267,8 +267,11 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         known = "latency_s" in (state.get("baselines") or {})
         # fine-tuning measures the pre-trained policy's greedy placement first, counted in the
         # budget, before the EnvRunners hold the measuring slots (not again when resumed)
-        first = (bool(cfg.init) or cfg.exact_start) and cfg.budget > 0 and \
-            store.stats()["placements"] == 0
+        exact = cfg.exact_start and (method.starts or reads_incumbent(cfg))
+        if cfg.exact_start and not exact:
+            say(f"--exact-start: {cfg.method} does not start from a placement, so the exact "
+                "solver's placement is not measured as one of its own")
+        first = (bool(cfg.init) or exact) and cfg.budget > 0 and store.stats()["placements"] == 0
         if known:
             baselines = Baselines.from_json(state["baselines"])
         if not known or first:
@@ -277,7 +280,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                 if not known:
                     baselines = compute_baselines(service, env, cfg.objective, say,
                                                   time_limit=cfg.solver_time_limit)
-                if first and cfg.exact_start:
+                if first and exact:
                     _measure_exact(baselines, service, say)
                 if first and cfg.init:
                     _measure_first(cfg_run, ckpt, method, env_cfg, real, service, say)

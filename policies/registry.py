@@ -59,6 +59,8 @@ class Method:
         incumbent_prior: ``rl``: its policy samples around the incumbent by the run's
             ``--incumbent-prior`` (its environment then carries the incumbent's features);
             the other methods ignore that setting.
+        starts: ``search``: it searches from a given placement (the run's start, or with
+            ``--exact-start`` the faster of it and the exact solver's placement).
     """
 
     name: str
@@ -76,6 +78,7 @@ class Method:
     init_soften: float = 1.0
     budget_after_imitation: Optional[int] = None
     incumbent_prior: bool = False
+    starts: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -178,8 +181,8 @@ register(Method(
     description="random search: uniform random placements, the best measured wins"))
 
 register(Method(
-    name="anneal", kind="search", run="policies.search:SimulatedAnnealing",
-    description="simulated annealing from the fastest single device over node and block moves"))
+    name="anneal", kind="search", run="policies.search:SimulatedAnnealing", starts=True,
+    description="simulated annealing from the run's start over node and block moves"))
 
 
 def _gdp_model_config(s: Mapping[str, Any]) -> dict:
