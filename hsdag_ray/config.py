@@ -109,11 +109,14 @@ class TrainConfig:
             at least log((D-1) G / F) on a graph of G groups, so an untrained policy
             changes about F groups per proposal on a graph of any size (with the fixed
             lean of 2, about one group in eight: 7 of 60); 0 = incumbent_prior alone.
-        exact_start: measure the exact solver's placement on the run's profile (the
+        exact_start: on: measure the exact solver's placement on the run's profile (the
             baselines' optimum) as the run's first placement, counted in the budget, so
             a method sampling around the run's best (HSDAG's incumbent prior,
             annealing) starts from it when it beats their own start: learning then
-            corrects what the profile gets wrong instead of finding what it gets right.
+            corrects what the profile gets wrong instead of finding what it gets right;
+            off: not; auto (the default): on where the profile is not what is measured
+            (a real backend, or --sim-profile), off on the simulator measuring with the
+            run's own profile, where it would start every run at the optimum.
         incumbent_share: the share of episodes that see the incumbent; the others
             are sampled without it (with incumbent_prior: from the policy's own
             logits), so a run settled around its incumbent still wanders (1 = every
@@ -222,7 +225,7 @@ class TrainConfig:
     incumbent_prior: float = 2.0
     incumbent_flips: float = 0.0
     incumbent_share: float = 1.0
-    exact_start: bool = False
+    exact_start: str = "auto"
     sampled_grouping: bool = False
     incumbent: bool = False
     start: str = "uniform"
@@ -309,6 +312,7 @@ class TrainConfig:
             (self.torch_threads >= 1, "torch_threads must be at least 1"),
             (self.sim_delay_s >= 0, "sim_delay_s must be 0 or more"),
             (0 < self.incumbent_share <= 1, "incumbent_share must be above 0 and at most 1"),
+            (self.exact_start in ("auto", "on", "off"), "exact_start must be auto, on or off"),
             (self.remeasure_rounds >= 1 and self.solver_time_limit > 0,
              "remeasure_rounds must be at least 1 and solver_time_limit positive"),
             (self.repeats >= 1 and self.threads >= 0 and self.timeout > 0,
@@ -327,6 +331,12 @@ class TrainConfig:
         if self.sim_profile and self.backend != "simulator":
             raise UsageError("--sim-profile is what the simulator measures with; add "
                              "--backend simulator (a real backend measures the machine itself)")
+
+    def starts_exact(self, backend: str) -> bool:
+        """Whether ``exact_start`` is on for a run on ``backend`` (resolved)."""
+        if self.exact_start == "auto":
+            return backend != "simulator" or bool(self.sim_profile)
+        return self.exact_start == "on"
 
     def features(self):
         from hsdag_ray.core.features import FeatureConfig

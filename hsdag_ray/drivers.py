@@ -88,7 +88,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif cfg.exact_start and method.starts and env_cfg.get("store"):
+        elif cfg.starts_exact(env_cfg["backend"]) and method.starts and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
                                        seed=cfg.seed, start=start)

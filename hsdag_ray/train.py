@@ -267,8 +267,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         known = "latency_s" in (state.get("baselines") or {})
         # fine-tuning measures the pre-trained policy's greedy placement first, counted in the
         # budget, before the EnvRunners hold the measuring slots (not again when resumed)
-        exact = cfg.exact_start and (method.starts or reads_incumbent(cfg))
-        if cfg.exact_start and not exact:
+        exact = cfg.starts_exact(backend) and (method.starts or reads_incumbent(cfg))
+        if cfg.exact_start == "on" and not exact:
             say(f"--exact-start: {cfg.method} does not start from a placement, so the exact "
                 "solver's placement is not measured as one of its own")
         first = (bool(cfg.init) or exact) and cfg.budget > 0 and store.stats()["placements"] == 0
@@ -280,10 +280,10 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                 if not known:
                     baselines = compute_baselines(service, env, cfg.objective, say,
                                                   time_limit=cfg.solver_time_limit)
-                if first and exact:
-                    _measure_exact(baselines, service, say)
                 if first and cfg.init:
                     _measure_first(cfg_run, ckpt, method, env_cfg, real, service, say)
+                if first and exact:
+                    _measure_exact(baselines, service, say)
             finally:
                 release(service)
         state["baselines"] = baselines.to_json()

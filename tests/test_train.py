@@ -154,6 +154,8 @@ def test_train_bad_input(tmp_path):
     assert r.returncode == 2 and "not a run folder" in r.stderr
     r = run("--sim-profile", str(bad))  # a file, but the backend is not the simulator
     assert r.returncode == 2 and "--backend simulator" in r.stderr and "Traceback" not in r.stderr
+    r = run("--exact-start", "maybe")
+    assert r.returncode == 2 and "exact_start must be auto, on or off" in r.stderr
     r = run("--backend", "simulator", "--sim-profile", str(tmp_path / "none.json"))
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
 
@@ -205,11 +207,15 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     assert runs["wrong"]["GPU_X_only"] > 2 * runs["known"]["GPU_X_only"]
     # solved on the wrong profile: never better than the machine's own optimum
     assert runs["wrong"]["optimum"] >= runs["machine"]["optimum"] * (1 - 1e-9)
+    # auto: on where the profile is not what is measured (a real backend, --sim-profile)
+    assert not TrainConfig().starts_exact("simulator")
+    assert TrainConfig(sim_profile=str(paths[1])).starts_exact("simulator")
+    assert TrainConfig().starts_exact("auto") and not TrainConfig(exact_start="off").starts_exact("auto")
     # --exact-start: that placement is the run's first measurement, counted, and HSDAG and
     # annealing both sample from the faster of it and their own start
     for method in ("hsdag", "anneal", "random"):
         cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths[0]),
-                          sim_profile=str(paths[1]), exact_start=True, method=method, budget=10,
+                          sim_profile=str(paths[1]), exact_start="on", method=method, budget=10,
                           episode_len=5, env_runners=0, wandb="disabled", out=str(tmp_path),
                           name=f"exact-{method}", budget_unit="measurements")
         s = train(cfg, quiet=True)
