@@ -265,12 +265,13 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {cfg.coarsen} coarsening; "
             f"devices {', '.join(env.devices)}; backend {env.backend.name}")
         known = "latency_s" in (state.get("baselines") or {})
-        # fine-tuning measures the pre-trained policy's greedy placement first, counted in the
-        # budget, before the EnvRunners hold the measuring slots (not again when resumed)
         exact = cfg.starts_exact(backend) and (method.starts or reads_incumbent(cfg))
         if cfg.exact_start == "on" and not exact:
             say(f"--exact-start: {cfg.method} does not start from a placement, so the exact "
                 "solver's placement is not measured as one of its own")
+        # fine-tuning measures the pre-trained policy's greedy placement first and an exact
+        # start the exact solver's placement, counted in the budget, before the EnvRunners
+        # hold the measuring slots (not again when resumed)
         first = (bool(cfg.init) or exact) and cfg.budget > 0 and store.stats()["placements"] == 0
         if known:
             baselines = Baselines.from_json(state["baselines"])
@@ -287,6 +288,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
             finally:
                 release(service)
         state["baselines"] = baselines.to_json()
+        # a run that measured the exact solver's placement as its own says so in its summary
+        state["exact_start"] = exact and isinstance(baselines.candidates.get("optimum"), list)
         singles = {k[: -len("_only")]: v for k, v in baselines.latency_s.items() if k.endswith("_only")}
         (run_dir.dir / "config.json").write_text(json.dumps(
             {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,

@@ -31,6 +31,7 @@ def test_simulator_run_writes_every_output(tmp_path):
               "speedup_vs_cpu", "measurements", "wall_s"):
         assert k in s, k
     assert s["backend"] == "simulator/sequential" and s["devices"] == ["CPU", "GPU_MODEL"]
+    assert s["exact_start"] is False  # auto: the simulator measures with the run's own profile
     assert set(s["baselines"]) >= {"CPU_only", "GPU_MODEL_only", "optimum"}
     # the learner's best is never better than the exact optimum, never worse than CPU-only
     assert s["baselines"]["optimum"] <= s["best_latency_s"] * (1 + 1e-9)
@@ -228,7 +229,7 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
         assert 0 < sum(exact) < len(exact)
         first_is_exact = log[0]["key"].split(":")[-1] == placement_key("", np.asarray(exact))[1:]
         # random search starts from nothing: the exact placement is never counted as its own
-        assert first_is_exact == (method != "random")
+        assert first_is_exact == (method != "random") == s["exact_start"]
         if method != "random":
             assert s["method_best_latency_s"] <= s["baselines"]["optimum"] * (1 + 1e-9)
 
