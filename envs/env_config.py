@@ -21,7 +21,6 @@ TRANSIENT_STAGES = ("timeout",)
 MEMORY_PENALTIES = ("graded", "flat", "repair")
 
 
-
 @dataclass
 class EnvConfig:
     """What one placement environment measures and how it rewards.
@@ -34,11 +33,6 @@ class EnvConfig:
         profile: a profile as a JSON dict (the simulator needs one): what the run knows of
             the devices (cost features, the memory repair, the start) and, without
             ``sim_profile``, the simulator's costs.
-        incumbent_share: with ``incumbent``, the share of episodes that see it; the
-            others see zero incumbent features, so a policy leaning on it
-            (HSDAG's ``incumbent_prior``) samples them from its own logits alone.
-        sim_profile: with the simulator backend, the profile it measures with instead of
-            ``profile`` (the machine the simulator plays, when the run's profile of it is off).
         objective: simulator objective.
         reward: one of :data:`REWARDS`.
         episode_len: placements per episode.
@@ -67,6 +61,11 @@ class EnvConfig:
             the unlimited accelerator 1.096x -> 1.008x, but worse with the 64 MB
             accelerator (Inception-V3 1.045x -> 1.075x, BERT-base 1.092x -> 1.123x,
             GPT-2 1.155x -> 1.276x), so it is off by default.
+        incumbent_share: with ``incumbent``, the share of episodes that see it; the
+            others see zero incumbent features, so a policy leaning on it
+            (HSDAG's ``incumbent_prior``) samples them from its own logits alone.
+        sim_profile: with the simulator backend, the profile it measures with instead of
+            ``profile`` (the machine the simulator plays, when the run's profile of it is off).
     """
 
     model: str = "resnet50"

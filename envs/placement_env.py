@@ -269,11 +269,16 @@ class PlacementEnv(gym.Env):
         best = self.store.best()
         if best and not str(best.get("key", "")).startswith(self.graph_id + ":"):
             best = None
-        if best is None and self._start is None:
+        return incumbent(best, self._start_placement() if best is None else self._start,
+                         self.devices, self.single_device_s, self.graph.num_nodes)
+
+    def _start_placement(self) -> Optional[np.ndarray]:
+        """Where the run's sampling starts (:func:`envs.incumbent.start_placement`),
+        computed once."""
+        if self._start is None:
             self._start = start_placement(self.graph.num_nodes, self.devices, self.single_device_s,
                                           self.repair_limits)
-        return incumbent(best, self._start, self.devices, self.single_device_s,
-                         self.graph.num_nodes)
+        return self._start
 
     def reward_latency(self, m: Measurement) -> float:
         """The latency a measurement is rewarded as: its own when it ran, else
@@ -304,10 +309,7 @@ class PlacementEnv(gym.Env):
         self._start_checked = True
         if not self.config.incumbent or self.repair_limits is None:
             return
-        if self._start is None:
-            self._start = start_placement(self.graph.num_nodes, self.devices, self.single_device_s,
-                                          self.repair_limits)
-        start = self._start
+        start = self._start_placement()
         if start is not None and self.store.get(placement_key(self.graph_id, start)) is None:
             self.measure_array(start)
 
