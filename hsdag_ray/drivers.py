@@ -77,6 +77,7 @@ class SearchDriver:
                  resources: Optional[dict] = None) -> None:
         from envs.incumbent import start_placement
         from envs.measuring import call, measuring_service
+        from hsdag_ray.resolve import exact_start_applies
 
         self.cfg = cfg
         self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
@@ -88,7 +89,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif cfg.starts_exact(env_cfg["backend"]) and method.starts and env_cfg.get("store"):
+        elif exact_start_applies(cfg, env_cfg["backend"]) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
                                        seed=cfg.seed, start=start)

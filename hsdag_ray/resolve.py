@@ -17,7 +17,8 @@ from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
-__all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent", "env_config"]
+__all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
+           "exact_start_applies", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -157,6 +158,19 @@ def reads_incumbent(cfg: TrainConfig) -> bool:
     from policies.registry import get
 
     return cfg.incumbent or (cfg.incumbent_prior > 0 and get(cfg.method).incumbent_prior)
+
+
+def exact_start_applies(cfg: TrainConfig, backend: str) -> bool:
+    """Whether the run measures the exact solver's placement on its profile as its own
+    first one: ``--exact-start`` resolved for ``backend`` (:meth:`TrainConfig.starts_exact`)
+    and a method that starts from a placement (a search with ``starts``, or HSDAG
+    sampling around the incumbent); incumbent features alone (``--incumbent``) do not
+    make a method start from one."""
+    from policies.registry import get
+
+    method = get(cfg.method)
+    return cfg.starts_exact(backend) and (
+        method.starts or (method.incumbent_prior and cfg.incumbent_prior > 0))
 
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],

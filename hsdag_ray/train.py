@@ -44,7 +44,7 @@ from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import env_config, reads_incumbent, resolve_backend
+from hsdag_ray.resolve import env_config, exact_start_applies, resolve_backend
 from hsdag_ray.rundir import Run
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
@@ -265,7 +265,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {cfg.coarsen} coarsening; "
             f"devices {', '.join(env.devices)}; backend {env.backend.name}")
         known = "latency_s" in (state.get("baselines") or {})
-        exact = cfg.starts_exact(backend) and (method.starts or reads_incumbent(cfg))
+        exact = exact_start_applies(cfg, backend)
         if cfg.exact_start == "on" and not exact:
             say(f"--exact-start: {cfg.method} does not start from a placement, so the exact "
                 "solver's placement is not measured as one of its own")

@@ -217,6 +217,7 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     for method in ("hsdag", "anneal", "random"):
         cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths[0]),
                           sim_profile=str(paths[1]), exact_start="on", method=method, budget=10,
+                          incumbent=method == "random",  # features alone start nothing
                           episode_len=5, env_runners=0, wandb="disabled", out=str(tmp_path),
                           name=f"exact-{method}", budget_unit="measurements")
         s = train(cfg, quiet=True)
