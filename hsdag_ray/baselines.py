@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-__all__ = ["Baselines", "exact_method", "compute_baselines"]
+__all__ = ["Baselines", "exact_method", "profile_costs", "compute_baselines"]
 
 
 @dataclass
@@ -61,6 +61,19 @@ def exact_method(graph, objective: str) -> Optional[str]:
     return None
 
 
+def profile_costs(env):
+    """The run's profile as a cost graph of the environment's graph and devices, or None
+    when the run has no profile of every one of its devices."""
+    from hsdag_ray.core.profile import Profile, cost_graph
+
+    if env.config.profile is None:
+        return None
+    prof = Profile.from_json(env.config.profile)
+    if any(d not in prof.devices for d in env.devices):
+        return None
+    return cost_graph(env.graph, prof, env.devices)
+
+
 def compute_baselines(service, env, objective: str, say, time_limit: float = 120.0) -> Baselines:
     """Single-device latencies; with a real backend, OpenVINO AUTO's
     (``openvino_auto``: the whole model on the device AUTO picks); and, where an
@@ -68,7 +81,6 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     all measured by ``service`` (the run's backend on a measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
     from envs.measuring import AUTO, call
-    from hsdag_ray.core.profile import Profile, cost_graph
     from policies.exact import solve
 
     n = env.graph.num_nodes
@@ -83,13 +95,8 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
         ran_on = ",".join(m["info"].get("execution_devices") or []) or "?"
         say(f"OpenVINO AUTO ({m['info'].get('auto_device', 'AUTO')}, ran on {ran_on}): "
             + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
-    if env.config.profile is None:
-        return b
-    prof = Profile.from_json(env.config.profile)
-    if any(d not in prof.devices for d in env.devices):
-        return b
-    cg = cost_graph(env.graph, prof, env.devices)
-    method = exact_method(cg, objective)
+    cg = profile_costs(env)
+    method = None if cg is None else exact_method(cg, objective)
     if method is None:
         return b
     res = solve(cg, objective, method, time_limit=time_limit)

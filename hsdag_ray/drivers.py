@@ -91,8 +91,13 @@ class SearchDriver:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
         elif exact_start_applies(cfg, env_cfg["backend"]) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
+        costs = {}
+        if method.costs:  # a search that reads the run's profile (checked by train before)
+            from hsdag_ray.baselines import profile_costs
+
+            costs = {"costs": profile_costs(env), "objective": cfg.objective}
         self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
-                                       seed=cfg.seed, start=start)
+                                       seed=cfg.seed, start=start, **costs)
 
     def _faster_than_measured(self, start: np.ndarray, store: str) -> np.ndarray:
         """With ``--exact-start`` the run has measured the exact solver's placement on its

@@ -18,7 +18,7 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
-           "exact_start_applies", "env_config"]
+           "exact_start_applies", "unmet_needs", "check_method_inputs", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -143,6 +143,45 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
         raise UsageError("placement needs at least two devices; add one with --devices")
     # a profile of the same devices lets the exact solvers' placement be measured too
     return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
+
+
+def unmet_needs(cfg: TrainConfig) -> str:
+    """What a run's settings leave a method that reads the run's profile without, in one
+    sentence ("" when nothing): its objective, and a profile when the backend is real (the
+    simulator always has one). :func:`check_method_inputs` checks the devices too."""
+    from policies.registry import get
+
+    if not get(cfg.method).costs:
+        return ""
+    if cfg.objective != "sequential":
+        return (f"--method {cfg.method} models the sequential objective; use --objective "
+                f"sequential, or another method for the {cfg.objective} objective")
+    if cfg.backend not in ("simulator", "default") and not cfg.profile:
+        return (f"--method {cfg.method} reads the run's profile of every device, and the run "
+                "has none; record one with python -m hsdag_ray.profile and give it with "
+                "--profile FILE")
+    return ""
+
+
+def check_method_inputs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> None:
+    """Refuse, before anything starts, a method that reads what the run does not have: a
+    method that reads the run's profile (``costs``) needs one of every device, and the
+    objective its model is made for."""
+    from hsdag_ray.core.profile import Profile
+    from policies.registry import get
+
+    if not get(cfg.method).costs:
+        return
+    why = unmet_needs(cfg)
+    if why:
+        raise UsageError(why)
+    known = Profile.from_json(profile).devices if profile else {}
+    missing = [d for d in devices if d not in known]
+    if missing:
+        raise UsageError(f"--method {cfg.method} reads the run's profile of every device, and "
+                         + ("the run has none" if not profile else f"it has no {missing[0]}")
+                         + "; record one with python -m hsdag_ray.profile and give it with "
+                         "--profile FILE")
 
 
 def reward_of_run(cfg: TrainConfig) -> str:

@@ -172,9 +172,11 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
 
 
 def _check(sc: SweepConfig) -> list[dict[str, Any]]:
+    from hsdag_ray.resolve import unmet_needs
     from policies.registry import METHODS
 
-    if not sc.methods:
+    every = not sc.methods
+    if every:
         sc.methods = list(METHODS)
     for m in sc.methods:
         if m not in METHODS:
@@ -184,11 +186,18 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
     if sc.budget < 1 or sc.max_concurrent < 0:
         raise UsageError("--budget must be at least 1 and --max-concurrent 0 or more")
     grid = trials(sc)
-    backends = set()
+    backends, unmet = set(), {}
     for t in grid:
         cfg = sc.trial_config(t, Path(sc.out))
         cfg.validate()
         backends.add(cfg.backend)
+        if unmet_needs(cfg):
+            unmet[t["method"]] = unmet_needs(cfg)
+    if unmet and not every:
+        raise UsageError(next(iter(unmet.values())) + "; or leave it out of --methods")
+    if unmet:  # every method by default: those the settings cannot run are left out
+        sc.methods = [m for m in sc.methods if m not in unmet]
+        grid = [t for t in grid if t["method"] not in unmet]
     if "default" in backends:
         raise UsageError("a sweep needs an explicit backend (train: {backend: simulator} or auto, "
                          "hetero, pipeline) so every trial measures the same way")

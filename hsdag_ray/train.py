@@ -44,7 +44,7 @@ from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import env_config, exact_start_applies, resolve_backend
+from hsdag_ray.resolve import check_method_inputs, env_config, exact_start_applies, resolve_backend
 from hsdag_ray.rundir import Run
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
@@ -245,6 +245,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
+    check_method_inputs(cfg, devices, profile)
     # a simulator with a measuring time stands for real devices: measured on measuring machines
     real = backend != "simulator" or cfg.sim_delay_s > 0
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
@@ -266,7 +267,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
             f"devices {', '.join(env.devices)}; backend {env.backend.name}")
         known = "latency_s" in (state.get("baselines") or {})
         exact = exact_start_applies(cfg, backend)
-        if cfg.exact_start == "on" and not exact:
+        if cfg.exact_start == "on" and not exact and not method.costs:
             say(f"--exact-start: {cfg.method} does not start from a placement, so the exact "
                 "solver's placement is not measured as one of its own")
         # fine-tuning measures the pre-trained policy's greedy placement first and an exact

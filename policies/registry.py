@@ -61,6 +61,8 @@ class Method:
             the other methods ignore that setting.
         starts: ``search``: it searches from a given placement (the run's start, or with
             ``--exact-start`` the faster of it and the exact solver's placement).
+        costs: ``search``: it reads the run's profile, as a cost graph of the run's graph
+            (``costs=``, with ``objective=``), so it needs a profile of every device.
     """
 
     name: str
@@ -79,6 +81,7 @@ class Method:
     budget_after_imitation: Optional[int] = None
     incumbent_prior: bool = False
     starts: bool = False
+    costs: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -183,6 +186,11 @@ register(Method(
 register(Method(
     name="anneal", kind="search", run="policies.search:SimulatedAnnealing", starts=True,
     description="simulated annealing from the run's start over node and block moves"))
+
+register(Method(
+    name="refit", kind="search", run="policies.refit:ProfileThompson", costs=True,
+    description="the exact solver on the run's profile, refitted to every measurement "
+                "(Bayesian linear regression) and sampled (Thompson sampling); sequential objective"))
 
 
 def _gdp_model_config(s: Mapping[str, Any]) -> dict:

@@ -82,6 +82,7 @@ def test_ablation_preset_switches_each_feature_group_off():
     (["--seeds", "a,b"], "comma-separated list"),
     (["--config", "/nonexistent/sweep.yaml"], "does not exist"),
     (["--backend", "default"], "explicit backend"),
+    (["--backend", "auto", "--methods", "hsdag,refit"], "--profile FILE"),
 ])
 def test_bad_sweep_input_is_one_sentence(argv, words, tmp_path):
     p = subprocess.run([sys.executable, "-m", "hsdag_ray.sweep", *argv, "--out", str(tmp_path)],
@@ -89,6 +90,20 @@ def test_bad_sweep_input_is_one_sentence(argv, words, tmp_path):
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 2, p.stderr
     assert words in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_every_method_by_default_leaves_out_those_the_settings_cannot_run():
+    """A sweep of every method on real devices with no profile runs all but the ones
+    that read a profile; on the simulator (which always has one) it runs them all."""
+    from hsdag_ray.sweep import _check
+    from policies.registry import METHODS
+
+    real = SweepConfig(models=["tiny_cnn"], seeds=[0], train={**TINY, "backend": "auto"})
+    grid = _check(real)
+    assert "refit" in METHODS and "refit" not in real.methods
+    assert {t["method"] for t in grid} == set(METHODS) - {"refit"}
+    sim = SweepConfig(models=["tiny_cnn"], seeds=[0], train=TINY)
+    assert {t["method"] for t in _check(sim)} == set(METHODS)
 
 
 @pytest.mark.slow

@@ -1,0 +1,138 @@
+"""The exact solver on a profile refitted to the run's measurements (``--method refit``)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from envs.simulator import Simulator
+from hsdag_ray.baselines import exact_method
+from hsdag_ray.core.synthetic import random_cost_graph
+from policies.exact import solve
+from policies.refit import ProfileThompson
+
+
+def wrong_profile(limited: bool):
+    """A 40-node problem (the machine) and a profile of it with every node time off by
+    its own factor exp(0.5 N(0, 1)) and the stage boundary at a third of its cost."""
+    truth = random_cost_graph(40, seed=0)
+    if limited:
+        truth = dataclasses.replace(truth, mem_capacity=np.array([np.inf, 0.3 * truth.mem_bytes.sum()]))
+    rng = np.random.default_rng(100)
+    known = dataclasses.replace(
+        truth, compute_s=truth.compute_s * np.exp(0.5 * rng.standard_normal(truth.compute_s.shape)),
+        boundary_s=truth.boundary_s / 3)
+    return truth, known
+
+
+def exact(graph) -> np.ndarray:
+    return np.asarray(solve(graph, "sequential", exact_method(graph, "sequential")).placement)
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "memory-limited"])
+def test_refitting_finds_the_machines_optimum_the_profile_misses(limited):
+    truth, known = wrong_profile(limited)
+    machine = Simulator(truth)
+    optimum = machine.sequential(exact(truth)).value
+    on_profile = exact(known)
+    # the profile's own optimum is clearly not the machine's: there is something to learn
+    assert machine.sequential(on_profile).value > 1.15 * optimum
+    search = ProfileThompson(40, 2, 40, seed=0, costs=known)
+    best = np.inf
+    for k in range(40):
+        p = search.propose()
+        if k == 0:  # nothing measured yet: the profile's own optimum
+            np.testing.assert_array_equal(p, on_profile)
+        assert machine.check(p) is None  # memory is known: every proposal fits
+        latency = machine.sequential(p).value
+        search.observe(p, latency)
+        best = min(best, latency)
+    assert best == pytest.approx(optimum, rel=1e-9)
+    # what was learned is the machine's costs: the refitted profile's own optimum is now
+    # the machine's, and it predicts every measured latency closely
+    refitted = search._refitted(search._solve_weights(search.mu0, None))
+    np.testing.assert_array_equal(exact(refitted), exact(truth))
+    predicted = [Simulator(refitted).sequential(p).value for p in search.placements]
+    np.testing.assert_allclose(predicted, search.latencies, rtol=0.05)
+    # no placement is proposed twice
+    assert len(search.seen) == 40
+
+
+def test_refit_resumes_where_it_stopped():
+    _, known = wrong_profile(False)
+    machine = Simulator(random_cost_graph(40, seed=0))
+    a = ProfileThompson(40, 2, 20, seed=3, costs=known)
+    for _ in range(6):
+        p = a.propose()
+        a.observe(p, machine.sequential(p).value)
+    state = json.loads(json.dumps(a.state_dict()))
+    b = ProfileThompson(40, 2, 20, seed=99, costs=known)
+    b.load_state_dict(state)
+    np.testing.assert_array_equal(a.propose(), b.propose())
+
+
+def test_a_measurement_of_a_repaired_placement_is_not_learned_from():
+    truth, known = wrong_profile(True)
+    search = ProfileThompson(40, 2, 10, costs=known)
+    over = np.ones(40, dtype=np.int64)  # everything on the 30 %-memory device
+    assert Simulator(truth).check(over) is not None
+    search.observe(over, 1e-3)
+    search.observe(np.zeros(40, dtype=np.int64), float("inf"))
+    assert search.placements == [] and len(search.seen) == 2
+
+
+def test_refit_models_only_the_sequential_objective():
+    _, known = wrong_profile(False)
+    with pytest.raises(ValueError, match="sequential"):
+        ProfileThompson(40, 2, 10, costs=known, objective="throughput")
+
+
+def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path):
+    """``train --method refit`` with ``--sim-profile``: the run's first placement is the
+    exact solver's on its own profile, and it ends faster than that placement measured."""
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+    from hsdag_ray.train import train
+
+    _, fine, _, _ = build_graph("tiny_cnn", "none")
+    paths = {}
+    for name, seed in (("known", 3), ("machine", 5)):
+        prof = Profile("tiny_cnn", {}, {})
+        add_modeled_device(prof, fine, "CPU_MODEL")
+        add_modeled_device(prof, fine, "GPU_X", MODELED_DEVICES["GPU_MODEL"])
+        rng = np.random.default_rng(seed)  # two recordings that disagree op by op
+        for dev in prof.op_time_s:
+            prof.op_time_s[dev] = {op: t * float(np.exp(rng.standard_normal()))
+                                   for op, t in prof.op_time_s[dev].items()}
+        prof.boundary_s = 1e-5
+        paths[name] = tmp_path / f"{name}.json"
+        prof.save(paths[name])
+    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
+                      sim_profile=str(paths["machine"]), method="refit", budget=12,
+                      episode_len=4, env_runners=0, wandb="disabled", out=str(tmp_path),
+                      name="refit", budget_unit="measurements")
+    s = train(cfg, quiet=True)
+    exact_on_profile = s["baselines"]["optimum"]  # measured on the machine
+    machine_optimum = train(dataclasses.replace(cfg, profile=str(paths["machine"]), sim_profile="",
+                                                method="random", budget=1, name="machine"),
+                            quiet=True)["baselines"]["optimum"]
+    assert exact_on_profile > 1.3 * machine_optimum  # the profile's optimum is not the machine's
+    assert s["method_best_latency_s"] == pytest.approx(machine_optimum, rel=1e-9)
+    log = json.loads((tmp_path / "refit" / "store.json").read_text())["log"]
+    assert log[0]["latency_s"] == pytest.approx(exact_on_profile)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--objective", "throughput"], "sequential objective"),
+    (["--backend", "auto", "--devices", "CPU,CPU_F32"], "--profile FILE"),
+])
+def test_refit_refuses_what_it_cannot_model(tmp_path, args, says):
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--method", "refit",
+                        "--model", "tiny_cnn", "--wandb", "disabled", "--out", str(tmp_path),
+                        *args], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
