@@ -104,7 +104,7 @@ def measured_optimum(model: str, profile: Path, devices: list[str], coarsen: str
     """The exact optimum of the costs in ``profile`` (what the simulator measures
     with), solved here because a run with ``--estimate`` solves its own wrong profile."""
     from envs.simulator import Simulator
-    from hsdag_ray.baselines import exact_method
+    from policies.exact import exact_method
     from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import Profile, cost_graph
     from policies.exact import solve

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-__all__ = ["Baselines", "exact_method", "profile_costs", "compute_baselines"]
+__all__ = ["Baselines", "profile_costs", "compute_baselines"]
 
 
 @dataclass
@@ -49,18 +49,6 @@ class Baselines:
         return cls(**d)
 
 
-def exact_method(graph, objective: str) -> Optional[str]:
-    """The exact solver that applies to ``objective`` on ``graph``, if any."""
-    import numpy as np
-
-    if objective == "sequential":
-        limited = bool(np.isfinite(graph.mem_capacity).any())
-        return "mincut" if graph.num_devices == 2 and not limited else "milp"
-    if objective == "throughput":
-        return "milp"
-    return None
-
-
 def profile_costs(env):
     """The run's profile as a cost graph of the environment's graph and devices, or None
     when the run has no profile of every one of its devices."""
@@ -81,7 +69,7 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     all measured by ``service`` (the run's backend on a measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
     from envs.measuring import AUTO, call
-    from policies.exact import solve
+    from policies.exact import exact_method, solve
 
     n = env.graph.num_nodes
     b = Baselines(measured_on=call(service, "node"), **call(service, "reference"))

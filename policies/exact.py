@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from envs.simulator import OBJECTIVES
 from hsdag_ray.core.costgraph import CostGraph
 from policies.baselines import solve_random, solve_single
@@ -39,7 +41,7 @@ from policies.mincut import solve_alpha_expansion, solve_mincut
 from policies.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
 from policies.result import SolveResult
 
-__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for"]
+__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for", "exact_method"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +127,13 @@ def solve(graph: CostGraph, objective: str, method: str, *,
         raise ValueError(f"method {method!r} does not solve the {objective} objective; "
                          f"methods for it: {', '.join(methods_for(objective))}")
     return spec.fn(graph, objective, time_limit=time_limit, **options)
+
+
+def exact_method(graph, objective: str) -> Optional[str]:
+    """The exact solver that applies to ``objective`` on ``graph``, if any."""
+    if objective == "sequential":
+        limited = bool(np.isfinite(graph.mem_capacity).any())
+        return "mincut" if graph.num_devices == 2 and not limited else "milp"
+    if objective == "throughput":
+        return "milp"
+    return None

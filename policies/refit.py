@@ -66,7 +66,7 @@ class ProfileThompson:
                  objective: str = "sequential", sigma: float = 0.5, noise: float = 0.02,
                  time_limit: float = 10.0, retries: int = 4) -> None:
         from envs.simulator import Simulator
-        from hsdag_ray.baselines import exact_method
+        from policies.exact import exact_method
 
         if objective != "sequential":
             raise ValueError(f"the profile refit models the sequential objective, not {objective!r}")

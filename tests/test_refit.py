@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.baselines import exact_method
+from policies.exact import exact_method
 from hsdag_ray.core.synthetic import random_cost_graph
 from policies.exact import solve
 from policies.refit import ProfileThompson
