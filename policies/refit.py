@@ -17,8 +17,9 @@ profile's transfer time of ``p``, ``boundaries(p)`` its stage boundaries and
 ``c`` a constant (a backend's fixed overhead). The prior is independent
 Gaussians around the profile: ``t[i, d] ~ N(t0[i, d], (sigma t0[i, d])^2)``,
 ``a ~ N(1, sigma^2)``, ``b`` around the profile's boundary cost, ``c`` around 0;
-each measurement is the linear function plus Gaussian noise of ``noise``
-times its size. The posterior is Bayesian linear regression, computed in the
+each measurement is the linear function plus Gaussian noise, a share of its
+size that the search picks by marginal likelihood once it has measurements to
+tell (a simulator is deterministic; a machine is not). The posterior is Bayesian linear regression, computed in the
 space of the ``M`` measurements (an ``M x M`` solve, so thousands of unknowns
 cost nothing), and a posterior sample is drawn by correcting a prior sample
 with the same solve (Wilson et al., ICML 2020, "pathwise conditioning").
@@ -41,7 +42,12 @@ import numpy as np
 
 from hsdag_ray.core.costgraph import CostGraph
 
-__all__ = ["ProfileThompson"]
+__all__ = ["ProfileThompson", "NOISE_LEVELS"]
+
+#: relative measurement noise levels the search chooses among by marginal likelihood
+NOISE_LEVELS = (0.001, 0.003, 0.01, 0.03, 0.1)
+#: measurements before the noise level is fitted (``noise`` until then)
+NOISE_FIT_AFTER = 10
 
 
 class ProfileThompson:
@@ -56,7 +62,8 @@ class ProfileThompson:
         objective: must be ``sequential``, the objective this model is linear for.
         sigma: the prior's relative spread of each cost (0.5: a node's time is
             trusted to about half its value).
-        noise: a measurement's noise, relative to its latency.
+        noise: a measurement's noise, relative to its latency, until the search fits
+            its own from :data:`NOISE_FIT_AFTER` measurements on.
         time_limit: seconds for each exact solve (a MILP stopped early gives its best).
         retries: posterior samples drawn per proposal before the one-node fallback.
     """
@@ -92,6 +99,7 @@ class ProfileThompson:
         self.latencies: list[float] = []
         self.seen: set[bytes] = set()
         self.proposals = {"mean": 0, "sample": 0, "local": 0}
+        self._noise_at: tuple[int, float] = (-1, noise)  # (measurements, level) last fitted
 
     # ------------------------------------------------------------------ model
     def _features(self, p: np.ndarray) -> np.ndarray:
@@ -110,11 +118,36 @@ class ProfileThompson:
             return theta_prior
         X = np.stack(self.rows)
         y = np.asarray(self.latencies)
-        noise_var = (self.noise * y) ** 2 + 1e-18
+        noise_var = (self.noise_level() * y) ** 2 + 1e-18
         K = (X * self.var0) @ X.T + np.diag(noise_var)
         resid = y - X @ theta_prior - (0.0 if jitter is None else jitter * np.sqrt(noise_var))
         alpha = np.linalg.solve(K, resid)
         return theta_prior + self.var0 * (X.T @ alpha)
+
+    def noise_level(self) -> float:
+        """The measurements' relative noise: ``noise`` until there are
+        :data:`NOISE_FIT_AFTER` measurements, then the value of :data:`NOISE_LEVELS` under
+        which they are likeliest (the marginal likelihood of Bayesian linear regression),
+        so a deterministic simulator is fitted closely and a noisy machine loosely."""
+        m = len(self.latencies)
+        if m < NOISE_FIT_AFTER:
+            return self.noise
+        if self._noise_at[0] != m:
+            X, y = np.stack(self.rows), np.asarray(self.latencies)
+            prior_k = (X * self.var0) @ X.T
+            resid = y - X @ self.mu0
+            best, level = -np.inf, self.noise
+            for rel in NOISE_LEVELS:
+                try:
+                    c = np.linalg.cholesky(prior_k + np.diag((rel * y) ** 2 + 1e-18))
+                except np.linalg.LinAlgError:
+                    continue
+                z = np.linalg.solve(c, resid)
+                loglik = -0.5 * z @ z - np.log(np.diag(c)).sum()
+                if loglik > best:
+                    best, level = loglik, rel
+            self._noise_at = (m, level)
+        return self._noise_at[1]
 
     def _refitted(self, theta: np.ndarray) -> CostGraph:
         n, D = self.costs.num_nodes, self.costs.num_devices

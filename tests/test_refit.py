@@ -136,3 +136,21 @@ def test_refit_refuses_what_it_cannot_model(tmp_path, args, says):
                         "--model", "tiny_cnn", "--wandb", "disabled", "--out", str(tmp_path),
                         *args], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_noise_level_is_fitted_to_the_measurements():
+    """A deterministic machine is fitted closely, a noisy one loosely."""
+    from policies.refit import NOISE_LEVELS
+
+    truth, known = wrong_profile(False)
+    machine = Simulator(truth)
+    rng = np.random.default_rng(0)
+    levels = {}
+    for noise in (0.0, 0.05):
+        search = ProfileThompson(40, 2, 30, seed=0, costs=known)
+        for _ in range(30):
+            p = search.propose()
+            search.observe(p, machine.sequential(p).value * (1 + noise * rng.standard_normal()))
+        levels[noise] = search.noise_level()
+    assert levels[0.0] == min(NOISE_LEVELS)
+    assert levels[0.05] >= 0.03
