@@ -98,6 +98,13 @@ class SearchDriver:
             costs = {"costs": profile_costs(env), "objective": cfg.objective}
         self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
                                        seed=cfg.seed, start=start, **costs)
+        if method.costs:  # it models the costs: the single devices measured before it teach it
+            for name, latency in singles.items():
+                if name not in env.devices:
+                    continue
+                k = env.devices.index(name)
+                self.search.observe(np.full(env.graph.num_nodes, k, dtype=np.int64), latency,
+                                    proposed=False)
 
     def _faster_than_measured(self, start: np.ndarray, store: str) -> np.ndarray:
         """With ``--exact-start`` the run has measured the exact solver's placement on its

@@ -208,11 +208,14 @@ class ProfileThompson:
                 return p
         return p
 
-    def observe(self, placement: np.ndarray, latency_s: float) -> None:
+    def observe(self, placement: np.ndarray, latency_s: float, proposed: bool = True) -> None:
         """A measured latency. A failed measurement (``inf``) teaches the model nothing, nor
-        does one of a placement over a memory limit (what was measured is its repair)."""
+        does one of a placement over a memory limit (what was measured is its repair).
+        ``proposed=False``: a measurement the run made before the search (a single device),
+        learned from, and still proposed as the search's own when it looks best."""
         p = np.asarray(placement, dtype=np.int64)
-        self.seen.add(p.tobytes())
+        if proposed:
+            self.seen.add(p.tobytes())
         if np.isfinite(latency_s) and latency_s > 0 and self.sim.check(p) is None:
             self.placements.append(p.copy())
             self.rows.append(self._features(p))
