@@ -1,0 +1,100 @@
+"""The profile refit (``--method refit``) alone, on profiles that are wrong by a known amount.
+
+    python bench/bench_refit.py --estimate 0.5 --jitter 0.3:1 --profiles prof/
+    python bench/bench_refit.py --models hf:gpt2 --accelerators GPU_SMALLMEM --seeds 0 --noise 0.02
+
+The same setting as ``bench_learning.py --estimate SIGMA``: the simulator
+measures with each model's recorded (optionally ``--jitter``-ed) profile, the
+search is given a variant of it with every op time off by its own factor
+``exp(SIGMA * N(0, 1))`` (seed 1000, as there), and best/optimum is over the
+optimum of the costs measured. The search runs in this process against the
+simulator, with no Ray, no run folder and no single-device measurements
+(a ``train`` run also tells it those), so the whole grid takes minutes.
+``--noise R`` multiplies every measurement by ``1 + R N(0, 1)``; the best is
+then the placement measured fastest and its ratio is that of its true cost,
+as a machine's winner's curse would give. Prints best/optimum at each of
+``--budgets`` per run and the runs within 1.01x at each budget.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench_learning import jittered, load_or_record
+
+
+def run_case(truth, known, budget: int, seed: int, budgets: list[int], noise: float) -> dict:
+    """One search: best/optimum of the true costs at each budget."""
+    from envs.simulator import Simulator
+    from policies.exact import exact_method, solve
+    from policies.refit import ProfileThompson
+
+    machine = Simulator(truth)
+    optimum = machine.sequential(np.asarray(solve(truth, "sequential", exact_method(
+        truth, "sequential"), time_limit=120).placement)).value
+    search = ProfileThompson(truth.num_nodes, truth.num_devices, budget, seed=seed, costs=known)
+    rng = np.random.default_rng(seed + 7)
+    best_measured, best_true, curve = np.inf, np.inf, {}
+    t0 = time.time()
+    for k in range(1, budget + 1):
+        p = search.propose()
+        true = np.inf if machine.check(p) else machine.sequential(p).value
+        measured = true * (1 + noise * rng.standard_normal())
+        search.observe(p, measured)
+        if measured < best_measured:
+            best_measured, best_true = measured, true
+        if k in budgets:
+            curve[k] = best_true / optimum
+    return {"curve": curve, "proposals": dict(search.proposals), "seconds": time.time() - t0,
+            "noise_level": search.noise_level()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet50,inception_v3,bert_base,hf:distilbert,hf:gpt2,"
+                    "tv:vit_b_16,tv:swin_t,tv:resnext50_32x4d,tv:efficientnet_v2_s,hf:roberta,"
+                    "hf:bart,tv:mobilenet_v3_small,tv:regnet_y_400mf")
+    ap.add_argument("--accelerators", default="GPU_SMALLMEM,GPU_MODEL")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--budgets", default="1,10,50,100,200")
+    ap.add_argument("--estimate", type=float, default=0.5,
+                    help="how far off the search's profile is (SIGMA of bench_learning.py)")
+    ap.add_argument("--jitter", default="", help="SIGMA:SEED, as bench_learning.py's")
+    ap.add_argument("--noise", type=float, default=0.0, help="relative noise of each measurement")
+    ap.add_argument("--profiles", default="bench/.cache", help="folder of recorded profiles (bench_solvers.py's)")
+    ap.add_argument("--json", default="", help="write every run's curve here")
+    args = ap.parse_args()
+    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.profile import Profile, cost_graph
+
+    budgets = [int(b) for b in args.budgets.split(",")]
+    folder = Path(args.profiles)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for model in args.models.split(","):
+        truth = json.loads(load_or_record(model, folder, args.jitter).read_text())
+        known = jittered(truth, args.estimate, 1000)
+        _, _, graph, _ = build_graph(model, "colocation")
+        for acc in args.accelerators.split(","):
+            devices = ["CPU", acc]
+            cg_truth = cost_graph(graph, Profile.from_json(truth), devices)
+            cg_known = cost_graph(graph, Profile.from_json(known), devices)
+            for seed in (int(s) for s in args.seeds.split(",")):
+                r = run_case(cg_truth, cg_known, max(budgets), seed, budgets, args.noise)
+                rows.append({"model": model, "accelerator": acc, "seed": seed, **r})
+                print(f"{model:22s} {acc:13s} seed {seed}: "
+                      + " ".join(f"{b}: {v:.4f}" for b, v in r["curve"].items())
+                      + f"  ({r['seconds']:.0f} s)", flush=True)
+                if args.json:
+                    Path(args.json).write_text(json.dumps(rows))
+    for b in budgets:
+        within = sum(r["curve"][b] <= 1.01 for r in rows)
+        print(f"within 1.01x at {b} measurements: {within} of {len(rows)} runs")
+
+
+if __name__ == "__main__":
+    main()
