@@ -30,8 +30,8 @@ posterior mean while it gives a placement not measured yet (the first one is
 the profile's own optimum), otherwise a posterior sample (Thompson sampling,
 Thompson 1933; for combinatorial choices Russo et al., "A Tutorial on
 Thompson Sampling", 2018), drawn again with a wider spread while it repeats a
-measured placement, and a one-node change of the best measured placement
-when every draw does. Memory is known exactly, so every proposal fits.
+measured placement, and a change of the best measured placement (one node,
+then more) when every draw does. Memory is known exactly, so every proposal fits.
 """
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ __all__ = ["ProfileThompson", "NOISE_LEVELS"]
 NOISE_LEVELS = (0.001, 0.003, 0.01, 0.03, 0.1)
 #: measurements before the noise level is fitted (``noise`` until then)
 NOISE_FIT_AFTER = 10
+#: random changes of the best placement tried when every posterior draw repeats one
+#: (20 of one node, then 20 of two nodes, and so on)
+LOCAL_TRIES = 200
 
 
 class ProfileThompson:
@@ -65,7 +68,7 @@ class ProfileThompson:
         noise: a measurement's noise, relative to its latency, until the search fits
             its own from :data:`NOISE_FIT_AFTER` measurements on.
         time_limit: seconds for each exact solve (a MILP stopped early gives its best).
-        retries: posterior samples drawn per proposal before the one-node fallback.
+        retries: posterior samples drawn per proposal before changing the best measured placement instead.
     """
 
     def __init__(self, num_nodes: int, num_devices: int, budget: int, seed: int = 0,
@@ -194,16 +197,17 @@ class ProfileThompson:
         return p
 
     def _local(self) -> np.ndarray:
-        """A one-node change of the best measured placement, not proposed yet and within the
-        memory limits."""
+        """A change of the best measured placement, not proposed yet and within the memory
+        limits: one node moved, or more once the one-node changes are used up."""
         best = (self.placements[int(np.argmin(self.latencies))] if self.latencies
                 else np.zeros(self.costs.num_nodes, dtype=np.int64))
-        for _ in range(100):
+        p = best
+        for attempt in range(LOCAL_TRIES):
             p = best.copy()
-            i = int(self.rng.integers(0, p.size))
-            choices = [d for d in np.flatnonzero(self.free[i]) if d != p[i]]
-            if choices:
-                p[i] = int(self.rng.choice(choices))
+            for i in self.rng.choice(p.size, size=min(p.size, 1 + attempt // 20), replace=False):
+                choices = [d for d in np.flatnonzero(self.free[i]) if d != p[i]]
+                if choices:
+                    p[i] = int(self.rng.choice(choices))
             if self._new(p) and self.sim.check(p) is None:
                 return p
         return p

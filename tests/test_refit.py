@@ -175,3 +175,16 @@ def test_single_devices_measured_before_the_search_teach_it():
     assert not search.seen
     proposals = [search.propose() for _ in range(3)]
     assert any((p == first_alone).all() for p in proposals)
+
+
+def test_no_placement_is_proposed_twice_once_the_model_is_sure():
+    """On a graph whose every placement the model soon predicts exactly, the posterior
+    draws repeat; the search then changes the best placement, by more nodes as the
+    one-node changes run out, and never proposes a placement twice."""
+    truth = random_cost_graph(8, seed=0)
+    search = ProfileThompson(8, 2, 60, costs=truth)
+    machine = Simulator(truth)
+    for _ in range(60):
+        p = search.propose()
+        search.observe(p, machine.sequential(p).value)
+    assert len(search.seen) == 60 and search.proposals["local"] > 8
