@@ -15,6 +15,9 @@ from tests.test_cli import assert_user_error
 from hsdag_ray.placed import load_placed
 
 FAST = ["--warmup", "1", "--repeats", "3", "--block", "1"]
+#: whether OpenVINO's CPU device computes in bf16 here (it falls back to f32 where the
+#: processor has no bf16 instructions, and then CPU and CPU_F32 give the same outputs)
+CPU_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 DEVICES = ["--devices", "CPU,CPU_F32"]
 
 
@@ -62,8 +65,12 @@ def test_split_placement_runs_matches_and_is_timed(tmp_path, tiny, backend):
     assert placed["info"]["devices_used"] == ["CPU", "CPU_F32"]
     assert res["nodes_per_device"] == {"CPU": graph.num_nodes // 2,
                                        "CPU_F32": graph.num_nodes - graph.num_nodes // 2}
-    # part of it runs at bf16: an error, within the bf16 tolerance, but more than f32 alone gives
-    assert 0 < placed["info"]["max_rel_error"] <= placed["info"]["tolerance"] == 5e-2
+    # part of it runs at bf16 where the CPU computes in bf16: an error, within the bf16
+    # tolerance, but more than f32 alone gives; a CPU without bf16 runs both halves at f32
+    if CPU_BF16:
+        assert 0 < placed["info"]["max_rel_error"] <= placed["info"]["tolerance"] == 5e-2
+    else:
+        assert placed["info"]["max_rel_error"] < 1e-4
     assert res["single"]["CPU_F32"]["info"]["max_rel_error"] < 1e-4
     # next to every single device and AUTO, each with its repeats (3 blocks x 2 rounds) and spread
     assert set(res["single"]) == {"CPU", "CPU_F32"}
@@ -111,7 +118,9 @@ def test_saved_placement_runs_in_a_fresh_process(tmp_path, tiny):
     y = np.load(tmp_path / "y.npy")
     ref = unsplit_f32(model, [x])[0]
     assert y.shape == ref.shape
-    assert 0 < relative_error(y, ref) < 5e-2
+    # the bf16 half still runs at bf16 after loading (where the CPU has bf16)
+    assert (0 < relative_error(y, ref) if CPU_BF16 else relative_error(y, ref) < 1e-4)
+    assert relative_error(y, ref) < 5e-2
     # all on the f32 device, loaded in this process with a fresh Core: the f32 outputs exactly
     affinity = {op.get_friendly_name(): "CPU_F32" for op in model.get_ordered_ops()}
     (tmp_path / "f32.json").write_text(json.dumps(affinity))
