@@ -145,10 +145,13 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
 
 
-def unmet_needs(cfg: TrainConfig) -> str:
-    """What a run's settings leave a method that reads the run's profile without, in one
-    sentence ("" when nothing): its objective, and a profile when the backend is real (the
-    simulator always has one). :func:`check_method_inputs` checks the devices too."""
+def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
+                profile: Optional[dict] = None) -> str:
+    """What a run leaves a method that reads the run's profile (``costs``) without, in one
+    sentence ("" when nothing): its objective, and a profile of every device. Before the
+    backend is resolved (``devices`` None) only a real backend without ``--profile`` is
+    known to lack one (the simulator always has one)."""
+    from hsdag_ray.core.profile import Profile
     from policies.registry import get
 
     if not get(cfg.method).costs:
@@ -156,32 +159,24 @@ def unmet_needs(cfg: TrainConfig) -> str:
     if cfg.objective != "sequential":
         return (f"--method {cfg.method} models the sequential objective; use --objective "
                 f"sequential, or another method for the {cfg.objective} objective")
-    if cfg.backend not in ("simulator", "default") and not cfg.profile:
-        return (f"--method {cfg.method} reads the run's profile of every device, and the run "
-                "has none; record one with python -m hsdag_ray.profile and give it with "
-                "--profile FILE")
-    return ""
+    if devices is None:
+        lacks = "none" if cfg.backend not in ("simulator", "default") and not cfg.profile else ""
+    else:
+        known = Profile.from_json(profile).devices if profile else {}
+        missing = [d for d in devices if d not in known]
+        lacks = "" if not missing else f"no {missing[0]}" if profile else "none"
+    if not lacks:
+        return ""
+    return (f"--method {cfg.method} reads the run's profile of every device, and the run has "
+            f"{lacks}; record one with python -m hsdag_ray.profile and give it with --profile FILE")
 
 
 def check_method_inputs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> None:
-    """Refuse, before anything starts, a method that reads what the run does not have: a
-    method that reads the run's profile (``costs``) needs one of every device, and the
-    objective its model is made for."""
-    from hsdag_ray.core.profile import Profile
-    from policies.registry import get
-
-    if not get(cfg.method).costs:
-        return
-    why = unmet_needs(cfg)
+    """Refuse, before anything starts, a method that reads what the run does not have
+    (:func:`unmet_needs` of the resolved devices and profile)."""
+    why = unmet_needs(cfg, devices, profile)
     if why:
         raise UsageError(why)
-    known = Profile.from_json(profile).devices if profile else {}
-    missing = [d for d in devices if d not in known]
-    if missing:
-        raise UsageError(f"--method {cfg.method} reads the run's profile of every device, and "
-                         + ("the run has none" if not profile else f"it has no {missing[0]}")
-                         + "; record one with python -m hsdag_ray.profile and give it with "
-                         "--profile FILE")
 
 
 def reward_of_run(cfg: TrainConfig) -> str:

@@ -191,8 +191,9 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
         cfg = sc.trial_config(t, Path(sc.out))
         cfg.validate()
         backends.add(cfg.backend)
-        if unmet_needs(cfg):
-            unmet[t["method"]] = unmet_needs(cfg)
+        why = unmet_needs(cfg)
+        if why:
+            unmet[t["method"]] = why
     if unmet and not every:
         raise UsageError(next(iter(unmet.values())) + "; or leave it out of --methods")
     if unmet:  # every method by default: those the settings cannot run are left out
