@@ -87,7 +87,7 @@ class ProfileThompson:
         self.solver = exact_method(costs, objective)
         self.sim = Simulator(costs)
         self.rng = np.random.default_rng(seed)
-        self.sigma, self.noise, self.time_limit, self.retries = sigma, noise, time_limit, retries
+        self.noise, self.time_limit, self.retries = noise, time_limit, retries
         t0 = np.asarray(costs.compute_s, dtype=np.float64)
         self.free = np.isfinite(t0)  # (node, device) pairs a node can run on
         self.t0 = np.where(self.free, t0, 0.0)
@@ -103,6 +103,7 @@ class ProfileThompson:
         self.seen: set[bytes] = set()
         self.proposals = {"mean": 0, "sample": 0, "local": 0}
         self._noise_at: tuple[int, float] = (-1, noise)  # (measurements, level) last fitted
+        self._kernel_at: tuple[int, Any] = (-1, None)  # (measurements, what _kernel gives)
 
     # ------------------------------------------------------------------ model
     def _features(self, p: np.ndarray) -> np.ndarray:
@@ -119,13 +120,22 @@ class ProfileThompson:
         ``jitter`` the measurements' noise draw."""
         if not self.placements:
             return theta_prior
-        X = np.stack(self.rows)
-        y = np.asarray(self.latencies)
+        X, y, prior_k = self._kernel()
         noise_var = (self.noise_level() * y) ** 2 + 1e-18
-        K = (X * self.var0) @ X.T + np.diag(noise_var)
+        K = prior_k + np.diag(noise_var)
         resid = y - X @ theta_prior - (0.0 if jitter is None else jitter * np.sqrt(noise_var))
         alpha = np.linalg.solve(K, resid)
         return theta_prior + self.var0 * (X.T @ alpha)
+
+    def _kernel(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measurements' features ``X``, latencies ``y`` and prior covariance
+        ``X S0 X^T``, computed once per measurement count (a proposal conditions on
+        them up to ``retries + 1`` times, and the noise fit once more)."""
+        m = len(self.rows)
+        if self._kernel_at[0] != m:
+            X = np.stack(self.rows)
+            self._kernel_at = (m, (X, np.asarray(self.latencies), (X * self.var0) @ X.T))
+        return self._kernel_at[1]
 
     def noise_level(self) -> float:
         """The measurements' relative noise: ``noise`` until there are
@@ -136,8 +146,7 @@ class ProfileThompson:
         if m < NOISE_FIT_AFTER:
             return self.noise
         if self._noise_at[0] != m:
-            X, y = np.stack(self.rows), np.asarray(self.latencies)
-            prior_k = (X * self.var0) @ X.T
+            X, y, prior_k = self._kernel()
             resid = y - X @ self.mu0
             best, level = -np.inf, self.noise
             for rel in NOISE_LEVELS:
@@ -164,11 +173,6 @@ class ProfileThompson:
             change["link_latency_s"] = a * g.link_latency_s
             change["link_bandwidth_Bps"] = g.link_bandwidth_Bps / max(a, 1e-12)
         return dataclasses.replace(g, **change)
-
-    def posterior_mean(self) -> np.ndarray:
-        """``[n, D]`` the refitted node times (the profile's before any measurement)."""
-        n, D = self.costs.num_nodes, self.costs.num_devices
-        return self._solve_weights(self.mu0, None)[: n * D].reshape(n, D)
 
     def _placement(self, theta: np.ndarray) -> Optional[np.ndarray]:
         from policies.exact import solve
@@ -239,3 +243,4 @@ class ProfileThompson:
         self.latencies = [float(v) for v in state["latencies"]]
         self.seen = {np.asarray(p, dtype=np.int64).tobytes() for p in state["seen"]}
         self.proposals = dict(state["proposals"])
+        self._noise_at, self._kernel_at = (-1, self.noise), (-1, None)  # fitted to other rows
