@@ -1,0 +1,193 @@
+"""A placement's latency as a linear model of the profile's costs, refitted to measurements.
+
+Under the ``sequential`` objective a placement's latency is linear in the
+unknown costs::
+
+    L(p) = sum_i t[i, p_i] + a * transfer(p) + b * boundaries(p) + c
+
+with ``t[i, d]`` node ``i``'s time on device ``d``, ``transfer(p)`` the
+profile's transfer time of ``p``, ``boundaries(p)`` its stage boundaries and
+``c`` a constant (a backend's fixed overhead). The prior is independent
+Gaussians around the profile: ``t[i, d] ~ N(t0[i, d], (sigma t0[i, d])^2)``,
+``a ~ N(1, sigma^2)``, ``b`` around the profile's boundary cost, ``c`` around 0;
+each measurement is the linear function plus Gaussian noise, a share of its
+size picked by marginal likelihood once there are measurements to tell (a
+simulator is deterministic; a machine is not). The posterior is Bayesian
+linear regression, computed in the space of the ``M`` measurements (an ``M x
+M`` solve, so thousands of unknowns cost nothing); a posterior sample is a
+prior sample corrected with the same solve (Wilson et al., ICML 2020,
+"pathwise conditioning").
+
+Two users: ``--method refit`` (:mod:`policies.refit`) solves the refitted
+profile exactly, and the measurement screen (``--screen``,
+:class:`envs.screen.Screen`) predicts a proposed placement's latency and
+its uncertainty, and leaves unmeasured one that is clearly slower than the
+run's best.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from envs.simulator import Simulator
+from hsdag_ray.core.costgraph import CostGraph
+
+__all__ = ["LatencyModel", "NOISE_LEVELS", "NOISE_FIT_AFTER"]
+
+#: relative measurement noise levels the model chooses among by marginal likelihood
+NOISE_LEVELS = (0.001, 0.003, 0.01, 0.03, 0.1)
+#: measurements before the noise level is fitted (``noise`` until then)
+NOISE_FIT_AFTER = 10
+
+
+class LatencyModel:
+    """Bayesian linear regression of measured latencies on a profile's costs.
+
+    Args:
+        costs: the run's profile as a cost graph of its (coarsened) graph (the prior).
+        sigma: the prior's relative spread of each cost (0.5: a node's time is
+            trusted to about half its value).
+        noise: a measurement's noise, relative to its latency, until the model fits
+            its own from :data:`NOISE_FIT_AFTER` measurements on.
+    """
+
+    def __init__(self, costs: CostGraph, sigma: float = 0.5, noise: float = 0.02) -> None:
+        self.costs = costs
+        self.sim = Simulator(costs)
+        self.noise = noise
+        t0 = np.asarray(costs.compute_s, dtype=np.float64)
+        self.free = np.isfinite(t0)  # (node, device) pairs a node can run on
+        self.t0 = np.where(self.free, t0, 0.0)
+        scale = float(np.min(self.t0.sum(axis=0)[np.isfinite(t0).all(axis=0)], initial=self.t0.sum()))
+        b0 = float(costs.boundary_s)
+        # prior mean and variance of (t flattened, a, b, c)
+        self.mu0 = np.concatenate([self.t0.ravel(), [1.0, b0, 0.0]])
+        self.var0 = np.concatenate([(sigma * self.t0.ravel()) ** 2,
+                                    [sigma ** 2, max(b0, 1e-6) ** 2, (0.05 * scale) ** 2]])
+        self.placements: list[np.ndarray] = []
+        self.rows: list[np.ndarray] = []  # each measured placement's features
+        self.latencies: list[float] = []
+        self.reset_cache()
+
+    def reset_cache(self) -> None:
+        """Forget what was computed from the measurements (after replacing them)."""
+        self._noise_at: tuple[int, float] = (-1, self.noise)  # (measurements, level) last fitted
+        self._kernel_at: tuple[int, Any] = (-1, None)  # (measurements, what _kernel gives)
+        self._posterior_at: tuple[int, Any] = (-1, None)  # (measurements, (mean, cholesky))
+
+    # ------------------------------------------------------------ measurements
+    def features(self, p: np.ndarray) -> np.ndarray:
+        """The placement's row of the regression: one-hot node-device pairs, its
+        transfer time, its stage boundaries and 1."""
+        n, D = self.costs.num_nodes, self.costs.num_devices
+        x = np.zeros(n * D + 3)
+        x[np.arange(n) * D + p] = 1.0
+        br = self.sim.sequential(p).breakdown
+        x[n * D:] = (br["transfer_s"], br["stages"] - 1.0, 1.0)
+        return x
+
+    def add(self, placement: np.ndarray, latency_s: float) -> bool:
+        """Learn from a measured latency; False (and nothing learned) for a failed
+        measurement (``inf``) or a placement over a memory limit (what was measured is
+        its repair)."""
+        p = np.asarray(placement, dtype=np.int64)
+        if not (np.isfinite(latency_s) and latency_s > 0) or self.sim.check(p) is not None:
+            return False
+        self.placements.append(p.copy())
+        self.rows.append(self.features(p))
+        self.latencies.append(float(latency_s))
+        return True
+
+    def __len__(self) -> int:
+        return len(self.latencies)
+
+    # ------------------------------------------------------------------ model
+    def _kernel(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The measurements' features ``X``, latencies ``y`` and prior covariance
+        ``X S0 X^T``, computed once per measurement count."""
+        m = len(self.rows)
+        if self._kernel_at[0] != m:
+            X = np.stack(self.rows)
+            self._kernel_at = (m, (X, np.asarray(self.latencies), (X * self.var0) @ X.T))
+        return self._kernel_at[1]
+
+    def noise_level(self) -> float:
+        """The measurements' relative noise: ``noise`` until there are
+        :data:`NOISE_FIT_AFTER` measurements, then the value of :data:`NOISE_LEVELS` under
+        which they are likeliest (the marginal likelihood of Bayesian linear regression),
+        so a deterministic simulator is fitted closely and a noisy machine loosely."""
+        m = len(self.latencies)
+        if m < NOISE_FIT_AFTER:
+            return self.noise
+        if self._noise_at[0] != m:
+            X, y, prior_k = self._kernel()
+            resid = y - X @ self.mu0
+            best, level = -np.inf, self.noise
+            for rel in NOISE_LEVELS:
+                try:
+                    c = np.linalg.cholesky(prior_k + np.diag((rel * y) ** 2 + 1e-18))
+                except np.linalg.LinAlgError:
+                    continue
+                z = np.linalg.solve(c, resid)
+                loglik = -0.5 * z @ z - np.log(np.diag(c)).sum()
+                if loglik > best:
+                    best, level = loglik, rel
+            self._noise_at = (m, level)
+        return self._noise_at[1]
+
+    def condition(self, theta_prior: np.ndarray, jitter: Optional[np.ndarray] = None) -> np.ndarray:
+        """``theta_prior`` conditioned on the measurements: the posterior mean when it is the
+        prior mean and ``jitter`` is None, a posterior sample when it is a prior sample and
+        ``jitter`` a standard normal draw per measurement (its noise)."""
+        if not self.rows:
+            return theta_prior
+        X, y, prior_k = self._kernel()
+        noise_var = (self.noise_level() * y) ** 2 + 1e-18
+        K = prior_k + np.diag(noise_var)
+        resid = y - X @ theta_prior - (0.0 if jitter is None else jitter * np.sqrt(noise_var))
+        alpha = np.linalg.solve(K, resid)
+        return theta_prior + self.var0 * (X.T @ alpha)
+
+    def prior_sample(self, rng: np.random.Generator, spread: float = 1.0) -> np.ndarray:
+        """A draw of the costs from the prior, its spread scaled by ``spread``."""
+        return self.mu0 + spread * np.sqrt(self.var0) * rng.standard_normal(self.mu0.size)
+
+    def _posterior(self) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """The posterior mean and the Cholesky factor of ``K``, once per measurement count."""
+        m = len(self.rows)
+        if self._posterior_at[0] != m:
+            chol = None
+            if self.rows:
+                X, y, prior_k = self._kernel()
+                chol = np.linalg.cholesky(prior_k + np.diag((self.noise_level() * y) ** 2 + 1e-18))
+            self._posterior_at = (m, (self.condition(self.mu0), chol))
+        return self._posterior_at[1]
+
+    def predict(self, placement: np.ndarray) -> tuple[float, float]:
+        """The posterior mean and standard deviation of the placement's latency
+        (without measurement noise: what the model is unsure of)."""
+        x = self.features(np.asarray(placement, dtype=np.int64))
+        mean, chol = self._posterior()
+        sx = self.var0 * x
+        var = float(x @ sx)
+        if chol is not None:
+            X, _, _ = self._kernel()
+            v = np.linalg.solve(chol, X @ sx)
+            var -= float(v @ v)
+        return float(x @ mean), float(np.sqrt(max(var, 0.0)))
+
+    def refitted(self, theta: np.ndarray) -> CostGraph:
+        """The profile with its costs replaced by ``theta`` (negative ones clipped)."""
+        n, D = self.costs.num_nodes, self.costs.num_devices
+        t = np.maximum(theta[: n * D].reshape(n, D), 0.0)
+        a, b = max(float(theta[n * D]), 0.0), max(float(theta[n * D + 1]), 0.0)
+        g = self.costs
+        change: dict[str, Any] = {"compute_s": np.where(self.free, t, np.inf), "boundary_s": b}
+        if g.tensor_transfer_s is not None:
+            change["tensor_transfer_s"] = a * g.tensor_transfer_s
+        else:
+            change["link_latency_s"] = a * g.link_latency_s
+            change["link_bandwidth_Bps"] = g.link_bandwidth_Bps / max(a, 1e-12)
+        return dataclasses.replace(g, **change)
