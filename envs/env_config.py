@@ -66,6 +66,10 @@ class EnvConfig:
             (HSDAG's ``incumbent_prior``) samples them from its own logits alone.
         sim_profile: with the simulator backend, the profile it measures with instead of
             ``profile`` (the machine the simulator plays, when the run's profile of it is off).
+        screen: 0 (off), or leave unmeasured a new placement whose latency, as the run's
+            latency model predicts it less this many of its standard deviations, is
+            still slower than the run's best (:mod:`envs.screen`; needs a profile of
+            every device and the sequential objective).
     """
 
     model: str = "resnet50"
@@ -90,6 +94,7 @@ class EnvConfig:
     incumbent: bool = False
     incumbent_share: float = 1.0
     sim_profile: Optional[dict] = None
+    screen: float = 0.0
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EnvConfig":

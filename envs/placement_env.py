@@ -19,7 +19,10 @@ nothing. With ``memory_penalty="repair"`` (the default) and a profile of every d
 placement the profile says breaks a limit is not measured: its repair
 (:func:`hsdag_ray.core.fit.repair`, the nodes that overflow a device moved to
 one with room) is measured and rewarded instead, so no measurement is spent
-on a placement known not to fit.
+on a placement known not to fit. With ``screen`` above 0 and a profile of
+every device, a new placement the run's latency model says is clearly slower
+than the run's best is not measured either (:mod:`envs.screen`): it is
+rewarded as its predicted latency.
 """
 from __future__ import annotations
 
@@ -129,6 +132,16 @@ class PlacementEnv(gym.Env):
         self._obs = pad_graph_observation(x, graph.edge_index(), self.max_nodes, self.max_edges)
         self.graph_id = f"{graph.name}/{cfg.coarsen}/{cfg.backend}/{cfg.objective}/{','.join(self.devices)}"
         self.store = StoreClient.connect(cfg.store or None)
+        self.screen = None  # the latency model that leaves clearly slower placements unmeasured
+        if cfg.screen > 0:
+            if self.limits is None or cfg.objective != "sequential":
+                raise ValueError("screen predicts latencies of the sequential objective from a "
+                                 "profile of every device; the run has "
+                                 + ("no such profile" if self.limits is None
+                                    else f"the {cfg.objective} objective"))
+            from envs.screen import Screen
+
+            self.screen = Screen(self.limits, self.graph_id, cfg.screen)
         self._step = 0
         self._start: Optional[np.ndarray] = None  # where sampling around an incumbent starts
         self._start_checked = False  # measured (or found measured) at this env's first step
@@ -167,6 +180,10 @@ class PlacementEnv(gym.Env):
                             stage=hit["info"].get("stage"), error=hit["info"].get("error"),
                             info=extra)
             return m, True
+        guess = self._screened(p)
+        if guess is not None:
+            return Measurement(ok=True, latency_s=guess, backend=self.backend.name,
+                               info={"screened": True}), True
         m = self._measure(p, race=True)
         info = {"stage": m.stage, "error": m.error} if not m.ok else {}
         if "memory_over" in m.info:
@@ -176,6 +193,19 @@ class PlacementEnv(gym.Env):
         self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info,
                        cache=m.ok or m.stage not in TRANSIENT_STAGES)
         return m, False
+
+    def _screened(self, p: np.ndarray) -> Optional[float]:
+        """With ``screen``: the predicted latency of a placement clearly slower than the
+        run's best (counted in the store as screened, not measured), else None."""
+        if self.screen is None:
+            return None
+        self.screen.sync(self.store)
+        best = self.store.best()
+        mine = best is not None and str(best.get("key", "")).startswith(self.graph_id + ":")
+        guess = self.screen.verdict(p, best["latency_s"] if mine else None)
+        if guess is not None:
+            self.store.count_screened()
+        return guess
 
     def measure_untracked(self, placement: np.ndarray) -> Measurement:
         """Measure a placement that is not the policy's (a baseline or

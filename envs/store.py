@@ -52,6 +52,7 @@ class MeasurementStore:
         self._errors: list[str] = []
         self.hits = 0
         self.feasible_hits = 0
+        self.screened = 0
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         """The cached result for ``key`` (and count a hit), or None."""
@@ -70,7 +71,8 @@ class MeasurementStore:
         info = dict(info or {})
         if cache:
             self._cache[key] = _Entry(latency_s, ok, info)
-        self._log.append({"key": key, "latency_s": latency_s, "ok": ok, **{
+        self._log.append({"key": key, "latency_s": latency_s, "ok": ok,
+                          "placement": list(map(int, placement)), **{
             k: v for k, v in info.items() if k in ("stage", "error", "runner", "node")}})
         if not (ok and math.isfinite(latency_s)):
             return False
@@ -82,6 +84,11 @@ class MeasurementStore:
             self._best = entry
             return True
         return False
+
+    def count_screened(self) -> None:
+        """Count a placement proposed and left unmeasured: the run's latency model
+        (``--screen``, :mod:`envs.screen`) said it is clearly slower than the best."""
+        self.screened += 1
 
     def top(self) -> list[dict[str, Any]]:
         """The best distinct feasible placements measured (at most :data:`TOP_K`), best first."""
@@ -104,14 +111,14 @@ class MeasurementStore:
     def stats(self) -> dict[str, Any]:
         failures = sum(1 for e in self._log if not e["ok"])
         return {"measurements": len(self._log), "failures": failures, "cache_hits": self.hits,
-                "placements": len(self._log) + self.hits,
-                "feasible_placements": len(self._log) - failures + self.feasible_hits,
+                "screened": self.screened, "placements": len(self._log) + self.hits + self.screened,
+                "feasible_placements": len(self._log) - failures + self.feasible_hits + self.screened,
                 "best_latency_s": None if self._best is None else self._best["latency_s"]}
 
     def get_state(self) -> dict[str, Any]:
         return {"cache": {k: vars(e) for k, e in self._cache.items()}, "log": self._log,
                 "best": self._best, "top": self._top, "errors": self._errors, "hits": self.hits,
-                "feasible_hits": self.feasible_hits}
+                "feasible_hits": self.feasible_hits, "screened": self.screened}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._cache = {k: _Entry(**v) for k, v in state["cache"].items()}
@@ -121,6 +128,7 @@ class MeasurementStore:
         self._errors = list(state.get("errors", []))
         self.hits = int(state.get("hits", 0))
         self.feasible_hits = int(state.get("feasible_hits", 0))
+        self.screened = int(state.get("screened", 0))
 
 
 def store_actor(name: str):

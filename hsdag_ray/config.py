@@ -180,6 +180,12 @@ class TrainConfig:
             for GDP, which then reached 1.05x on held-out graphs where plain fine-tuning
             never did, off for HSDAG, where 0.3-0.8 gave no reliable gain; see README,
             "What to expect").
+        screen: 0 (off), or do not measure a new placement the run's latency model (the
+            profile refitted to the run's measurements, as --method refit fits it) says is
+            slower than the run's best by more than this many standard deviations of its
+            prediction: it is rewarded as predicted and counted as screened, not measured
+            (needs a profile of every device and the sequential objective; not with
+            --method refit, which proposes the model's own optimum).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
@@ -256,6 +262,7 @@ class TrainConfig:
     init: str = ""
     init_soften: float = 0.0
     zero_shot_samples: int = 1
+    screen: float = 0.0
 
     def validate(self) -> None:
         from envs.env_config import MEMORY_PENALTIES, REWARDS
@@ -303,6 +310,7 @@ class TrainConfig:
             (self.budget_unit in ("placements", "measurements"),
              "budget_unit must be placements or measurements"),
             (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
+            (self.screen >= 0, "screen must be 0 (off) or a number of standard deviations"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),

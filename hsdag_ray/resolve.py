@@ -18,7 +18,7 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
-           "exact_start_applies", "unmet_needs", "check_method_inputs", "env_config"]
+           "exact_start_applies", "unmet_needs", "screen_needs", "check_method_inputs", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -171,10 +171,30 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
             f"{lacks}; record one with python -m hsdag_ray.profile and give it with --profile FILE")
 
 
+def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
+    """What ``--screen`` lacks in the run, in one sentence ("" when nothing or off)."""
+    from hsdag_ray.core.profile import Profile
+    from policies.registry import get
+
+    if cfg.screen <= 0:
+        return ""
+    if get(cfg.method).costs:
+        return (f"--method {cfg.method} proposes its latency model's own optimum, so there is "
+                "nothing to screen; drop --screen")
+    if cfg.objective != "sequential":
+        return f"--screen predicts the sequential objective; drop it for the {cfg.objective} objective"
+    known = Profile.from_json(profile).devices if profile else {}
+    missing = [d for d in devices if d not in known]
+    if missing:
+        return (f"--screen predicts latencies from the run's profile of every device, and the run has "
+                f"{'no ' + missing[0] if profile else 'none'}; give one with --profile FILE")
+    return ""
+
+
 def check_method_inputs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> None:
-    """Refuse, before anything starts, a method that reads what the run does not have
-    (:func:`unmet_needs` of the resolved devices and profile)."""
-    why = unmet_needs(cfg, devices, profile)
+    """Refuse, before anything starts, a method or a screen that reads what the run does
+    not have (:func:`unmet_needs`, :func:`screen_needs` of the resolved devices and profile)."""
+    why = unmet_needs(cfg, devices, profile) or screen_needs(cfg, devices, profile)
     if why:
         raise UsageError(why)
 
@@ -219,7 +239,7 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
             "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
             "incumbent_share": cfg.incumbent_share,
-            "sim_profile": _profile_json(cfg.sim_profile)}
+            "sim_profile": _profile_json(cfg.sim_profile), "screen": cfg.screen}
 
 
 def _profile_json(path: str) -> Optional[dict]:

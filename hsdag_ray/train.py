@@ -111,7 +111,7 @@ def _metrics_row(state: dict[str, Any], new: list[dict], stats: dict[str, Any],
 
     return {"iteration": state["iteration"], "placements": stats["placements"],
             "measurements": stats["measurements"], "failures": stats["failures"],
-            "cache_hits": stats["cache_hits"],
+            "cache_hits": stats["cache_hits"], "screened": stats.get("screened", 0),
             "feasible_fraction": (stats["feasible_placements"] - before["feasible_placements"])
             / max(stats["placements"] - before["placements"], 1),
             "latency_mean_s": float(np.mean(ok_lat)) if ok_lat else None,
@@ -151,17 +151,26 @@ MAX_EMPTY_ITERATIONS = 5
 #: with --budget-unit measurements, a run stops after this many times its budget in
 #: placements proposed even when fewer were new (a settled policy proposes few new ones)
 PROPOSAL_CAP = 5
+#: with --budget-unit measurements and --screen, a run stops after this many times its
+#: budget in placements screened (predicted, not measured: cheap, but not free)
+SCREEN_CAP = 25
 STALL_S = 30.0
+
+
+def _within_caps(stats: dict[str, Any], cap: int, target: int) -> bool:
+    screened = stats.get("screened", 0)
+    return stats["placements"] - screened < cap and screened < SCREEN_CAP * target
 
 
 def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, tracker,
           progress, single_device_s: dict[str, float], on_iteration) -> None:
     """Iterate until the budget is reached (placements proposed, or with ``budget_unit``
-    measurements, at most ``PROPOSAL_CAP`` times as many proposed); checkpoint on the way."""
+    measurements, at most ``PROPOSAL_CAP`` times as many proposed and not screened, and
+    ``SCREEN_CAP`` times as many screened); checkpoint on the way."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
     target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
     cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
-    while (stats := store.stats())[cfg.budget_unit] < target and stats["placements"] < cap:
+    while (stats := store.stats())[cfg.budget_unit] < target and _within_caps(stats, cap, target):
         t_it = time.time()
         before = stats  # the loop test's count: the store is not asked twice per iteration
         method_metrics = driver.iterate()
@@ -313,9 +322,12 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
             progress.close()
         stats = store.stats()
         if stats[cfg.budget_unit] < cfg.budget:
-            say(f"stopped at {stats['placements']} placements proposed ({PROPOSAL_CAP}x the budget) "
-                f"with {stats['measurements']} of {cfg.budget} measured: the policy proposes "
-                "placements it has measured before")
+            screened = stats.get("screened", 0)
+            say(f"stopped at {stats['placements']} placements proposed"
+                + (f" ({screened} screened)" if screened else "")
+                + f" with {stats['measurements']} of {cfg.budget} measured: the policy proposes "
+                "placements it has measured before" + (" or that the screen predicts slower"
+                                                       if screened else ""))
         _checkpoint(driver, store, run_dir, state)
         driver.stop()  # frees the measuring slots for the final re-measurement
         remeasured = None
