@@ -53,7 +53,8 @@ class TrainConfig:
             iterations (episode_len x episodes_per_iteration placements each).
         budget_unit: what the budget counts: placements (proposed, the default) or
             measurements (new placements measured; a proposal the cache answers costs
-            nothing), then at most 5x the budget in placements proposed.
+            nothing), then at most 5x the budget in placements proposed (and with
+            --screen 10x in placements screened).
         episode_len: placements per episode (the paper: 20; 10 gives twice the updates
             per measured placement and reached the optimum faster, see policies/reinforce.py).
         episodes_per_iteration: episodes per policy update.
@@ -182,10 +183,10 @@ class TrainConfig:
             "What to expect").
         screen: 0 (off), or do not measure a new placement the run's latency model (the
             profile refitted to the run's measurements, as --method refit fits it) says is
-            slower than the run's best by more than this many standard deviations of its
-            prediction: it is rewarded as predicted and counted as screened, not measured
-            (needs a profile of every device and the sequential objective; not with
-            --method refit, which proposes the model's own optimum).
+            slower than the run's best by more than this many standard deviations of the
+            prediction; such a placement is rewarded as predicted and counted as screened,
+            not measured (needs a profile of every device and the sequential objective;
+            not with --method refit, which proposes the model's own optimum).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).

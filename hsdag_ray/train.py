@@ -153,7 +153,7 @@ MAX_EMPTY_ITERATIONS = 5
 PROPOSAL_CAP = 5
 #: with --budget-unit measurements and --screen, a run stops after this many times its
 #: budget in placements screened (predicted, not measured: cheap, but not free)
-SCREEN_CAP = 25
+SCREEN_CAP = 10
 STALL_S = 30.0
 
 
