@@ -117,6 +117,7 @@ def test_a_softened_fine_tuning_run_still_measures_the_checkpoints_greedy_placem
     assert log[0]["key"] == placement_key(env.graph_id, expected)
 
 
+@pytest.mark.slow  # the same order with measuring slots stays in CI
 def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_first(checkpoints, tmp_path):
     """Real OpenVINO (CPU bf16 + CPU f32) with one real EnvRunner holding the machine's only
     measuring slot: the greedy placement is measured first and the run does not wait forever.

@@ -178,6 +178,7 @@ def test_hsdag_finds_the_memory_split_on_bert_base(bert_profile, tmp_path, share
     assert statistics.median(r["best"] / r["best_single"] for r in results) < 0.95
 
 
+@pytest.mark.slow  # over a minute; the memory-limited BERT-base split stays in CI
 def test_hsdag_finds_the_split_on_bert_base(bert_profile, tmp_path, shared_ray):
     """BERT-base, CPU + unlimited accelerator: within 1.05x of the optimum, median of 3
     seeds. On most recorded profiles the optimum is a real split (a few ops faster on the

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from hsdag_ray.train import TrainConfig, train
 
@@ -60,6 +61,7 @@ def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     assert rows[-1]["entropy"] < 0.5 * rows[0]["entropy"]
 
 
+@pytest.mark.slow  # about a minute; real OpenVINO runs from the command line stay in CI in test_train.py
 def test_rnn_on_real_devices_from_the_command_line(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "hsdag_ray.train", "--method", "rnn", "--model", "tiny_cnn",

@@ -140,13 +140,27 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     assert rows[-1]["screened"] == store["screened"]
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--method", "refit"], "nothing to screen"),
-    (["--objective", "throughput"], "sequential objective"),
-    (["--backend", "auto", "--devices", "CPU,CPU_F32"], "--profile FILE"),
+@pytest.mark.parametrize("change, says", [
+    ({"method": "refit"}, "nothing to screen"),
+    ({"objective": "throughput"}, "sequential objective"),
+    ({"profile": ""}, "--profile FILE"),
 ])
-def test_the_screen_refuses_what_it_cannot_predict(tmp_path, args, says):
+def test_the_screen_says_what_it_cannot_predict(tmp_path, change, says):
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.core.profile import Profile
+    from hsdag_ray.resolve import screen_needs
+
+    paths = _profiles(tmp_path, same=True)
+    run = TrainConfig(model="tiny_cnn", screen=1.0, profile=str(paths["known"]))
+    assert screen_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.profile).to_json()) == ""
+    cfg = dataclasses.replace(run, **change)
+    profile = Profile.load(cfg.profile).to_json() if cfg.profile else None
+    assert says in screen_needs(cfg, ["CPU_MODEL", "GPU_X"], profile)
+    assert screen_needs(dataclasses.replace(cfg, screen=0.0), ["CPU_MODEL", "GPU_X"], profile) == ""
+
+
+def test_the_screen_refuses_a_run_without_a_profile_in_one_sentence(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--screen", "1", "--model",
-                        "tiny_cnn", "--wandb", "disabled", "--out", str(tmp_path), *args],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+                        "tiny_cnn", "--backend", "auto", "--devices", "CPU,CPU_F32", "--wandb",
+                        "disabled", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "--profile FILE" in r.stderr and "Traceback" not in r.stderr
