@@ -40,3 +40,31 @@ def tiny_profile_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tiny-profile") / "tiny_cnn.json"
     modeled_profile("tiny_cnn").save(path)
     return path
+
+
+@pytest.fixture
+def tiny_recording(tmp_path):
+    """``make(name, seed)``: a tiny_cnn profile as one recording of a machine might give
+    it (a modeled CPU and accelerator, every op's time off by its own seeded factor
+    exp(N(0, 1)), a 10 us stage boundary), written to ``tmp_path/name.json``; two seeds
+    are two recordings that disagree op by op."""
+    import numpy as np
+    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+
+    _, fine, _, _ = build_graph("tiny_cnn", "none")
+
+    def make(name: str, seed: int) -> Path:
+        prof = Profile("tiny_cnn", {}, {})
+        add_modeled_device(prof, fine, "CPU_MODEL")
+        add_modeled_device(prof, fine, "GPU_X", MODELED_DEVICES["GPU_MODEL"])
+        rng = np.random.default_rng(seed)
+        for dev in prof.op_time_s:
+            prof.op_time_s[dev] = {op: t * float(np.exp(rng.standard_normal()))
+                                   for op, t in prof.op_time_s[dev].items()}
+        prof.boundary_s = 1e-5
+        path = tmp_path / f"{name}.json"
+        prof.save(path)
+        return path
+
+    return make

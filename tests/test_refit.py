@@ -91,27 +91,13 @@ def test_refit_models_only_the_sequential_objective():
         ProfileThompson(40, 2, 10, costs=known, objective="throughput")
 
 
-def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path):
+def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path, tiny_recording):
     """``train --method refit`` with ``--sim-profile``: it ends at the machine's optimum,
     where the exact solver's placement on the run's profile is 30 % slower."""
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
     from hsdag_ray.train import train
 
-    _, fine, _, _ = build_graph("tiny_cnn", "none")
-    paths = {}
-    for name, seed in (("known", 3), ("machine", 5)):
-        prof = Profile("tiny_cnn", {}, {})
-        add_modeled_device(prof, fine, "CPU_MODEL")
-        add_modeled_device(prof, fine, "GPU_X", MODELED_DEVICES["GPU_MODEL"])
-        rng = np.random.default_rng(seed)  # two recordings that disagree op by op
-        for dev in prof.op_time_s:
-            prof.op_time_s[dev] = {op: t * float(np.exp(rng.standard_normal()))
-                                   for op, t in prof.op_time_s[dev].items()}
-        prof.boundary_s = 1e-5
-        paths[name] = tmp_path / f"{name}.json"
-        prof.save(paths[name])
+    paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
     cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
                       sim_profile=str(paths["machine"]), method="refit", budget=12,
                       episode_len=4, env_runners=0, wandb="disabled", out=str(tmp_path),

@@ -96,28 +96,7 @@ def test_the_screen_learns_from_the_runs_measurements_of_its_own_graph_only():
     assert len(screen.model) == 5  # each measurement is read once
 
 
-def _profiles(tmp_path, same: bool):
-    """tiny_cnn's profile the run knows and the one the simulator measures with."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
-
-    _, fine, _, _ = build_graph("tiny_cnn", "none")
-    paths = {}
-    for name, seed in (("known", 3), ("machine", 3 if same else 5)):
-        prof = Profile("tiny_cnn", {}, {})
-        add_modeled_device(prof, fine, "CPU_MODEL")
-        add_modeled_device(prof, fine, "GPU_X", MODELED_DEVICES["GPU_MODEL"])
-        rng = np.random.default_rng(seed)
-        for dev in prof.op_time_s:
-            prof.op_time_s[dev] = {op: t * float(np.exp(rng.standard_normal()))
-                                   for op, t in prof.op_time_s[dev].items()}
-        prof.boundary_s = 1e-5
-        paths[name] = tmp_path / f"{name}.json"
-        prof.save(paths[name])
-    return paths
-
-
-def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tmp_path):
+def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tmp_path, tiny_recording):
     """Random search proposes the same placements with and without the screen; with it,
     its measurements go to the proposals that may win, so its best is as fast or faster
     (tiny_cnn has few placements: the screened run ends at the proposal cap with fewer
@@ -125,8 +104,7 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    paths = _profiles(tmp_path, same=True)
-    base = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
+    base = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                        method="random", budget=15, budget_unit="measurements", episode_len=5,
                        env_runners=0, wandb="disabled", out=str(tmp_path), exact_start="off")
     plain = train(dataclasses.replace(base, name="plain"), quiet=True)
@@ -145,13 +123,12 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     ({"objective": "throughput"}, "sequential objective"),
     ({"profile": ""}, "--profile FILE"),
 ])
-def test_the_screen_says_what_it_cannot_predict(tmp_path, change, says):
+def test_the_screen_says_what_it_cannot_predict(tiny_recording, change, says):
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.core.profile import Profile
     from hsdag_ray.resolve import screen_needs
 
-    paths = _profiles(tmp_path, same=True)
-    run = TrainConfig(model="tiny_cnn", screen=1.0, profile=str(paths["known"]))
+    run = TrainConfig(model="tiny_cnn", screen=1.0, profile=str(tiny_recording("known", 3)))
     assert screen_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.profile).to_json()) == ""
     cfg = dataclasses.replace(run, **change)
     profile = Profile.load(cfg.profile).to_json() if cfg.profile else None
