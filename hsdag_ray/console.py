@@ -181,5 +181,8 @@ def print_result(summary: Mapping[str, Any], quiet: bool) -> None:
 
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     out.print(result_table(summary))
-    out.print(f"{summary['placements']} placements ({summary['measurements']} measured, the "
-              f"others proposed before) in {summary['wall_s']:.0f} s; outputs in {summary['run_dir']}")
+    screened = summary.get("screened") or 0
+    out.print(f"{summary['placements']} placements ({summary['measurements']} measured, "
+              + (f"{screened} screened as slower, " if screened else "")
+              + f"the others proposed before) in {summary['wall_s']:.0f} s; "
+              f"outputs in {summary['run_dir']}")

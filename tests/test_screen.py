@@ -115,7 +115,8 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     assert len(store["log"]) <= 15 and store["screened"] > 0
     assert screened["method_best_latency_s"] == min(measured)
     rows = [json.loads(line) for line in (tmp_path / "screened" / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["screened"] == store["screened"]
+    assert rows[-1]["screened"] == store["screened"] == screened["screened"]
+    assert screened["placements"] == len(store["log"]) + store["hits"] + store["screened"]
 
 
 @pytest.mark.parametrize("change, says", [
