@@ -154,6 +154,10 @@ class LatencyModel:
         """A draw of the costs from the prior, its spread scaled by ``spread``."""
         return self.mu0 + spread * np.sqrt(self.var0) * rng.standard_normal(self.mu0.size)
 
+    def posterior_mean(self) -> np.ndarray:
+        """The costs' posterior mean (the prior's before any measurement)."""
+        return self._posterior()[0]
+
     def _posterior(self) -> tuple[np.ndarray, Optional[np.ndarray]]:
         """The posterior mean and the Cholesky factor of ``K``, once per measurement count."""
         m = len(self.rows)

@@ -151,7 +151,6 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
     sentence ("" when nothing): its objective, and a profile of every device. Before the
     backend is resolved (``devices`` None) only a real backend without ``--profile`` is
     known to lack one (the simulator always has one)."""
-    from hsdag_ray.core.profile import Profile
     from policies.registry import get
 
     if not get(cfg.method).costs:
@@ -162,9 +161,7 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
     if devices is None:
         lacks = "none" if cfg.backend not in ("simulator", "default") and not cfg.profile else ""
     else:
-        known = Profile.from_json(profile).devices if profile else {}
-        missing = [d for d in devices if d not in known]
-        lacks = "" if not missing else f"no {missing[0]}" if profile else "none"
+        lacks = _profile_lacks(devices, profile)
     if not lacks:
         return ""
     return (f"--method {cfg.method} reads the run's profile of every device, and the run has "
@@ -173,7 +170,6 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
 
 def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
     """What ``--screen`` lacks in the run, in one sentence ("" when nothing or off)."""
-    from hsdag_ray.core.profile import Profile
     from policies.registry import get
 
     if cfg.screen <= 0:
@@ -183,12 +179,20 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
                 "nothing to screen; drop --screen")
     if cfg.objective != "sequential":
         return f"--screen predicts the sequential objective; drop it for the {cfg.objective} objective"
+    lacks = _profile_lacks(devices, profile)
+    if lacks:
+        return (f"--screen predicts latencies from the run's profile of every device, and the run has "
+                f"{lacks}; give one with --profile FILE")
+    return ""
+
+
+def _profile_lacks(devices: Sequence[str], profile: Optional[dict]) -> str:
+    """"" when ``profile`` has every device, else what the run has: "no DEVICE" or "none"."""
+    from hsdag_ray.core.profile import Profile
+
     known = Profile.from_json(profile).devices if profile else {}
     missing = [d for d in devices if d not in known]
-    if missing:
-        return (f"--screen predicts latencies from the run's profile of every device, and the run has "
-                f"{'no ' + missing[0] if profile else 'none'}; give one with --profile FILE")
-    return ""
+    return "" if not missing else f"no {missing[0]}" if profile else "none"
 
 
 def check_method_inputs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> None:

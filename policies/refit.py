@@ -100,7 +100,7 @@ class ProfileThompson:
 
     # --------------------------------------------------------------- protocol
     def propose(self) -> np.ndarray:
-        p = self._placement(self.model.condition(self.model.mu0))
+        p = self._placement(self.model.posterior_mean())
         kind = "mean"
         spread = 1.0
         for _ in range(self.retries if not self._new(p) else 0):

@@ -54,7 +54,7 @@ def test_refitting_finds_the_machines_optimum_the_profile_misses(limited):
     assert best == pytest.approx(optimum, rel=1e-9)
     # what was learned is the machine's costs: the refitted profile's own optimum is now
     # the machine's, and it predicts every measured latency closely
-    refitted = search.model.refitted(search.model.condition(search.model.mu0))
+    refitted = search.model.refitted(search.model.posterior_mean())
     np.testing.assert_array_equal(exact(refitted), exact(truth))
     predicted = [Simulator(refitted).sequential(p).value for p in search.placements]
     np.testing.assert_allclose(predicted, search.latencies, rtol=0.05)
