@@ -15,9 +15,10 @@ is measured as before, and the run's best is always a measured latency.
 The model is that of the ``sequential`` objective (what the simulator of that
 objective computes); a machine departs from it, which the model's fitted noise
 level absorbs: the further the measurements stray from the linear model, the
-wider its predictions and the more it measures. ``Z`` is how sure the screen
-must be: 0 measures only what is predicted faster than the best, 2 leaves out
-little.
+wider its predictions and the more it measures. ``Z`` (above 0; 0 is off) is
+how sure the screen must be: the larger, the less it leaves out (on the
+README's wrong-profile cases 2 measured about twice as much as 1 and reached
+the optimum more often).
 """
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ class Screen:
         costs: the run's profile of every device as a cost graph of its graph (the prior).
         graph_id: the environment's graph key prefix: the store's measurements of
             other graphs are not this model's.
-        z: standard deviations of the prediction a placement's must clear the best by
-            to be left unmeasured.
+        z: standard deviations of its prediction by which a placement's predicted
+            latency must exceed the best for it to be left unmeasured.
     """
 
     def __init__(self, costs: CostGraph, graph_id: str, z: float) -> None:
