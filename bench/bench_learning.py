@@ -122,6 +122,16 @@ def estimate_of(profile: Path, sigma: float) -> Path:
     return out
 
 
+def _best_by_refit(summary: dict) -> bool:
+    """Whether a run's best measured placement was one of refit's proposals
+    (``--refit-every``) rather than the method's own."""
+    if not summary.get("suggested"):
+        return False
+    log = json.loads((Path(summary["run_dir"]) / "store.json").read_text())["log"]
+    ok = [e for e in log if e["ok"]]
+    return bool(ok) and bool(min(ok, key=lambda e: e["latency_s"]).get("suggested"))
+
+
 def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, base,
              say=print, on_case=None, jitter: str = "", estimate: float = 0.0) -> list[dict]:
     """Train every method on every (model, accelerator) for every seed on the
@@ -149,7 +159,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                                                base.solver_time_limit)
                     exact_ratios = []
                 for method in methods:
-                    ratios, curves, proven_all = [], [], True
+                    ratios, curves, proven_all, by_refit = [], [], True, []
                     for seed in seeds:
                         curve: list = []
                         t0 = time.time()
@@ -186,6 +196,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             exact_ratios.append(b["optimum"] / optimum)
                         ratios.append(best / opt)
                         curves.append((curve, opt))
+                        by_refit.append(_best_by_refit(s))
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
                         say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
@@ -193,10 +204,12 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             + (f" (NOT proven, gap {s['optimum_gap']:.1%})" if unproven else "")
                             + f", {best / min(singles):.3f}x best single, "
                             f"{s['measurements']} distinct of {s['placements']}, "
-                            f"{time.time() - t0:.0f} s")
+                            + (f"{s['suggested']} refit's, best {'refit' if by_refit[-1] else 'its own'}'s, "
+                               if s.get("suggested") else "")
+                            + f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
                                   "ratios": ratios, "curves": curves, "proven": proven_all,
-                                  "unit": base.budget_unit})
+                                  "unit": base.budget_unit, "best_by_refit": by_refit})
                     if on_case is not None:
                         on_case(cases)
                 if optimum is not None and exact_ratios:

@@ -70,6 +70,9 @@ class EnvConfig:
             latency model predicts it less this many of its standard deviations, is
             still slower than the run's best (:mod:`envs.screen`; needs a profile of
             every device and the sequential objective).
+        suggestions: at every step, first measure the placement the run's driver queued
+            in the store for this graph, if any (``--refit-every``: refit's proposal), as
+            a placement of the run, never screened; off, the store is not asked.
     """
 
     model: str = "resnet50"
@@ -95,6 +98,7 @@ class EnvConfig:
     incumbent_share: float = 1.0
     sim_profile: Optional[dict] = None
     screen: float = 0.0
+    suggestions: bool = False
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "EnvConfig":

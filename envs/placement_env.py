@@ -163,9 +163,10 @@ class PlacementEnv(gym.Env):
         return self.config.episode_len
 
     # ------------------------------------------------------------ measuring
-    def measure_array(self, placement: np.ndarray) -> tuple[Measurement, bool]:
+    def measure_array(self, placement: np.ndarray, suggested: bool = False) -> tuple[Measurement, bool]:
         """Measure (or fetch from the run's cache) a placement the policy proposed,
-        given as device indices; it counts towards the run's best."""
+        given as device indices; it counts towards the run's best. ``suggested``: the
+        driver's suggestion (:meth:`_measure_suggested`), never screened."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
         if self.repair_limits is not None:
             from hsdag_ray.core.fit import repair
@@ -180,7 +181,7 @@ class PlacementEnv(gym.Env):
                             stage=hit["info"].get("stage"), error=hit["info"].get("error"),
                             info=extra)
             return m, True
-        guess = self._screened(p)
+        guess = None if suggested else self._screened(p)
         if guess is not None:
             return Measurement(ok=True, latency_s=guess, backend=self.backend.name,
                                info={"screened": True}), True
@@ -189,6 +190,8 @@ class PlacementEnv(gym.Env):
         if "memory_over" in m.info:
             info["memory_over"] = m.info["memory_over"]
         info["node"] = _node_id()
+        if suggested:
+            info["suggested"] = True
         # a timeout says the machine was busy, not that the placement cannot run
         self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info,
                        cache=m.ok or m.stage not in TRANSIENT_STAGES)
@@ -343,9 +346,21 @@ class PlacementEnv(gym.Env):
         if start is not None and self.store.get(placement_key(self.graph_id, start)) is None:
             self.measure_array(start)
 
+    def _measure_suggested(self) -> None:
+        """With ``suggestions``: measure the placement the run's driver queued for this
+        graph (``--refit-every``: refit's proposal, :mod:`hsdag_ray.refit_guide`), once,
+        as a placement of the run: when it is the run's best, the policy samples
+        around it from the next episode on."""
+        if not self.config.suggestions:
+            return
+        p = self.store.take_suggestion(self.graph_id)
+        if p is not None:
+            self.measure_array(np.asarray(p, dtype=np.int64), suggested=True)
+
     def _step_once(self, action):
         t0 = time.perf_counter()
         self._measure_start()
+        self._measure_suggested()
         m, cached = self.measure_array(np.asarray(action))
         self._step += 1
         latency = self.reward_latency(m)

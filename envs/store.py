@@ -53,6 +53,7 @@ class MeasurementStore:
         self.hits = 0
         self.feasible_hits = 0
         self.screened = 0
+        self._suggested: dict[str, list[list[int]]] = {}
 
     def get(self, key: str) -> Optional[dict[str, Any]]:
         """The cached result for ``key`` (and count a hit), or None."""
@@ -73,7 +74,7 @@ class MeasurementStore:
             self._cache[key] = _Entry(latency_s, ok, info)
         self._log.append({"key": key, "latency_s": latency_s, "ok": ok,
                           "placement": list(map(int, placement)), **{
-            k: v for k, v in info.items() if k in ("stage", "error", "runner", "node")}})
+            k: v for k, v in info.items() if k in ("stage", "error", "runner", "node", "suggested")}})
         if not (ok and math.isfinite(latency_s)):
             return False
         entry = {"latency_s": latency_s, "placement": list(map(int, placement)), "key": key,
@@ -89,6 +90,19 @@ class MeasurementStore:
         """Count a placement proposed and left unmeasured: the run's latency model
         (``--screen``, :mod:`envs.screen`) said it is clearly slower than the best."""
         self.screened += 1
+
+    def suggest(self, graph_id: str, placements: list[list[int]]) -> None:
+        """Queue ``placements`` for the next steps of the environments of ``graph_id`` to
+        measure as the run's own, one per step (``--refit-every``,
+        :mod:`hsdag_ray.refit_guide`); they replace those not taken yet (proposed
+        knowing fewer measurements). Not part of the saved state: a resumed run
+        suggests again."""
+        self._suggested[graph_id] = [list(map(int, p)) for p in placements]
+
+    def take_suggestion(self, graph_id: str) -> Optional[list[int]]:
+        """The first placement queued for ``graph_id`` (and unqueue it), or None."""
+        queue = self._suggested.get(graph_id)
+        return queue.pop(0) if queue else None
 
     def top(self) -> list[dict[str, Any]]:
         """The best distinct feasible placements measured (at most :data:`TOP_K`), best first."""
@@ -111,7 +125,8 @@ class MeasurementStore:
     def stats(self) -> dict[str, Any]:
         failures = sum(1 for e in self._log if not e["ok"])
         return {"measurements": len(self._log), "failures": failures, "cache_hits": self.hits,
-                "screened": self.screened, "placements": len(self._log) + self.hits + self.screened,
+                "screened": self.screened, "suggested": sum(1 for e in self._log if e.get("suggested")),
+                "placements": len(self._log) + self.hits + self.screened,
                 "feasible_placements": len(self._log) - failures + self.feasible_hits + self.screened,
                 "best_latency_s": None if self._best is None else self._best["latency_s"]}
 

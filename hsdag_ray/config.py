@@ -187,6 +187,13 @@ class TrainConfig:
             prediction; such a placement is rewarded as predicted and counted as screened,
             not measured (needs a profile of every device and the sequential objective;
             not with --method refit, which proposes the model's own optimum).
+        refit_every: 0 (off), or for every this many placements proposed in the run
+            (measured or answered from the cache), measure a proposal of --method refit
+            (the exact solver on the profile refitted to the run's measurements) as the
+            run's own, counted in the budget, so a
+            policy sampling around the run's best (HSDAG's incumbent prior) starts from
+            it when it is the best (see hsdag_ray/refit_guide.py; needs a profile of every
+            device, the sequential objective and --incumbent-prior above 0).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
@@ -264,6 +271,7 @@ class TrainConfig:
     init_soften: float = 0.0
     zero_shot_samples: int = 1
     screen: float = 0.0
+    refit_every: int = 0
 
     def validate(self) -> None:
         from envs.env_config import MEMORY_PENALTIES, REWARDS
@@ -312,6 +320,8 @@ class TrainConfig:
              "budget_unit must be placements or measurements"),
             (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (self.screen >= 0, "screen must be 0 (off) or a number of standard deviations"),
+            (self.refit_every == 0 or self.refit_every >= 2,
+             "refit_every must be 0 (off) or at least 2 measurements per refit proposal"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),

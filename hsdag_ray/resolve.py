@@ -18,7 +18,7 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
-           "exact_start_applies", "unmet_needs", "screen_needs", "check_method_inputs", "env_config"]
+           "exact_start_applies", "unmet_needs", "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -186,6 +186,27 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
     return ""
 
 
+def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
+    """What ``--refit-every`` lacks in the run, in one sentence ("" when nothing or off)."""
+    from policies.registry import get
+
+    if cfg.refit_every <= 0:
+        return ""
+    if not (get(cfg.method).incumbent_prior and cfg.incumbent_prior > 0):
+        return (f"--refit-every gives refit's proposals to a policy that samples around the run's "
+                f"best, and --method {cfg.method}" + (" with --incumbent-prior 0" if
+                                                     get(cfg.method).incumbent_prior else "")
+                + " does not; use --method hsdag with --incumbent-prior above 0, or drop it")
+    if cfg.objective != "sequential":
+        return (f"--refit-every refits the sequential objective; drop it for the {cfg.objective} "
+                "objective")
+    lacks = _profile_lacks(devices, profile)
+    if lacks:
+        return (f"--refit-every refits the run's profile of every device, and the run has {lacks}; "
+                "give one with --profile FILE")
+    return ""
+
+
 def _profile_lacks(devices: Sequence[str], profile: Optional[dict]) -> str:
     """"" when ``profile`` has every device, else what the run has: "no DEVICE" or "none"."""
     from hsdag_ray.core.profile import Profile
@@ -196,9 +217,11 @@ def _profile_lacks(devices: Sequence[str], profile: Optional[dict]) -> str:
 
 
 def check_method_inputs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> None:
-    """Refuse, before anything starts, a method or a screen that reads what the run does
-    not have (:func:`unmet_needs`, :func:`screen_needs` of the resolved devices and profile)."""
-    why = unmet_needs(cfg, devices, profile) or screen_needs(cfg, devices, profile)
+    """Refuse, before anything starts, a method, a screen or refit's proposals that read what
+    the run does not have (:func:`unmet_needs`, :func:`screen_needs`, :func:`guide_needs` of
+    the resolved devices and profile)."""
+    why = (unmet_needs(cfg, devices, profile) or screen_needs(cfg, devices, profile)
+           or guide_needs(cfg, devices, profile))
     if why:
         raise UsageError(why)
 
@@ -243,7 +266,8 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
             "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
             "incumbent_share": cfg.incumbent_share,
-            "sim_profile": _profile_json(cfg.sim_profile), "screen": cfg.screen}
+            "sim_profile": _profile_json(cfg.sim_profile), "screen": cfg.screen,
+            "suggestions": cfg.refit_every > 0}
 
 
 def _profile_json(path: str) -> Optional[dict]:

@@ -112,6 +112,7 @@ def _metrics_row(state: dict[str, Any], new: list[dict], stats: dict[str, Any],
     return {"iteration": state["iteration"], "placements": stats["placements"],
             "measurements": stats["measurements"], "failures": stats["failures"],
             "cache_hits": stats["cache_hits"], "screened": stats.get("screened", 0),
+            "suggested": stats.get("suggested", 0),
             "feasible_fraction": (stats["feasible_placements"] - before["feasible_placements"])
             / max(stats["placements"] - before["placements"], 1),
             "latency_mean_s": float(np.mean(ok_lat)) if ok_lat else None,
@@ -163,10 +164,12 @@ def _within_caps(stats: dict[str, Any], cap: int, target: int) -> bool:
 
 
 def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, tracker,
-          progress, single_device_s: dict[str, float], on_iteration) -> None:
+          progress, single_device_s: dict[str, float], on_iteration, guide=None) -> None:
     """Iterate until the budget is reached (placements proposed, or with ``budget_unit``
     measurements, at most ``PROPOSAL_CAP`` times as many proposed and not screened, and
-    ``SCREEN_CAP`` times as many screened); checkpoint on the way."""
+    ``SCREEN_CAP`` times as many screened); checkpoint on the way. ``guide``
+    (``--refit-every``, :class:`hsdag_ray.refit_guide.RefitGuide`) queues refit's
+    proposals in the store between iterations."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
     target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
     cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
@@ -196,6 +199,8 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
         tracker.log(row, step=state["iteration"])
         if on_iteration is not None:
             on_iteration(driver.handle, row)
+        if guide is not None:
+            guide.after_iteration()
         progress.update(row)
         state["wall_s"] = row["wall_s"]
         if state["iteration"] % cfg.checkpoint_every == 0:
@@ -226,6 +231,15 @@ def _measure_exact(baselines, service, say) -> None:
         return
     [latency] = call(service, "measure_batch", [placement])
     say(f"the exact solver's placement on the profile, the run's first: {latency * 1e3:.4g} ms")
+
+
+def _refit_guide(cfg: TrainConfig, env, store):
+    """With ``--refit-every``: refit's search on the driver, else None."""
+    if cfg.refit_every <= 0:
+        return None
+    from hsdag_ray.refit_guide import RefitGuide
+
+    return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
 
 
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
@@ -317,7 +331,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                                     reference=console.reference_device(env.devices),
                                     optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit)
         try:
-            _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration)
+            _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration,
+                  _refit_guide(cfg, env, store))
         finally:
             progress.close()
         stats = store.stats()

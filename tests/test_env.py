@@ -125,10 +125,12 @@ def test_store_best_log_and_state():
     assert s.get(k1)["latency_s"] == 2.0 and s.get("g:none") is None
     assert s.best()["placement"] == [0, 1]
     assert s.stats() == {"measurements": 2, "failures": 1, "cache_hits": 1, "placements": 3,
-                         "feasible_placements": 2, "best_latency_s": 2.0, "screened": 0}
+                         "feasible_placements": 2, "best_latency_s": 2.0, "screened": 0,
+                         "suggested": 0}
     s.count_screened()  # a placement proposed, predicted slower, not measured
     assert s.stats() == {"measurements": 2, "failures": 1, "cache_hits": 1, "placements": 4,
-                         "feasible_placements": 3, "best_latency_s": 2.0, "screened": 1}
+                         "feasible_placements": 3, "best_latency_s": 2.0, "screened": 1,
+                         "suggested": 0}
     assert [(e["key"], e["placement"]) for e in s.log_since(1)] == [(k2, [1, 1])]
     t = MeasurementStore()
     t.set_state(s.get_state())
