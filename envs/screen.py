@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 
 from envs.latency_model import LatencyModel
+from envs.store import graph_log
 from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["Screen"]
@@ -45,15 +46,15 @@ class Screen:
 
     def __init__(self, costs: CostGraph, graph_id: str, z: float) -> None:
         self.model = LatencyModel(costs)
-        self.prefix = graph_id + ":"
+        self.graph_id = graph_id
         self.z = z
         self._read = 0  # store log entries read so far
 
     def sync(self, store) -> None:
         """Learn from the store's measurements not read yet."""
-        for e in store.log_since(self._read):
-            self._read += 1
-            if e["ok"] and "placement" in e and str(e["key"]).startswith(self.prefix):
+        new, self._read = graph_log(store, self.graph_id, self._read)
+        for e in new:
+            if e["ok"]:
                 self.model.add(np.asarray(e["placement"], dtype=np.int64), float(e["latency_s"]))
 
     def verdict(self, placement: np.ndarray, best_s: Optional[float]) -> Optional[float]:

@@ -19,13 +19,23 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["MeasurementStore", "StoreClient", "placement_key", "store_actor"]
+__all__ = ["MeasurementStore", "StoreClient", "placement_key", "store_actor", "graph_log"]
 
 
 def placement_key(graph_id: str, placement: np.ndarray) -> str:
     """A short stable key for a placement (device index per node) of a graph."""
     p = np.ascontiguousarray(np.asarray(placement, dtype=np.int16))
     return graph_id + ":" + hashlib.blake2b(p.tobytes(), digest_size=12).hexdigest()
+
+
+def graph_log(store, graph_id: str, start: int) -> tuple[list[dict[str, Any]], int]:
+    """The measurements of ``graph_id``'s placements in ``store``'s log from index
+    ``start`` on (each with its placement), and the index to read from next: what a
+    model refitted to a run's measurements learns from (:mod:`envs.screen`,
+    :mod:`hsdag_ray.refit_guide`)."""
+    new = store.log_since(start)
+    prefix = graph_id + ":"
+    return [e for e in new if "placement" in e and str(e["key"]).startswith(prefix)], start + len(new)
 
 
 @dataclass

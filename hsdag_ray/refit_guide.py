@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from envs.store import graph_log
+
 __all__ = ["RefitGuide"]
 
 
@@ -45,7 +47,6 @@ class RefitGuide:
             raise ValueError("--refit-every needs a profile of every device")
         self.search = ProfileThompson(env.graph.num_nodes, len(env.devices), 0, seed=seed,
                                       costs=costs, objective=objective)
-        self.prefix = env.graph_id + ":"
         self.graph_id, self.every, self.store = env.graph_id, every, store
         self._read = 0  # store log entries read so far
         self._learn()
@@ -53,10 +54,8 @@ class RefitGuide:
         self.proposed = 0
 
     def _learn(self) -> None:
-        for e in self.store.log_since(self._read):
-            self._read += 1
-            if "placement" not in e or not str(e["key"]).startswith(self.prefix):
-                continue
+        new, self._read = graph_log(self.store, self.graph_id, self._read)
+        for e in new:
             self.search.observe(np.asarray(e["placement"], dtype=np.int64),
                                 float(e["latency_s"]) if e["ok"] else math.inf)
 
