@@ -321,7 +321,7 @@ class TrainConfig:
             (self.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (self.screen >= 0, "screen must be 0 (off) or a number of standard deviations"),
             (self.refit_every == 0 or self.refit_every >= 2,
-             "refit_every must be 0 (off) or at least 2 measurements per refit proposal"),
+             "refit_every must be 0 (off) or at least 2 placements per refit proposal"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),

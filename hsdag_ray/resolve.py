@@ -18,7 +18,8 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
-           "exact_start_applies", "unmet_needs", "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
+           "samples_around_incumbent", "exact_start_applies", "unmet_needs", "screen_needs",
+           "guide_needs", "check_method_inputs", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -192,7 +193,7 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
 
     if cfg.refit_every <= 0:
         return ""
-    if not (get(cfg.method).incumbent_prior and cfg.incumbent_prior > 0):
+    if not samples_around_incumbent(cfg):
         return (f"--refit-every gives refit's proposals to a policy that samples around the run's "
                 f"best, and --method {cfg.method}" + (" with --incumbent-prior 0" if
                                                      get(cfg.method).incumbent_prior else "")
@@ -233,12 +234,18 @@ def reward_of_run(cfg: TrainConfig) -> str:
     return cfg.reward or get(cfg.method).reward
 
 
+def samples_around_incumbent(cfg: TrainConfig) -> bool:
+    """Whether the run's policy samples around the incumbent: a method with an incumbent
+    prior (HSDAG) and ``--incumbent-prior`` above 0."""
+    from policies.registry import get
+
+    return bool(get(cfg.method).incumbent_prior) and cfg.incumbent_prior > 0
+
+
 def reads_incumbent(cfg: TrainConfig) -> bool:
     """Whether the run's environment carries the incumbent's features: ``--incumbent``, or
     a method that samples around the incumbent (HSDAG) with ``--incumbent-prior`` above 0."""
-    from policies.registry import get
-
-    return cfg.incumbent or (cfg.incumbent_prior > 0 and get(cfg.method).incumbent_prior)
+    return cfg.incumbent or samples_around_incumbent(cfg)
 
 
 def exact_start_applies(cfg: TrainConfig, backend: str) -> bool:
@@ -249,9 +256,7 @@ def exact_start_applies(cfg: TrainConfig, backend: str) -> bool:
     make a method start from one."""
     from policies.registry import get
 
-    method = get(cfg.method)
-    return cfg.starts_exact(backend) and (
-        method.starts or (method.incumbent_prior and cfg.incumbent_prior > 0))
+    return cfg.starts_exact(backend) and (get(cfg.method).starts or samples_around_incumbent(cfg))
 
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],

@@ -51,9 +51,9 @@ def test_without_suggestions_the_store_is_not_asked(tiny_recording):
     assert env.store.take_suggestion(env.graph_id) == [1] * n
 
 
-def test_the_guide_proposes_refits_next_placement_every_k_measurements(tiny_recording):
+def test_the_guide_proposes_refits_next_placement_every_k_placements(tiny_recording):
     """Fed the same measurements, the guide queues what ``--method refit`` proposes next,
-    once per ``every`` measurements of the run's own graph."""
+    once per ``every`` placements proposed in the run."""
     from envs.store import placement_key
     from hsdag_ray.baselines import profile_costs
     from hsdag_ray.refit_guide import RefitGuide
