@@ -1,4 +1,5 @@
-"""The figures a run is compared with: single devices, OpenVINO AUTO, the exact optimum.
+"""The figures a run is compared with: single devices, OpenVINO AUTO, the exact optimum
+(or, where no exact solver applies, a heuristic's placement on the profile).
 
 They are measured by a :class:`~envs.measuring.MeasuringService`, on a
 measuring machine with a real backend (the same kind of machine the run's
@@ -22,8 +23,8 @@ class Baselines:
     """What a run is compared with.
 
     Attributes:
-        latency_s: name (``<DEVICE>_only``, ``openvino_auto``, ``optimum``) ->
-            seconds (``inf`` when it did not run).
+        latency_s: name (``<DEVICE>_only``, ``openvino_auto``, ``optimum``, or
+            ``heft`` for the parallel objective) -> seconds (``inf`` when it did not run).
         candidates: name -> the placement (device index per node) or ``"auto"``
             it was measured with, for re-measurement.
         optimum: ``method``, ``proven``, ``gap`` and ``profile_value_s`` (the
@@ -66,7 +67,9 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     """Single-device latencies; with a real backend, OpenVINO AUTO's
     (``openvino_auto``: the whole model on the device AUTO picks); and, where an
     exact solver applies to the profile, its placement's latency (``optimum``),
-    all measured by ``service`` (the run's backend on a measuring machine).
+    or, where none applies but a heuristic does (HEFT for ``parallel``), the heuristic's
+    placement's (named after it), all measured by ``service`` (the run's backend on a
+    measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
     from envs.measuring import AUTO, call
     from policies.exact import exact_method, solve
@@ -84,8 +87,11 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
         say(f"OpenVINO AUTO ({m['info'].get('auto_device', 'AUTO')}, ran on {ran_on}): "
             + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
     cg = profile_costs(env)
-    method = None if cg is None else exact_method(cg, objective)
+    if cg is None:
+        return b
+    method = exact_method(cg, objective)
     if method is None:
+        _heuristic(b, service, cg, objective, say, time_limit)
         return b
     res = solve(cg, objective, method, time_limit=time_limit)
     if not res.feasible:
@@ -101,3 +107,23 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     say(f"exact optimum on the profile ({method}): {res.value * 1e3:.3f} ms, measured "
         f"{b.latency_s['optimum'] * 1e3:.3f} ms{gap}")
     return b
+
+
+def _heuristic(b: Baselines, service, cg, objective: str, say, time_limit: float) -> None:
+    """Add the heuristic's placement on the profile to ``b``, measured, where one applies."""
+    from envs.measuring import call
+    from policies.exact import heuristic_method, solve
+
+    method = heuristic_method(objective)
+    if method is None:
+        return
+    res = solve(cg, objective, method, time_limit=time_limit)
+    if not res.feasible:
+        say(f"{method} on the profile: {res.status}")
+        return
+    placement = [int(d) for d in res.placement]
+    m = call(service, "measure", placement)
+    b.latency_s[method] = m["latency_s"] if m["ok"] else math.inf
+    b.candidates[method] = placement
+    say(f"{method} on the profile: {res.value * 1e3:.3f} ms, measured "
+        + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))

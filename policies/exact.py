@@ -41,7 +41,8 @@ from policies.mincut import solve_alpha_expansion, solve_mincut
 from policies.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
 from policies.result import SolveResult
 
-__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for", "exact_method"]
+__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for", "exact_method",
+           "heuristic_method"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,9 @@ def exact_method(graph, objective: str) -> Optional[str]:
     if objective == "throughput":
         return "milp"
     return None
+
+
+def heuristic_method(objective: str) -> Optional[str]:
+    """The heuristic a run solves its profile with where no exact solver applies to
+    ``objective`` (HEFT for ``parallel``), if any."""
+    return "heft" if objective == "parallel" else None
