@@ -64,13 +64,16 @@ def _field_docs() -> dict[str, str]:
     out: dict[str, str] = {}
     current: list[str] = []
     text: list[str] = []
+    item_indent = None  # an attribute starts at this indentation; deeper lines continue one
     for line in doc.split("Attributes:")[-1].splitlines():
         s = line.strip()
         if not s:
             continue
+        indent = len(line) - len(line.lstrip())
+        item_indent = indent if item_indent is None else item_indent
         head, _, rest = s.partition(":")
         names = [h.strip() for h in head.split("/")]
-        if rest and all(n.isidentifier() for n in names):
+        if indent <= item_indent and rest and all(n.isidentifier() for n in names):
             for n in current:
                 out[n] = " ".join(text)
             current, text = names, [rest.strip()]
