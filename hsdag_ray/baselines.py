@@ -42,6 +42,14 @@ class Baselines:
     reference_s: float = math.nan
     reference_kind: str = ""
 
+    def profile_solution(self) -> Optional[list[int]]:
+        """The placement solved on the run's profile: the exact solver's (``optimum``),
+        or where none applies the heuristic's (``heft``); None when neither ran."""
+        for name in ("optimum", "heft"):
+            if isinstance(self.candidates.get(name), list):
+                return self.candidates[name]
+        return None
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -111,7 +111,8 @@ class TrainConfig:
             changes about F groups per proposal on a graph of any size (with the fixed
             lean of 2, about one group in eight: 7 of 60); 0 = incumbent_prior alone.
         exact_start: on: measure the exact solver's placement on the run's profile (the
-            baselines' optimum) as the run's first placement, counted in the budget, so
+            baselines' optimum; for the parallel objective, which has no exact solver,
+            HEFT's, the baselines' heft) as the run's first placement, counted in the budget, so
             a method sampling around the run's best (HSDAG's incumbent prior,
             annealing) starts from it when it beats their own start: learning then
             corrects what the profile gets wrong instead of finding what it gets right;

@@ -219,18 +219,20 @@ def _measure_first(cfg: TrainConfig, ckpt, method, env_cfg: dict, real: bool, se
 
 
 def _measure_exact(baselines, service, say) -> None:
-    """Measure the exact solver's placement on the run's profile through the run's store
-    (``--exact-start``): a placement of the run, so sampling around the run's best
-    starts from it when it beats the run's own start."""
+    """Measure the placement solved on the run's profile (the exact solver's, or HEFT's
+    for the parallel objective) through the run's store (``--exact-start``): a placement
+    of the run, so sampling around the run's best starts from it when it beats the
+    run's own start."""
     from envs.measuring import call
 
-    placement = baselines.candidates.get("optimum")
-    if not isinstance(placement, list):
-        say("--exact-start: no exact solver's placement for this run (it needs a profile of "
+    placement = baselines.profile_solution()
+    if placement is None:
+        say("--exact-start: no solver's placement for this run (it needs a profile of "
             "every device and a solver for the objective); the run starts as it would without")
         return
     [latency] = call(service, "measure_batch", [placement])
-    say(f"the exact solver's placement on the profile, the run's first: {latency * 1e3:.4g} ms")
+    solver = "exact solver's" if "optimum" in baselines.candidates else "HEFT's"
+    say(f"the {solver} placement on the profile, the run's first: {latency * 1e3:.4g} ms")
 
 
 def _refit_guide(cfg: TrainConfig, env, store):
@@ -312,8 +314,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
             finally:
                 release(service)
         state["baselines"] = baselines.to_json()
-        # a run that measured the exact solver's placement as its own says so in its summary
-        state["exact_start"] = exact and isinstance(baselines.candidates.get("optimum"), list)
+        # a run that measured the profile's solution as its own says so in its summary
+        state["exact_start"] = exact and baselines.profile_solution() is not None
         singles = {k[: -len("_only")]: v for k, v in baselines.latency_s.items() if k.endswith("_only")}
         (run_dir.dir / "config.json").write_text(json.dumps(
             {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,

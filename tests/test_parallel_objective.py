@@ -69,6 +69,25 @@ def test_parallel_runs_measure_heft_on_their_profile(tmp_path):
     assert any(r["method"] == "heft" and r["best_latency_s"] == pytest.approx(value) for r in rows)
 
 
+@pytest.mark.parametrize("method", ["anneal", "hsdag"])
+def test_exact_start_on_the_parallel_objective_starts_from_heft(method, tmp_path):
+    """--exact-start: with no exact solver, HEFT's placement on the run's profile is the
+    run's first measurement, counted as its own, and the method samples around it."""
+    from envs.store import placement_key
+
+    paths = _profiles(tmp_path)
+    placement, _, _ = _heft(paths["known"])
+    cfg = TrainConfig(model="tiny_cnn", method=method, backend="simulator", objective="parallel",
+                      profile=str(paths["known"]), sim_profile=str(paths["machine"]),
+                      exact_start="on", budget=10, budget_unit="measurements", episode_len=5,
+                      env_runners=0, wandb="disabled", out=str(tmp_path), name=method, seed=0)
+    s = train(cfg, quiet=True)
+    log = json.loads((tmp_path / method / "store.json").read_text())["log"]
+    assert log[0]["key"].split(":")[-1] == placement_key("", placement)[1:]
+    assert s["exact_start"] and s["measurements"] >= 10
+    assert s["method_best_latency_s"] <= s["baselines"]["heft"] * (1 + 1e-9)
+
+
 def test_sequential_runs_keep_the_exact_optimum_and_no_heft(tmp_path):
     paths = _profiles(tmp_path)
     cfg = TrainConfig(model="tiny_cnn", method="random", backend="simulator",
