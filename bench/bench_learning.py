@@ -13,7 +13,7 @@ For each model the local CPU is profiled once by OpenVINO and the
 accelerators are modeled (saved in ``--profiles`` as ``profile_<model>.json``
 and reused, by ``bench_solvers.py`` too, so settings and methods are compared
 on the same costs). Each run trains each method of ``--methods`` (default
-HSDAG) on the simulator (sequential objective) for the largest of ``--budgets`` placements and
+HSDAG) on the simulator (sequential objective unless given) for the largest of ``--budgets`` placements and
 prints its best latency over the exact optimum of the profile (min cut, or the
 MILP with the memory limit), over the best single device, and the number of
 distinct placements measured; then, per case and method, the median and range
@@ -33,6 +33,11 @@ features, memory repair and start. Ratios are then over the optimum of the
 costs measured, and a row ``exact (profile)`` gives the exact solver's
 placement on the run's profile, measured: what solving the profile without
 any measurement gets.
+
+The objective is the runs' own (``-- --objective parallel``): where no exact
+solver applies to it (``parallel``), ratios are over HEFT's placement on the
+costs measured instead of an optimum (below 1 where a method beats HEFT), and
+with ``--estimate`` the row is ``heft (profile)``, HEFT on the run's profile.
 """
 from __future__ import annotations
 
@@ -99,20 +104,30 @@ def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> floa
     return min(seen) / optimum if seen else math.inf
 
 
-def measured_optimum(model: str, profile: Path, devices: list[str], coarsen: str,
-                     time_limit: float) -> float:
-    """The exact optimum of the costs in ``profile`` (what the simulator measures
-    with), solved here because a run with ``--estimate`` solves its own wrong profile."""
+def measured_reference(model: str, profile: Path, devices: list[str], coarsen: str,
+                       objective: str, time_limit: float) -> float:
+    """What ratios divide by: the exact optimum of the costs in ``profile`` (what the
+    simulator measures with) for ``objective``, or, where no exact solver applies
+    (``parallel``), HEFT's placement on them. Solved here because a run with
+    ``--estimate`` solves its own wrong profile, and a parallel run has no optimum."""
     from envs.simulator import Simulator
-    from policies.exact import exact_method
+    from policies.exact import exact_method, solve
     from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import Profile, cost_graph
-    from policies.exact import solve
 
     _, _, graph, _ = build_graph(model, coarsen)
     cg = cost_graph(graph, Profile.load(profile), devices)
-    res = solve(cg, "sequential", exact_method(cg, "sequential"), time_limit=time_limit)
-    return float(Simulator(cg).sequential(np.asarray(res.placement)).value)
+    res = solve(cg, objective, exact_method(cg, objective) or "heft", time_limit=time_limit)
+    return float(Simulator(cg).evaluate(np.asarray(res.placement), objective).value)
+
+
+def over_what(objective: str) -> tuple[str, str]:
+    """What a run's best is divided by, as (its baselines' key, its name in the tables):
+    the exact optimum, or HEFT's placement where no exact solver applies to ``objective``."""
+    from policies.exact import SOLVERS
+
+    exact = any(objective in s.exact for s in SOLVERS.values())
+    return ("optimum", "optimum") if exact else ("heft", "HEFT")
 
 
 def estimate_of(profile: Path, sigma: float) -> Path:
@@ -144,6 +159,8 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
 
     from hsdag_ray.train import train
 
+    own, ref = over_what(base.objective)
+    exact = own == "optimum"
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -153,11 +170,10 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
             profile = load_or_record(model, Path(profiles), jitter)
             known = estimate_of(profile, estimate) if estimate > 0 else profile
             for acc in accelerators:
-                optimum = None
-                if estimate > 0:
-                    optimum = measured_optimum(model, profile, ["CPU", acc], base.coarsen,
-                                               base.solver_time_limit)
-                    exact_ratios = []
+                optimum, exact_ratios = None, []
+                if estimate > 0 or not exact:
+                    optimum = measured_reference(model, profile, ["CPU", acc], base.coarsen,
+                                                 base.objective, base.solver_time_limit)
                 for method in methods:
                     ratios, curves, proven_all, by_refit = [], [], True, []
                     for seed in seeds:
@@ -186,21 +202,21 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         singles = [v for k, v in b.items()
                                    if k.endswith("_only") and math.isfinite(v)]
                         best = s["method_best_latency_s"]  # the method's own, not a fallback
-                        if best is None or "optimum" not in b:
+                        if best is None or (optimum is None and own not in b):
                             say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: no feasible "
-                                f"placement or no optimum ({b})")
+                                f"placement or no {ref} ({b})")
                             ratios.append(math.inf)
                             continue
-                        opt = b["optimum"] if optimum is None else optimum
-                        if optimum is not None:
-                            exact_ratios.append(b["optimum"] / optimum)
+                        opt = b[own] if optimum is None else optimum
+                        if optimum is not None and own in b:
+                            exact_ratios.append(b[own] / optimum)
                         ratios.append(best / opt)
                         curves.append((curve, opt))
                         by_refit.append(_best_by_refit(s))
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
                         say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
-                            f"{ratios[-1]:.4f}x optimum"
+                            f"{ratios[-1]:.4f}x {ref}"
                             + (f" (NOT proven, gap {s['optimum_gap']:.1%})" if unproven else "")
                             + f", {best / min(singles):.3f}x best single, "
                             f"{s['measurements']} distinct of {s['placements']}, "
@@ -212,11 +228,13 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                                   "unit": base.budget_unit, "best_by_refit": by_refit})
                     if on_case is not None:
                         on_case(cases)
-                if optimum is not None and exact_ratios:
+                if estimate > 0 and exact_ratios:
                     # measured once per run, the same placement each time: one point at 1
                     r = exact_ratios[0]
-                    say(f"{model:13s} {acc:13s} exact solver on the run's profile: {r:.4f}x optimum")
-                    cases.append({"model": model, "accelerator": acc, "method": "exact (profile)",
+                    solver = "exact solver" if exact else "HEFT"
+                    say(f"{model:13s} {acc:13s} {solver} on the run's profile: {r:.4f}x {ref}")
+                    cases.append({"model": model, "accelerator": acc,
+                                  "method": f"{'exact' if exact else 'heft'} (profile)",
                                   "ratios": [r], "curves": [([(1, r * optimum)], optimum)],
                                   "proven": True, "unit": base.budget_unit})
                     if on_case is not None:
@@ -345,7 +363,7 @@ def main() -> None:
                      args.methods.split(","), [int(s) for s in args.seeds.split(",")],
                      budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
                      on_case=save, jitter=args.jitter, estimate=args.estimate)
-    print(f"\nbest/optimum, median [min-max] over seeds {args.seeds} at "
+    print(f"\nbest/{over_what(base.objective)[1]} ({base.objective} objective), median [min-max] over seeds {args.seeds} at "
           f"{', '.join(map(str, budgets))} {base.budget_unit}, cost features "
           + ("off" if base.no_cost else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else "")
