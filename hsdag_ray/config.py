@@ -352,10 +352,15 @@ class TrainConfig:
             raise UsageError("--sim-profile is what the simulator measures with; add "
                              "--backend simulator (a real backend measures the machine itself)")
 
+    def profile_measured(self, backend: str) -> bool:
+        """Whether a run on ``backend`` (resolved) measures its own profile: the simulator
+        without ``sim_profile``; then its exact solver's placement is the optimum."""
+        return backend == "simulator" and not self.sim_profile
+
     def starts_exact(self, backend: str) -> bool:
         """Whether ``exact_start`` is on for a run on ``backend`` (resolved)."""
         if self.exact_start == "auto":
-            return backend != "simulator" or bool(self.sim_profile)
+            return not self.profile_measured(backend)
         return self.exact_start == "on"
 
     def features(self):

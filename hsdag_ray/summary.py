@@ -109,7 +109,8 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "method_best_latency_s": method_best["latency_s"] if method_best else None,
         "speedup_vs_cpu": None, "run_dir": str(run_dir.dir),
         "reference_s": baselines.reference_s, "reference_kind": baselines.reference_kind,
-        "exact_start": bool(state.get("exact_start"))}
+        "exact_start": bool(state.get("exact_start")),
+        "profile_measured": cfg.profile_measured("simulator" if simulated else env.backend.name)}
     if baselines.optimum:
         summary["optimum_method"] = baselines.optimum["method"]
         summary["optimum_proven"] = baselines.optimum["proven"]

@@ -331,7 +331,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
         progress = console.Progress(planned, store.stats()[cfg.budget_unit], quiet,
                                     reference=console.reference_device(env.devices),
-                                    optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit)
+                                    optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit,
+                                    optimum_label=console.optimum_label(cfg.profile_measured(backend)))
         try:
             _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration,
                   _refit_guide(cfg, env, store))

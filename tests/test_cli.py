@@ -182,6 +182,28 @@ def test_the_result_table_compares_with_the_cpu_alone(cpu):
     assert "50.0% faster" in text and "60.0% faster" in text and "0.0% faster" in text
 
 
+@pytest.mark.parametrize("measured", [True, False])
+def test_the_exact_placement_is_called_the_optimum_only_where_the_profile_is_measured(measured):
+    """On a real machine or with --sim-profile the exact solver's placement on the profile
+    can be beaten (the progress line once read "0.608x optimum"): it is named for what it is."""
+    from rich.console import Console
+
+    from hsdag_ray.console import Progress, optimum_label, result_table
+
+    summary = {"model": "m", "method": "hsdag", "backend": "simulator", "best_latency_s": 0.3e-3,
+               "devices": ["CPU", "GPU"], "profile_measured": measured,
+               "baselines": {"CPU_only": 1e-3, "optimum": 0.4e-3}}
+    console = Console(width=120, record=True)
+    console.print(result_table(summary))
+    rows = [line.split()[0:3] for line in console.export_text().splitlines()]
+    assert (["optimum", "│", "0.400"] in rows) == measured
+    assert (["exact", "on", "profile"] in rows) != measured
+    line = Progress(10, 0, quiet=True, optimum_s=0.4e-3,
+                    optimum_label=optimum_label(measured))._text(
+        {"best_latency_s": 0.3e-3, "measurements": 3, "placements": 3})
+    assert ("0.750x optimum" in line) == measured and ("0.750x exact on profile" in line) != measured
+
+
 def test_what_libraries_print_on_either_stream_goes_to_the_log(tmp_path, capfd):
     """Lines written straight to file descriptors 1 and 2 (as C libraries such as
     HiGHS and Ray's core worker do) land in the log; the command's own lines do not."""

@@ -203,7 +203,10 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
                         ("machine", {"profile": str(paths[1])})):
         cfg = TrainConfig(model="tiny_cnn", backend="simulator", budget=10, episode_len=10,
                           env_runners=0, wandb="disabled", out=str(tmp_path), name=name, **extra)
-        runs[name] = train(cfg, quiet=True)["baselines"]
+        s = train(cfg, quiet=True)
+        runs[name] = s["baselines"]
+        # only where the profile is what is measured is its exact placement the optimum
+        assert s["profile_measured"] == (name != "wrong")
     assert runs["wrong"]["GPU_X_only"] == pytest.approx(runs["machine"]["GPU_X_only"])
     assert runs["wrong"]["GPU_X_only"] > 2 * runs["known"]["GPU_X_only"]
     # solved on the wrong profile: never better than the machine's own optimum
