@@ -18,6 +18,15 @@ M`` solve, so thousands of unknowns cost nothing); a posterior sample is a
 prior sample corrected with the same solve (Wilson et al., ICML 2020,
 "pathwise conditioning").
 
+Under the ``throughput`` objective (pipelined: the largest device load) a
+placement's latency is the largest of the devices' loads, each linear in the
+same costs (its nodes' times and ``a`` times the transfers it sends or
+receives). A measurement is read as the load of the device the current
+posterior mean makes the bottleneck, and every measured placement is read
+again so after each new one: a linearisation that is exact wherever the model
+names the bottleneck right, which it does once the loads differ by more than
+the model's doubt.
+
 Two users: ``--method refit`` (:mod:`policies.refit`) solves the refitted
 profile exactly, and the measurement screen (``--screen``,
 :class:`envs.screen.Screen`) predicts a proposed placement's latency and
@@ -34,7 +43,10 @@ import numpy as np
 from envs.simulator import Simulator
 from hsdag_ray.core.costgraph import CostGraph
 
-__all__ = ["LatencyModel", "NOISE_LEVELS", "NOISE_FIT_AFTER"]
+__all__ = ["LatencyModel", "NOISE_LEVELS", "NOISE_FIT_AFTER", "MODELED_OBJECTIVES"]
+
+#: the simulator objectives the model predicts (``parallel``'s schedule is not linear in the costs)
+MODELED_OBJECTIVES = ("sequential", "throughput")
 
 #: relative measurement noise levels the model chooses among by marginal likelihood
 NOISE_LEVELS = (0.001, 0.003, 0.01, 0.03, 0.1)
@@ -51,10 +63,15 @@ class LatencyModel:
             trusted to about half its value).
         noise: a measurement's noise, relative to its latency, until the model fits
             its own from :data:`NOISE_FIT_AFTER` measurements on.
+        objective: one of :data:`MODELED_OBJECTIVES`, what the measurements are.
     """
 
-    def __init__(self, costs: CostGraph, sigma: float = 0.5, noise: float = 0.02) -> None:
-        self.costs = costs
+    def __init__(self, costs: CostGraph, sigma: float = 0.5, noise: float = 0.02,
+                 objective: str = "sequential") -> None:
+        if objective not in MODELED_OBJECTIVES:
+            raise ValueError(f"the latency model predicts the {' and '.join(MODELED_OBJECTIVES)} "
+                             f"objectives, not {objective!r}")
+        self.costs, self.objective = costs, objective
         self.sim = Simulator(costs)
         self.noise = noise
         t0 = np.asarray(costs.compute_s, dtype=np.float64)
@@ -78,15 +95,47 @@ class LatencyModel:
         self._posterior_at: tuple[int, Any] = (-1, None)  # (measurements, (mean, cholesky))
 
     # ------------------------------------------------------------ measurements
-    def features(self, p: np.ndarray) -> np.ndarray:
+    def features(self, p: np.ndarray, theta: Optional[np.ndarray] = None,
+                 device: Optional[int] = None) -> np.ndarray:
         """The placement's row of the regression: one-hot node-device pairs, its
-        transfer time, its stage boundaries and 1."""
+        transfer time, its stage boundaries and 1; under ``throughput``, those of
+        ``device``, or when None of the device whose load is largest under the costs
+        ``theta`` (the posterior mean when None), its transfers (sent and received) and
+        no boundaries."""
         n, D = self.costs.num_nodes, self.costs.num_devices
         x = np.zeros(n * D + 3)
+        if self.objective == "throughput":
+            comm = self._device_transfers(p)
+            if device is None:
+                theta = self.posterior_mean() if theta is None else theta
+                loads = (np.bincount(p, weights=theta[: n * D].reshape(n, D)[np.arange(n), p],
+                                     minlength=D) + theta[n * D] * comm)
+                device = int(np.argmax(loads))
+            on = np.flatnonzero(p == device)
+            x[on * D + device] = 1.0
+            x[n * D:] = (comm[device], 0.0, 1.0)
+            return x
         x[np.arange(n) * D + p] = 1.0
         br = self.sim.sequential(p).breakdown
         x[n * D:] = (br["transfer_s"], br["stages"] - 1.0, 1.0)
         return x
+
+    def bottlenecks(self) -> list[int]:
+        """Under ``throughput``, the device whose load each measurement is read as (empty
+        under ``sequential``): with the measurements, what restores the model exactly."""
+        if self.objective != "throughput":
+            return []
+        D = self.costs.num_devices
+        return [int(np.flatnonzero(r[:-3])[0] % D) if r[:-3].any() else 0 for r in self.rows]
+
+    def _device_transfers(self, p: np.ndarray) -> np.ndarray:
+        """The profile's transfer time each device sends or receives under ``p`` (the
+        ``throughput`` objective's communication load)."""
+        g, D = self.costs, self.costs.num_devices
+        t, d = self.sim.crossings(p)
+        src = p[g.tensor_src[t]]
+        cost = self.sim.transfer[t, src, d]
+        return np.bincount(src, weights=cost, minlength=D) + np.bincount(d, weights=cost, minlength=D)
 
     def add(self, placement: np.ndarray, latency_s: float) -> bool:
         """Learn from a measured latency; False (and nothing learned) for a failed
@@ -98,7 +147,29 @@ class LatencyModel:
         self.placements.append(p.copy())
         self.rows.append(self.features(p))
         self.latencies.append(float(latency_s))
+        if self.objective == "throughput":
+            self._reread()
         return True
+
+    def replace(self, placements: list[np.ndarray], latencies: list[float],
+                bottlenecks: Optional[list[int]] = None) -> None:
+        """Take these measurements instead of the model's (a search's saved state), read
+        as the loads of ``bottlenecks`` under ``throughput`` (:meth:`bottlenecks`)."""
+        self.placements = [np.asarray(p, dtype=np.int64) for p in placements]
+        self.latencies = [float(v) for v in latencies]
+        if self.objective == "throughput" and bottlenecks is not None:
+            self.rows = [self.features(p, device=d) for p, d in zip(self.placements, bottlenecks)]
+        else:
+            self.rows = [self.features(p, self.mu0) for p in self.placements]
+        self.reset_cache()
+        if self.objective == "throughput" and bottlenecks is None:
+            self._reread()
+
+    def _reread(self) -> None:
+        """Read every measurement again as the load of the bottleneck the fit names now."""
+        theta = self.posterior_mean()
+        self.rows = [self.features(q, theta) for q in self.placements]
+        self.reset_cache()
 
     def __len__(self) -> int:
         return len(self.latencies)

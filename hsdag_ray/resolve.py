@@ -156,9 +156,11 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
 
     if not get(cfg.method).costs:
         return ""
-    if cfg.objective != "sequential":
-        return (f"--method {cfg.method} models the sequential objective; use --objective "
-                f"sequential, or another method for the {cfg.objective} objective")
+    from envs.latency_model import MODELED_OBJECTIVES
+
+    if cfg.objective not in MODELED_OBJECTIVES:
+        return (f"--method {cfg.method} models the {' and '.join(MODELED_OBJECTIVES)} "
+                f"objectives; use one of them, or another method for the {cfg.objective} objective")
     if devices is None:
         lacks = "none" if cfg.backend not in ("simulator", "default") and not cfg.profile else ""
     else:

@@ -9,13 +9,14 @@ corrects it with every latency the run measures, then solves again.
 
 The model (:class:`envs.latency_model.LatencyModel`): under the
 ``sequential`` objective a placement's latency is linear in the profile's
-costs (node times, transfers, stage boundaries and a constant); the profile is
+costs (node times, transfers, stage boundaries and a constant), under
+``throughput`` it is the bottleneck device's load, linear in them; the profile is
 a Gaussian prior over them, and every measurement refits them by Bayesian
 linear regression, with the measurements' noise level fitted by marginal
 likelihood.
 
 Each proposal is the exact solver's placement (min cut, or the MILP with the
-memory limits, :func:`policies.exact.solve`) on a refitted profile: the
+memory limits, or the throughput MILP, :func:`policies.exact.solve`) on a refitted profile: the
 posterior mean while it gives a placement not measured yet (the first one is
 the profile's own optimum), otherwise a posterior sample (Thompson sampling,
 Thompson 1933; for combinatorial choices Russo et al., "A Tutorial on
@@ -29,7 +30,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from envs.latency_model import NOISE_FIT_AFTER, NOISE_LEVELS, LatencyModel
+from envs.latency_model import MODELED_OBJECTIVES, NOISE_FIT_AFTER, NOISE_LEVELS, LatencyModel
 from hsdag_ray.core.costgraph import CostGraph
 
 __all__ = ["ProfileThompson", "NOISE_LEVELS", "NOISE_FIT_AFTER"]
@@ -48,7 +49,8 @@ class ProfileThompson:
         seed: random seed of the posterior samples.
         start: unused (the first proposal is the profile's own optimum).
         costs: the run's profile as a cost graph of its (coarsened) graph.
-        objective: must be ``sequential``, the objective this model is linear for.
+        objective: ``sequential`` (linear in the costs) or ``throughput`` (the largest
+            of the devices' loads, each linear in them; :mod:`envs.latency_model`).
         sigma: the prior's relative spread of each cost (0.5: a node's time is
             trusted to about half its value).
         noise: a measurement's noise, relative to its latency, until the search fits
@@ -63,14 +65,15 @@ class ProfileThompson:
                  time_limit: float = 10.0, retries: int = 4) -> None:
         from policies.exact import exact_method
 
-        if objective != "sequential":
-            raise ValueError(f"the profile refit models the sequential objective, not {objective!r}")
+        if objective not in MODELED_OBJECTIVES:
+            raise ValueError(f"the profile refit models the {' and '.join(MODELED_OBJECTIVES)} "
+                             f"objectives, not {objective!r}")
         if costs.num_nodes != num_nodes or costs.num_devices != num_devices:
             raise ValueError(f"the cost graph has {costs.num_nodes} nodes on {costs.num_devices} "
                              f"devices, the run {num_nodes} on {num_devices}")
         self.costs, self.objective = costs, objective
         self.solver = exact_method(costs, objective)
-        self.model = LatencyModel(costs, sigma=sigma, noise=noise)
+        self.model = LatencyModel(costs, sigma=sigma, noise=noise, objective=objective)
         self.sim, self.free = self.model.sim, self.model.free
         self.rng = np.random.default_rng(seed)
         self.time_limit, self.retries = time_limit, retries
@@ -144,16 +147,13 @@ class ProfileThompson:
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state,
                 "placements": [p.tolist() for p in self.placements],
-                "latencies": self.latencies, "seen": [np.frombuffer(k, dtype=np.int64).tolist()
+                "latencies": self.latencies, "bottlenecks": self.model.bottlenecks(),
+                "seen": [np.frombuffer(k, dtype=np.int64).tolist()
                                                       for k in self.seen],
                 "proposals": self.proposals}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["rng"]
-        m = self.model
-        m.placements = [np.asarray(p, dtype=np.int64) for p in state["placements"]]
-        m.rows = [m.features(p) for p in m.placements]
-        m.latencies = [float(v) for v in state["latencies"]]
+        self.model.replace(state["placements"], state["latencies"], state.get("bottlenecks"))
         self.seen = {np.asarray(p, dtype=np.int64).tobytes() for p in state["seen"]}
         self.proposals = dict(state["proposals"])
-        m.reset_cache()  # fitted to other rows

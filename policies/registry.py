@@ -190,7 +190,8 @@ register(Method(
 register(Method(
     name="refit", kind="search", run="policies.refit:ProfileThompson", costs=True,
     description="the exact solver on the run's profile, refitted to every measurement "
-                "(Bayesian linear regression) and sampled (Thompson sampling); sequential objective"))
+                "(Bayesian linear regression) and sampled (Thompson sampling); sequential or "
+                "throughput objective"))
 
 
 def _gdp_model_config(s: Mapping[str, Any]) -> dict:
