@@ -111,23 +111,24 @@ def measured_reference(model: str, profile: Path, devices: list[str], coarsen: s
     (``parallel``), HEFT's placement on them. Solved here because a run with
     ``--estimate`` solves its own wrong profile, and a parallel run has no optimum."""
     from envs.simulator import Simulator
-    from policies.exact import exact_method, solve
+    from policies.exact import exact_method, heuristic_method, solve
     from hsdag_ray.core.coarsening import build_graph
     from hsdag_ray.core.profile import Profile, cost_graph
 
     _, _, graph, _ = build_graph(model, coarsen)
     cg = cost_graph(graph, Profile.load(profile), devices)
-    res = solve(cg, objective, exact_method(cg, objective) or "heft", time_limit=time_limit)
+    method = exact_method(cg, objective) or heuristic_method(objective)
+    res = solve(cg, objective, method, time_limit=time_limit)
     return float(Simulator(cg).evaluate(np.asarray(res.placement), objective).value)
 
 
 def over_what(objective: str) -> tuple[str, str]:
     """What a run's best is divided by, as (its baselines' key, its name in the tables):
     the exact optimum, or HEFT's placement where no exact solver applies to ``objective``."""
-    from policies.exact import SOLVERS
+    from policies.exact import heuristic_method
 
-    exact = any(objective in s.exact for s in SOLVERS.values())
-    return ("optimum", "optimum") if exact else ("heft", "HEFT")
+    heuristic = heuristic_method(objective)  # what runs are given where no exact solver applies
+    return ("optimum", "optimum") if heuristic is None else (heuristic, heuristic.upper())
 
 
 def estimate_of(profile: Path, sigma: float) -> Path:

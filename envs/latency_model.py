@@ -105,7 +105,7 @@ class LatencyModel:
         n, D = self.costs.num_nodes, self.costs.num_devices
         x = np.zeros(n * D + 3)
         if self.objective == "throughput":
-            comm = self._device_transfers(p)
+            comm = self.sim.device_transfers(p)
             if device is None:
                 theta = self.posterior_mean() if theta is None else theta
                 loads = (np.bincount(p, weights=theta[: n * D].reshape(n, D)[np.arange(n), p],
@@ -127,15 +127,6 @@ class LatencyModel:
             return []
         D = self.costs.num_devices
         return [int(np.flatnonzero(r[:-3])[0] % D) if r[:-3].any() else 0 for r in self.rows]
-
-    def _device_transfers(self, p: np.ndarray) -> np.ndarray:
-        """The profile's transfer time each device sends or receives under ``p`` (the
-        ``throughput`` objective's communication load)."""
-        g, D = self.costs, self.costs.num_devices
-        t, d = self.sim.crossings(p)
-        src = p[g.tensor_src[t]]
-        cost = self.sim.transfer[t, src, d]
-        return np.bincount(src, weights=cost, minlength=D) + np.bincount(d, weights=cost, minlength=D)
 
     def add(self, placement: np.ndarray, latency_s: float) -> bool:
         """Learn from a measured latency; False (and nothing learned) for a failed

@@ -132,15 +132,20 @@ class Simulator:
         p = placement
         D = g.num_devices
         load = np.bincount(p, weights=g.compute_s[np.arange(g.num_nodes), p], minlength=D)
+        comm = self.device_transfers(p)
+        total = load + comm
+        bd = {f"load_{g.devices[k]}_s": float(total[k]) for k in range(D)}
+        bd["transfer_s"] = float(comm.sum() / 2)  # each transfer loads its sender and receiver
+        return SimResult(float(total.max()), breakdown=bd)
+
+    def device_transfers(self, placement: np.ndarray) -> np.ndarray:
+        """The transfer time each device sends or receives under ``placement`` (its
+        communication load under ``throughput``)."""
+        g, p, D = self.graph, placement, self.graph.num_devices
         t, d = self.crossings(p)
         src_dev = p[g.tensor_src[t]]
         cost = self.transfer[t, src_dev, d]
-        comm = (np.bincount(src_dev, weights=cost, minlength=D)
-                + np.bincount(d, weights=cost, minlength=D))
-        total = load + comm
-        bd = {f"load_{g.devices[k]}_s": float(total[k]) for k in range(D)}
-        bd["transfer_s"] = float(cost.sum())
-        return SimResult(float(total.max()), breakdown=bd)
+        return np.bincount(src_dev, weights=cost, minlength=D) + np.bincount(d, weights=cost, minlength=D)
 
     def parallel(self, placement: np.ndarray) -> SimResult:
         g = self.graph
