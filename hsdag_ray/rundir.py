@@ -44,7 +44,8 @@ class Run:
         else:
             name = cfg.name or f"{model_label(cfg.model)}-{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
             self.dir = absolute(Path(cfg.out) / name)
-            if self.dir.exists() and any(self.dir.iterdir()):
+            # a run that failed before it started left only what the libraries printed
+            if self.dir.exists() and any(f.name != "libraries.log" for f in self.dir.iterdir()):
                 raise UsageError(f"run folder {self.dir} exists already; choose another --name or "
                                  f"continue it with --resume {self.dir}")
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -232,3 +232,18 @@ def test_a_command_can_reword_a_settings_help_and_only_an_existing_ones():
     assert ap.parse_args(["--budget", "7"]).budget == 7
     with pytest.raises(ValueError, match="no setting named budgett"):
         build_parser(help_for={"budgett": "typo"})
+
+
+def test_a_run_that_failed_before_it_started_can_be_run_again_under_its_name(tmp_path):
+    """A model that cannot be built fails the run with exit 2, leaving only what the
+    libraries printed; the same command, run again after a fix, is not refused for
+    its folder. A folder holding a started run's files still is."""
+    args = ("hsdag_ray.train", "--model", "hf:patchtst", "--budget", "5", "--out", str(tmp_path),
+            "--name", "r", "--wandb", "disabled")
+    for _ in range(2):
+        code, _, err = cli(*args)
+        assert code == 2 and "Traceback" not in err, err
+        assert "error: hf:patchtst reads 'past_values'" in err.strip().splitlines()[-1], err
+    (tmp_path / "r" / "metrics.jsonl").write_text("{}\n")
+    code, _, err = cli(*args)
+    assert_user_error(code, err, "exists already", "--resume")

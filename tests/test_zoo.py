@@ -76,7 +76,7 @@ def test_a_small_decoder_llm_and_a_vision_transformer_build_from_their_specs():
                                         ("hf:llama", "hf:llama:num_hidden_layers=2"),
                                         ("hf:gpt2:n_layer", "is not KEY=VALUE"),
                                         ("hf:gpt2:no_field=1", "has no field 'no_field'"),
-                                        ("hf:whisper", "export this one to ONNX"),
+                                        ("hf:patchtst", "export this one to ONNX"),
                                         ("hf:xlnet:n_layer=1", "export the model yourself")])
 def test_unknown_architecture_names_are_one_sentence(spec, words):
     import subprocess
@@ -85,3 +85,36 @@ def test_unknown_architecture_names_are_one_sentence(spec, words):
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.graph", spec], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec,tokens", [("hf:clip", 77), ("hf:siglip", 64)])
+def test_text_image_transformers_build_with_both_inputs(spec, tokens):
+    """CLIP and SigLIP read tokens and an image; the tokens are cut to the text tower's
+    positions (77 and 64, not the default 128) and their nested outputs flattened."""
+    model, fine, _, _ = build_graph(spec, "colocation")
+    shapes = {name: list(p.get_shape()) for p in model.inputs for name in p.get_names()}
+    assert shapes["input_ids"] == [1, tokens] and shapes["attention_mask"] == [1, tokens]
+    assert shapes["pixel_values"] == [1, 3, 224, 224]
+    assert fine.num_nodes > 100
+
+
+def test_a_speech_model_reads_a_second_of_waveform():
+    """hf:wav2vec2 (main input ``input_values``) converts with one second at 16 kHz."""
+    model, fine, _, _ = build_graph("hf:wav2vec2:num_hidden_layers=1", "colocation")
+    [waveform] = model.inputs
+    assert "input_values" in waveform.get_names() and list(waveform.get_shape()) == [1, 16000]
+    assert sum(n.op_type == "Convolution" for n in fine.nodes) >= 7  # the feature encoder's
+
+
+def test_a_sequence_longer_than_the_models_positions_is_refused():
+    from transformers import AutoConfig
+
+    from hsdag_ray.core.errors import GraphError
+    from hsdag_ray.core.hf_models import _fit_positions
+
+    clip = AutoConfig.for_model("clip")
+    assert _fit_positions("hf:clip", clip, 128, explicit=False) == 77
+    assert _fit_positions("hf:clip", clip, 32, explicit=True) == 32
+    with pytest.raises(GraphError, match="seq=100 is longer than the model's 77 positions"):
+        _fit_positions("hf:clip:seq=100", clip, 100, explicit=True)

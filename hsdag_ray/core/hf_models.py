@@ -8,8 +8,11 @@
     the sequence length of a text model (default 128).
 
 A text model reads ``input_ids`` and ``attention_mask`` (and an
-encoder-decoder its ``decoder_input_ids``); a vision model (its main input is
-``pixel_values``) one image of its config's size. A model whose default
+encoder-decoder its ``decoder_input_ids``, of ``seq`` tokens too); a vision
+model (its main input is ``pixel_values``) one image of its config's size; a
+text-image model (``hf:clip``, ``hf:siglip``) both; a speech model 30 s of
+log-mel frames (``input_features``, ``hf:whisper``) or one second of 16 kHz
+waveform (``input_values``, ``hf:wav2vec2``). A model whose default
 config would not fit this machine's memory in f32 is refused before it is
 built, with a sentence saying how to make it smaller.
 """
@@ -23,6 +26,8 @@ from hsdag_ray.core.errors import GraphError
 __all__ = ["huggingface_model", "parse_hf_spec"]
 
 SEQ_LEN = 128
+#: samples of waveform a speech model reads (one second at 16 kHz)
+SAMPLE_RATE = 16000
 #: the share of the machine's memory the f32 weights may take (conversion holds about three copies)
 MEMORY_SHARE = 0.25
 
@@ -110,16 +115,77 @@ def huggingface_model(rest: str):
     torch.manual_seed(0)
     m = AutoModel.from_config(config).eval()
     main_input = getattr(m, "main_input_name", "input_ids")
-    if main_input == "pixel_values":
-        size = getattr(config, "image_size", None) or 224
+    seq_len = _fit_positions(f"hf:{rest}", config, seq_len, explicit="seq=" in rest)
+    example: dict[str, Any] = {}
+    if main_input == "pixel_values" or main_input == "input_ids" and _reads(m, "pixel_values"):
+        # a vision model, or a text-image one (CLIP, SigLIP: both towers)
+        vision = getattr(config, "vision_config", None) or config
+        size = getattr(vision, "image_size", None) or 224
         h, w = (size, size) if isinstance(size, int) else tuple(size)
-        shape = [1, int(getattr(config, "num_channels", 3) or 3), int(h), int(w)]
-        return m, {"pixel_values": torch.randn(*shape)}, {"pixel_values": shape}
-    if main_input != "input_ids":
-        raise GraphError(f"hf:{model_type} reads {main_input!r}; hf: builds text models (input_ids) "
-                         "and vision models (pixel_values): export this one to ONNX and pass the file")
-    ids = torch.ones(1, seq_len, dtype=torch.long)
-    example = {"input_ids": ids, "attention_mask": ids}
-    if getattr(config, "is_encoder_decoder", False):  # T5, BART...: the decoder reads its own ids
-        example["decoder_input_ids"] = ids
-    return m, example, {k: [1, seq_len] for k in example}
+        channels = int(getattr(vision, "num_channels", 3) or 3)
+        example["pixel_values"] = torch.randn(1, channels, int(h), int(w))
+        if main_input == "input_ids":  # its nested outputs do not trace (SigLIP): flatten them
+            m = _text_image(m)
+    if main_input == "input_features":  # a speech model reading log-mel frames (Whisper)
+        frames = 2 * int(getattr(config, "max_source_positions", 1500))
+        example["input_features"] = torch.randn(1, int(getattr(config, "num_mel_bins", 80)), frames)
+    elif main_input == "input_values":  # a speech model reading the waveform (wav2vec 2.0, HuBERT)
+        example["input_values"] = torch.randn(1, SAMPLE_RATE)
+    elif main_input == "input_ids":
+        ids = torch.ones(1, seq_len, dtype=torch.long)
+        example.update(input_ids=ids, attention_mask=ids)
+    elif main_input != "pixel_values":
+        raise GraphError(f"hf:{model_type} reads {main_input!r}; hf: builds text, vision and speech "
+                         "models (input_ids, pixel_values, input_features, input_values): export "
+                         "this one to ONNX and pass the file")
+    if getattr(config, "is_encoder_decoder", False):  # T5, BART, Whisper: the decoder reads its own ids
+        example["decoder_input_ids"] = torch.ones(1, seq_len, dtype=torch.long)
+    return m, example, {k: list(v.shape) for k, v in example.items()}
+
+
+def _tensors(out) -> list:
+    """The tensors of a model's output, nested output objects and tuples flattened."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    return [t for x in out for t in _tensors(x)] if isinstance(out, (tuple, list)) else []
+
+
+def _text_image(model):
+    """A text-image model (CLIP, SigLIP) returning its outputs' tensors as one flat tuple:
+    the tracer takes tuples of tensors, not output objects holding output objects."""
+    import torch
+
+    class TextImage(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, pixel_values):
+            return tuple(_tensors(self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                             pixel_values=pixel_values)))
+
+    return TextImage().eval()
+
+
+def _fit_positions(spec: str, config, seq_len: int, explicit: bool) -> int:
+    """The sequence length within the model's positions (CLIP's text tower has 77): the
+    default is cut to fit, a ``seq=N`` beyond them is refused."""
+    text = getattr(config, "text_config", None) or config
+    limit = getattr(text, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit < 1 or seq_len <= limit:  # XLNet: -1, no limit
+        return seq_len
+    if explicit:
+        raise GraphError(f"{spec}: seq={seq_len} is longer than the model's {limit} positions; "
+                         f"use seq={limit} or less")
+    return limit
+
+
+def _reads(model, name: str) -> bool:
+    """Whether the model's forward takes ``name``."""
+    import inspect
+
+    return name in inspect.signature(model.forward).parameters
