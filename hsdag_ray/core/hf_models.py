@@ -10,9 +10,9 @@
 A text model reads ``input_ids`` and ``attention_mask`` (and an
 encoder-decoder its ``decoder_input_ids``, of ``seq`` tokens too); a vision
 model (its main input is ``pixel_values``) one image of its config's size; a
-text-image model (``hf:clip``, ``hf:siglip``) both; a speech model 30 s of
-log-mel frames (``input_features``, ``hf:whisper``) or one second of 16 kHz
-waveform (``input_values``, ``hf:wav2vec2``). A model whose default
+text-image model (``hf:clip``, ``hf:siglip``) both; a speech encoder one
+second of 16 kHz waveform (``input_values``, ``hf:wav2vec2``). Models reading
+other inputs (Whisper's log-mel frames) are refused with that advice. A model whose default
 config would not fit this machine's memory in f32 is refused before it is
 built, with a sentence saying how to make it smaller.
 """
@@ -126,19 +126,16 @@ def huggingface_model(rest: str):
         example["pixel_values"] = torch.randn(1, channels, int(h), int(w))
         if main_input == "input_ids":  # its nested outputs do not trace (SigLIP): flatten them
             m = _text_image(m)
-    if main_input == "input_features":  # a speech model reading log-mel frames (Whisper)
-        frames = 2 * int(getattr(config, "max_source_positions", 1500))
-        example["input_features"] = torch.randn(1, int(getattr(config, "num_mel_bins", 80)), frames)
-    elif main_input == "input_values":  # a speech model reading the waveform (wav2vec 2.0, HuBERT)
+    if main_input == "input_values":  # a speech model reading the waveform (wav2vec 2.0, HuBERT)
         example["input_values"] = torch.randn(1, SAMPLE_RATE)
     elif main_input == "input_ids":
         ids = torch.ones(1, seq_len, dtype=torch.long)
         example.update(input_ids=ids, attention_mask=ids)
     elif main_input != "pixel_values":
         raise GraphError(f"hf:{model_type} reads {main_input!r}; hf: builds text, vision and speech "
-                         "models (input_ids, pixel_values, input_features, input_values): export "
-                         "this one to ONNX and pass the file")
-    if getattr(config, "is_encoder_decoder", False):  # T5, BART, Whisper: the decoder reads its own ids
+                         "models (input_ids, pixel_values, input_values): export this one to ONNX "
+                         "and pass the file")
+    if getattr(config, "is_encoder_decoder", False):  # T5, BART: the decoder reads its own ids
         example["decoder_input_ids"] = torch.ones(1, seq_len, dtype=torch.long)
     return m, example, {k: list(v.shape) for k, v in example.items()}
 
