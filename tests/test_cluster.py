@@ -29,7 +29,7 @@ def test_one_measuring_env_runner_per_machine(lab_cluster, tmp_path):
                 lambda r: ray.get_runtime_context().get_node_id(), local_env_runner=False))
 
     # three EnvRunners asked for, two machines measure: one runner per machine
-    cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=40,
+    cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=20,
                       episode_len=10, env_runners=3, repeats=3, wandb="disabled", out=str(tmp_path),
                       name="lab")
     s = train(cfg, quiet=True, on_iteration=where)

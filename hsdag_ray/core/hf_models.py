@@ -11,10 +11,11 @@ A text model reads ``input_ids`` and ``attention_mask`` (and an
 encoder-decoder its ``decoder_input_ids``, of ``seq`` tokens too); a vision
 model (its main input is ``pixel_values``) one image of its config's size; a
 text-image model (``hf:clip``, ``hf:siglip``) both; a speech encoder one
-second of 16 kHz waveform (``input_values``, ``hf:wav2vec2``). A model reading another
-input (Whisper's log-mel frames) is refused with the advice to export it to
-ONNX. A model whose default config would not fit this machine's memory in f32 is refused before it is
-built, with a sentence saying how to make it smaller.
+second of 16 kHz waveform (``input_values``, ``hf:wav2vec2``). A model
+reading another input (Whisper's log-mel frames) is refused with the advice
+to export it to ONNX. A model whose default config would not fit this
+machine's memory in f32 is refused before it is built, with a sentence
+saying how to make it smaller.
 """
 from __future__ import annotations
 
