@@ -2,14 +2,16 @@
 
     python bench/bench_refit.py --estimate 0.5 --jitter 0.3:1 --profiles prof/
     python bench/bench_refit.py --models hf:gpt2 --accelerators GPU_SMALLMEM --seeds 0 --noise 0.02
+    python bench/bench_refit.py --models tv:swin_t --accelerators GPU_SMALLMEM --objective throughput
 
 The same setting as ``bench_learning.py --estimate SIGMA``: the simulator
 measures with each model's recorded (optionally ``--jitter``-ed) profile, the
 search is given a variant of it with every op time off by its own factor
 ``exp(SIGMA * N(0, 1))`` (seed 1000, as there), and best/optimum is over the
 optimum of the costs measured. The search runs in this process against the
-simulator, with no Ray, no run folder and no single-device measurements
-(a ``train`` run also tells it those), so the whole grid takes minutes.
+simulator, with no Ray and no run folder, so the whole grid takes minutes;
+a ``train`` run also tells the search each single device's measurement before
+it starts, and ``--singles`` does so too.
 ``--noise R`` multiplies every measurement by ``1 + R N(0, 1)``; the best is
 then the placement measured fastest and its ratio is that of its true cost,
 as a machine's winner's curse would give. Prints best/optimum at each of
@@ -27,22 +29,29 @@ import numpy as np
 from bench_learning import jittered, load_or_record
 
 
-def run_case(truth, known, budget: int, seed: int, budgets: list[int], noise: float) -> dict:
-    """One search: best/optimum of the true costs at each budget."""
+def run_case(truth, known, budget: int, seed: int, budgets: list[int], noise: float,
+             objective: str = "sequential", singles: bool = False) -> dict:
+    """One search: best/optimum of the true costs at each budget; ``singles``: told each
+    single device's measurement first, as a ``train`` run tells it."""
     from envs.simulator import Simulator
     from policies.exact import exact_method, solve
     from policies.refit import ProfileThompson
 
     machine = Simulator(truth)
-    optimum = machine.sequential(np.asarray(solve(truth, "sequential", exact_method(
-        truth, "sequential"), time_limit=120).placement)).value
-    search = ProfileThompson(truth.num_nodes, truth.num_devices, budget, seed=seed, costs=known)
+    optimum = machine.evaluate(np.asarray(solve(truth, objective, exact_method(
+        truth, objective), time_limit=120).placement), objective).value
+    search = ProfileThompson(truth.num_nodes, truth.num_devices, budget, seed=seed, costs=known,
+                             objective=objective)
     rng = np.random.default_rng(seed + 7)
+    for d in range(truth.num_devices) if singles else ():
+        p = np.full(truth.num_nodes, d, dtype=np.int64)
+        if machine.check(p) is None:  # a run measures the repair of one over memory
+            search.observe(p, machine.evaluate(p, objective).value, proposed=False)
     best_measured, best_true, curve = np.inf, np.inf, {}
     t0 = time.time()
     for k in range(1, budget + 1):
         p = search.propose()
-        true = np.inf if machine.check(p) else machine.sequential(p).value
+        true = np.inf if machine.check(p) else machine.evaluate(p, objective).value
         measured = true * (1 + noise * rng.standard_normal())
         search.observe(p, measured)
         if measured < best_measured:
@@ -66,6 +75,10 @@ def main() -> None:
     ap.add_argument("--jitter", default="", help="SIGMA:SEED, as bench_learning.py's")
     ap.add_argument("--noise", type=float, default=0.0, help="relative noise of each measurement")
     ap.add_argument("--profiles", default="bench/.cache", help="folder of recorded profiles (bench_solvers.py's)")
+    ap.add_argument("--objective", default="sequential", choices=("sequential", "throughput"),
+                    help="what is measured and refitted (the objectives refit models)")
+    ap.add_argument("--singles", action="store_true",
+                    help="tell the search each single device's measurement first, as a run does")
     ap.add_argument("--json", default="", help="write every run's curve here")
     args = ap.parse_args()
     from hsdag_ray.core.coarsening import build_graph
@@ -84,7 +97,8 @@ def main() -> None:
             cg_truth = cost_graph(graph, Profile.from_json(truth), devices)
             cg_known = cost_graph(graph, Profile.from_json(known), devices)
             for seed in (int(s) for s in args.seeds.split(",")):
-                r = run_case(cg_truth, cg_known, max(budgets), seed, budgets, args.noise)
+                r = run_case(cg_truth, cg_known, max(budgets), seed, budgets, args.noise,
+                             args.objective, args.singles)
                 rows.append({"model": model, "accelerator": acc, "seed": seed, **r})
                 print(f"{model:22s} {acc:13s} seed {seed}: "
                       + " ".join(f"{b}: {v:.4f}" for b, v in r["curve"].items())

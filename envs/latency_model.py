@@ -21,11 +21,14 @@ prior sample corrected with the same solve (Wilson et al., ICML 2020,
 Under the ``throughput`` objective (pipelined: the largest device load) a
 placement's latency is the largest of the devices' loads, each linear in the
 same costs (its nodes' times and ``a`` times the transfers it sends or
-receives). A measurement is read as the load of the device the current
-posterior mean makes the bottleneck, and every measured placement is read
-again so after each new one: a linearisation that is exact wherever the model
-names the bottleneck right, which it does once the loads differ by more than
-the model's doubt.
+receives). A measurement is read as the load of the device likeliest to be
+its bottleneck by what the *other* measurements predict (each device's load
+predicted without it, leave-one-out, equal to the measurement and the others
+below it), and every measured placement is read again so after each new one:
+a linearisation that is exact wherever the model names the bottleneck right.
+Judged by the fit that includes it, a measurement would keep its first
+reading, and the exact solver's proposals are balanced under the model, so
+every reading starts as a near tie.
 
 Two users: ``--method refit`` (:mod:`policies.refit`) solves the refitted
 profile exactly, and the measurement screen (``--screen``,
@@ -39,6 +42,8 @@ import dataclasses
 from typing import Any, Optional
 
 import numpy as np
+from scipy.linalg import solve_triangular
+from scipy.stats import norm
 
 from envs.simulator import Simulator
 from hsdag_ray.core.costgraph import CostGraph
@@ -52,6 +57,8 @@ MODELED_OBJECTIVES = ("sequential", "throughput")
 NOISE_LEVELS = (0.001, 0.003, 0.01, 0.03, 0.1)
 #: measurements before the noise level is fitted (``noise`` until then)
 NOISE_FIT_AFTER = 10
+#: readings of the throughput measurements per new one, at most (until they hold)
+REREADS = 3
 
 
 class LatencyModel:
@@ -157,10 +164,44 @@ class LatencyModel:
             self._reread()
 
     def _reread(self) -> None:
-        """Read every measurement again as the load of the bottleneck the fit names now."""
-        theta = self.posterior_mean()
-        self.rows = [self.features(q, theta) for q in self.placements]
-        self.reset_cache()
+        """Read every measurement again as the load of the device likeliest to have been its
+        bottleneck, judged by what the other measurements say (:meth:`_bottleneck_odds`).
+        Judged by the fit that already reads it as one device's load, a measurement would
+        keep that reading: the exact solver's proposals are balanced under the model, so
+        every device is a near tie, and a wrong first reading would hold for good."""
+        for _ in range(REREADS):
+            odds = self._bottleneck_odds()
+            rows = [self.features(q, device=int(np.argmax(o))) for q, o in zip(self.placements, odds)]
+            same = all(np.array_equal(a, b) for a, b in zip(rows, self.rows))
+            self.rows = rows
+            self.reset_cache()
+            if same:
+                return
+
+    def _bottleneck_odds(self) -> list[np.ndarray]:
+        """For each measurement, the log-likelihood of each device being its bottleneck: its
+        load's prediction from the other measurements (leave-one-out, from the inverse of
+        the kernel of all of them) equal to the measurement, every other device's below."""
+        X, y, prior_k = self._kernel()
+        noise_var = (self.noise_level() * y) ** 2 + 1e-18
+        A = np.linalg.inv(prior_k + np.diag(noise_var))
+        alpha = A @ (y - X @ self.mu0)
+        D = self.costs.num_devices
+        out = []
+        for i, q in enumerate(self.placements):
+            F = np.stack([self.features(q, device=d) for d in range(D)])  # each device's load
+            sF = F * self.var0
+            kx = X @ sF.T  # (measurements, devices): each load's prior covariance with them
+            Akx = A @ kx
+            mean = F @ self.mu0 + kx.T @ alpha
+            var = (sF * F).sum(axis=1) - (kx * Akx).sum(axis=0)
+            mean -= Akx[i] * alpha[i] / A[i, i]  # without measurement i
+            var += Akx[i] ** 2 / A[i, i]
+            sd = np.sqrt(np.maximum(var, 0.0) + noise_var[i])
+            z = (y[i] - mean) / sd
+            below = norm.logcdf(z)
+            out.append(norm.logpdf(z) - np.log(sd) + below.sum() - below)
+        return out
 
     def __len__(self) -> int:
         return len(self.latencies)
@@ -192,7 +233,7 @@ class LatencyModel:
                     c = np.linalg.cholesky(prior_k + np.diag((rel * y) ** 2 + 1e-18))
                 except np.linalg.LinAlgError:
                     continue
-                z = np.linalg.solve(c, resid)
+                z = solve_triangular(c, resid, lower=True)
                 loglik = -0.5 * z @ z - np.log(np.diag(c)).sum()
                 if loglik > best:
                     best, level = loglik, rel
@@ -240,7 +281,7 @@ class LatencyModel:
         var = float(x @ sx)
         if chol is not None:
             X, _, _ = self._kernel()
-            v = np.linalg.solve(chol, X @ sx)
+            v = solve_triangular(chol, X @ sx, lower=True)
             var -= float(v @ v)
         return float(x @ mean), float(np.sqrt(max(var, 0.0)))
 

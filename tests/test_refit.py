@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from envs.latency_model import LatencyModel
 from envs.simulator import Simulator
 from policies.exact import exact_method
 from hsdag_ray.core.synthetic import random_cost_graph
@@ -232,3 +233,20 @@ def test_no_placement_is_proposed_twice_once_the_model_is_sure():
         p = search.propose()
         search.observe(p, machine.sequential(p).value)
     assert len(search.seen) == 60 and search.proposals["local"] > 8
+
+
+def test_a_throughput_measurement_is_read_as_the_load_the_other_measurements_predict():
+    """Two nodes; the profile says node 0 takes 10.5 on the CPU and each node 10 on the
+    accelerator; the machine runs node 0 on the CPU in 5. The accelerator alone measures
+    20, which confirms its profile. Then node 0 on the CPU and node 1 on the accelerator
+    measures 10: the accelerator's load, as the first measurement predicts it. The fit
+    that already read it as the CPU's (the larger by the profile) would keep that
+    reading and believe the CPU too slow."""
+    g = dataclasses.replace(random_cost_graph(2, seed=0), compute_s=np.array([[10.5, 10.0], [10.0, 10.0]]),
+                            link_latency_s=np.zeros((2, 2)), link_bandwidth_Bps=np.full((2, 2), np.inf))
+    model = LatencyModel(g, objective="throughput")
+    model.add(np.array([1, 1]), 20.0)
+    model.add(np.array([0, 1]), 10.0)
+    assert model.bottlenecks() == [1, 1]
+    mean = model.posterior_mean()
+    assert mean[0] == pytest.approx(10.5)  # nothing measured the CPU: its prior stands
