@@ -116,7 +116,7 @@ def huggingface_model(rest: str):
     torch.manual_seed(0)
     m = AutoModel.from_config(config).eval()
     main_input = getattr(m, "main_input_name", "input_ids")
-    seq_len = _fit_positions(f"hf:{rest}", config, seq_len, explicit="seq=" in rest)
+    seq_len = _fit_positions(f"hf:{rest}", config, seq_len, explicit=any(pair.startswith("seq=") for pair in rest.split(":")[1:]))
     example: dict[str, Any] = {}
     if main_input == "pixel_values" or main_input == "input_ids" and _reads(m, "pixel_values"):
         # a vision model, or a text-image one (CLIP, SigLIP: both towers)
