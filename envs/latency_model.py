@@ -93,6 +93,9 @@ class LatencyModel:
         self.placements: list[np.ndarray] = []
         self.rows: list[np.ndarray] = []  # each measured placement's features
         self.latencies: list[float] = []
+        # throughput: each measurement's rows as each device's load, and the one it is read as
+        self._device_rows: list[np.ndarray] = []
+        self._readings: list[int] = []
         self.reset_cache()
 
     def reset_cache(self) -> None:
@@ -109,31 +112,35 @@ class LatencyModel:
         ``device``, or when None of the device whose load is largest under the costs
         ``theta`` (the posterior mean when None), its transfers (sent and received) and
         no boundaries."""
-        n, D = self.costs.num_nodes, self.costs.num_devices
-        x = np.zeros(n * D + 3)
         if self.objective == "throughput":
-            comm = self.sim.device_transfers(p)
+            rows = self.device_rows(p)
             if device is None:
                 theta = self.posterior_mean() if theta is None else theta
-                loads = (np.bincount(p, weights=theta[: n * D].reshape(n, D)[np.arange(n), p],
-                                     minlength=D) + theta[n * D] * comm)
-                device = int(np.argmax(loads))
-            on = np.flatnonzero(p == device)
-            x[on * D + device] = 1.0
-            x[n * D:] = (comm[device], 0.0, 1.0)
-            return x
+                device = int(np.argmax(rows @ theta))  # each device's load (plus c)
+            return rows[device]
+        n, D = self.costs.num_nodes, self.costs.num_devices
+        x = np.zeros(n * D + 3)
         x[np.arange(n) * D + p] = 1.0
         br = self.sim.sequential(p).breakdown
         x[n * D:] = (br["transfer_s"], br["stages"] - 1.0, 1.0)
         return x
 
+    def device_rows(self, p: np.ndarray) -> np.ndarray:
+        """``[D, n D + 3]``: under ``throughput``, the placement's row read as each device's
+        load (its nodes there, its transfers sent and received, no boundaries, 1)."""
+        n, D = self.costs.num_nodes, self.costs.num_devices
+        comm = self.sim.device_transfers(p)
+        rows = np.zeros((D, n * D + 3))
+        nodes = np.arange(n)
+        rows[p, nodes * D + p] = 1.0
+        rows[:, n * D] = comm
+        rows[:, n * D + 2] = 1.0
+        return rows
+
     def bottlenecks(self) -> list[int]:
         """Under ``throughput``, the device whose load each measurement is read as (empty
         under ``sequential``): with the measurements, what restores the model exactly."""
-        if self.objective != "throughput":
-            return []
-        D = self.costs.num_devices
-        return [int(np.flatnonzero(r[:-3])[0] % D) if r[:-3].any() else 0 for r in self.rows]
+        return list(self._readings)
 
     def add(self, placement: np.ndarray, latency_s: float) -> bool:
         """Learn from a measured latency; False (and nothing learned) for a failed
@@ -142,8 +149,14 @@ class LatencyModel:
         p = np.asarray(placement, dtype=np.int64)
         if not (np.isfinite(latency_s) and latency_s > 0) or self.sim.check(p) is not None:
             return False
+        if self.objective == "throughput":  # first read by the fit so far, then again
+            rows = self.device_rows(p)
+            self._readings.append(int(np.argmax(rows @ self.posterior_mean())))
+            self._device_rows.append(rows)
+            self.rows.append(rows[self._readings[-1]])
+        else:
+            self.rows.append(self.features(p))
         self.placements.append(p.copy())
-        self.rows.append(self.features(p))
         self.latencies.append(float(latency_s))
         if self.objective == "throughput":
             self._reread()
@@ -155,8 +168,11 @@ class LatencyModel:
         as the loads of ``bottlenecks`` under ``throughput`` (:meth:`bottlenecks`)."""
         self.placements = [np.asarray(p, dtype=np.int64) for p in placements]
         self.latencies = [float(v) for v in latencies]
-        if self.objective == "throughput" and bottlenecks is not None:
-            self.rows = [self.features(p, device=d) for p, d in zip(self.placements, bottlenecks)]
+        if self.objective == "throughput":
+            self._device_rows = [self.device_rows(p) for p in self.placements]
+            self._readings = ([int(d) for d in bottlenecks] if bottlenecks is not None else
+                              [int(np.argmax(r @ self.mu0)) for r in self._device_rows])
+            self.rows = [r[d] for r, d in zip(self._device_rows, self._readings)]
         else:
             self.rows = [self.features(p, self.mu0) for p in self.placements]
         self.reset_cache()
@@ -170,13 +186,12 @@ class LatencyModel:
         keep that reading: the exact solver's proposals are balanced under the model, so
         every device is a near tie, and a wrong first reading would hold for good."""
         for _ in range(REREADS):
-            odds = self._bottleneck_odds()
-            rows = [self.features(q, device=int(np.argmax(o))) for q, o in zip(self.placements, odds)]
-            same = all(np.array_equal(a, b) for a, b in zip(rows, self.rows))
-            self.rows = rows
-            self.reset_cache()
-            if same:
+            readings = [int(np.argmax(o)) for o in self._bottleneck_odds()]
+            if readings == self._readings:
                 return
+            self._readings = readings
+            self.rows = [r[d] for r, d in zip(self._device_rows, readings)]
+            self.reset_cache()
 
     def _bottleneck_odds(self) -> list[np.ndarray]:
         """For each measurement, the log-likelihood of each device being its bottleneck: its
@@ -186,22 +201,21 @@ class LatencyModel:
         noise_var = (self.noise_level() * y) ** 2 + 1e-18
         A = np.linalg.inv(prior_k + np.diag(noise_var))
         alpha = A @ (y - X @ self.mu0)
-        D = self.costs.num_devices
-        out = []
-        for i, q in enumerate(self.placements):
-            F = np.stack([self.features(q, device=d) for d in range(D)])  # each device's load
-            sF = F * self.var0
-            kx = X @ sF.T  # (measurements, devices): each load's prior covariance with them
-            Akx = A @ kx
-            mean = F @ self.mu0 + kx.T @ alpha
-            var = (sF * F).sum(axis=1) - (kx * Akx).sum(axis=0)
-            mean -= Akx[i] * alpha[i] / A[i, i]  # without measurement i
-            var += Akx[i] ** 2 / A[i, i]
-            sd = np.sqrt(np.maximum(var, 0.0) + noise_var[i])
-            z = (y[i] - mean) / sd
-            below = norm.logcdf(z)
-            out.append(norm.logpdf(z) - np.log(sd) + below.sum() - below)
-        return out
+        F = np.stack(self._device_rows)  # [M, D, P]: each measurement's rows as each device's load
+        sF = F * self.var0
+        m, D = F.shape[:2]
+        kx = (X @ sF.reshape(m * D, -1).T).reshape(m, m, D)  # [j, i, d]: prior covariances
+        Akx = np.einsum("jk,kid->jid", A, kx)
+        mean = F @ self.mu0 + np.einsum("jid,j->id", kx, alpha)
+        var = (sF * F).sum(axis=2) - (kx * Akx).sum(axis=0)
+        own = Akx[np.arange(m), np.arange(m)]  # [i, d]
+        diag = np.diag(A)[:, None]
+        mean -= own * alpha[:, None] / diag  # each measurement i left out
+        var += own ** 2 / diag
+        sd = np.sqrt(np.maximum(var, 0.0) + noise_var[:, None])
+        z = (y[:, None] - mean) / sd
+        below = norm.logcdf(z)
+        return list(norm.logpdf(z) - np.log(sd) + below.sum(axis=1, keepdims=True) - below)
 
     def __len__(self) -> int:
         return len(self.latencies)
