@@ -27,9 +27,10 @@ torch threads, 1 by default): on a shared machine the CPU time is what the
 method costs, the wall time what it cost while sharing the cores.
 
 HSDAG's update batch carries each step's sampled grouping (the stored action
-distribution inputs), as a learner's batch does, so the learner re-uses it
-rather than parsing the grouping again; ``--parse-grouping`` leaves it out
-(every step parses afresh, as this benchmark did before).
+distribution inputs) and gate edges, as a learner's batch does, so the learner
+re-uses them rather than parsing the grouping again; ``--parse-grouping`` leaves
+both out (every step parses afresh, as this benchmark did before),
+``--parse-gates`` the gate edges only.
 
 HSDAG's learner embeds each graph once per episode (its input MLP + GCN see
 the same graph at every step); before it did so per step, 50,000 nodes took
@@ -54,10 +55,23 @@ over ``[N, H]`` tensors (scoring every edge, the dominant edges' scores with
 gradients, the move head, LayerNorm, pooling) and their backward, none above
 about 15% of a step.
 
+Then the sampler started keeping each node's gate edge (the dominant edge whose
+score gates its pooled state) with the sample, as it keeps the grouping, and the
+learner stopped scoring every edge of every step to find them again: it scores
+only the gate edges (``--parse-gates`` leaves them out of the batch, as
+before). On another machine (GDP's and HSDAG's updates 1.2-1.4x slower than on the one
+above), CPU time of an update, the two alternated five times in one process
+after a warm-up, median: 10 steps 2.31 -> 1.95 s, 20 steps 4.16 -> 3.35 s
+(0.85x and 0.81x); in fresh processes, one run each, 20 steps 4.52 -> 4.18 s
+and 4.40 -> 3.73 s next update.
+
 With ``--threads 2`` on the same shared 2-core machine (load average 3) the
 20-step update took 12-15 s CPU and 12-15 s wall, old and new code alike,
 against 3.4-3.9 s with one thread: while other processes hold the cores, torch's
-second thread mostly waits at every operation's barrier.
+second thread mostly waits at every operation's barrier. On the second machine
+with its cores free (load average 0.5, before the gate edges were kept), two
+threads made the 20-step update 1.55x faster in wall time (4.39 -> 2.83 s, 5.6 s
+CPU).
 
 The goal for 50,000 nodes is at most 2 s and 8 GB per update on a 2-core
 machine. A method that misses it is reported as it is (``timeout`` when it
@@ -93,7 +107,7 @@ def _max_rss_gb() -> float:
 
 
 def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1,
-            stored: bool = True) -> dict:
+            stored: bool = True, gates: bool = True) -> dict:
     """Forward and update time and peak memory of ``method`` on a ``nodes``-node graph,
     in this process (call it in a fresh one for a meaningful ``peak_rss_gb``)."""
     import dataclasses
@@ -105,6 +119,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     from envs.observation import pad_graph_observation, placement_spaces
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.core.synthetic import random_cost_graph
+    from policies.hsdag_module import GATE_PARTNER
     from policies.registry import get, load
 
     torch.manual_seed(seed)
@@ -147,6 +162,8 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
             if stored:  # as a learner's batch: the sampled grouping travels with each step
                 inputs = out[Columns.ACTION_DIST_INPUTS]
                 batch[Columns.ACTION_DIST_INPUTS] = inputs[:, None].expand(1, steps, *inputs.shape[1:])
+                if gates and GATE_PARTNER in out:  # and each node's gate edge
+                    batch[GATE_PARTNER] = out[GATE_PARTNER][:, None].expand(1, steps, nodes)
             fwd = module.forward_train(batch)
             dist = module.action_dist_cls.from_logits(fwd[Columns.ACTION_DIST_INPUTS][0])
             loss = -(dist.logp(actions) * adv).mean() - 0.01 * dist.entropy().mean()
@@ -169,6 +186,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     warm_s, warm_cpu_s, _ = update()  # what every later update of a learner costs
     return {"method": method, "nodes": nodes, "edges": int(edge_index.shape[1]), "steps": steps,
             "threads": threads, "stored_grouping": bool(stored and stateful),
+            "stored_gates": bool(stored and gates and stateful),
             "forward_s": forward_s, "update_s": update_s,
             "forward_cpu_s": forward_cpu_s, "update_cpu_s": update_cpu_s,
             "update_warm_s": warm_s, "update_warm_cpu_s": warm_cpu_s, "built_rss_gb": rss_built,
@@ -177,10 +195,11 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
 
 
 def run_isolated(method: str, nodes: int, steps: int, timeout: float, threads: int = 1,
-                 stored: bool = True) -> dict:
+                 stored: bool = True, gates: bool = True) -> dict:
     """:func:`measure` in a fresh subprocess (``{"error": ...}`` when it fails or times out)."""
     cmd = [sys.executable, __file__, "--one", method, "--nodes", str(nodes), "--steps", str(steps),
-           "--threads", str(threads)] + ([] if stored else ["--parse-grouping"])
+           "--threads", str(threads)] + ([] if stored else ["--parse-grouping"]) \
+        + ([] if gates else ["--parse-gates"])
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -202,17 +221,21 @@ def main(argv=None) -> None:
     ap.add_argument("--parse-grouping", action="store_true",
                     help="HSDAG's update parses every step's grouping afresh instead of re-using "
                          "the sampled one a learner's batch carries")
+    ap.add_argument("--parse-gates", action="store_true",
+                    help="HSDAG's update finds each node's gate edge again (scoring every edge) "
+                         "instead of re-using the sampled ones a learner's batch carries")
     ap.add_argument("--json", action="store_true", help="print one JSON line per case")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one, int(args.nodes), args.steps, threads=args.threads,
-                                 stored=not args.parse_grouping)), flush=True)
+                                 stored=not args.parse_grouping, gates=not args.parse_gates)), flush=True)
         return
     rows = []
     for n in (int(v) for v in args.nodes.split(",")):
         for m in args.methods.split(","):
-            row = run_isolated(m, n, args.steps, args.timeout, args.threads, not args.parse_grouping)
+            row = run_isolated(m, n, args.steps, args.timeout, args.threads, not args.parse_grouping,
+                               not args.parse_gates)
             rows.append(row)
             print(json.dumps(row) if args.json else f"{m} {n}: {row}", flush=True)
     if args.json:

@@ -47,16 +47,22 @@ class Grouping(NamedTuple):
             without edges), else ``None``.
         partner_logp: ``[N]`` log-probability of each node's partner under the
             current scores (differentiable; ``0`` without edges), or ``None``.
+        gate_partner: ``[N]`` long, the node at the other end of each node's
+            (noiseless) dominant edge, whose score is its gate (``-1`` without
+            edges; the node itself for its own loop). A learner given these back
+            (``gate_partner=``) with the sampled assignment scores only those
+            edges; ``edge_score`` and ``dominant_edge`` are then ``None``.
     """
 
     assignment: Tensor
     num_groups: int
     node_score: Tensor
-    edge_score: Tensor
-    dominant_edge: Tensor
+    edge_score: Optional[Tensor]
+    dominant_edge: Optional[Tensor]
     group_batch: Tensor
     partner: Optional[Tensor] = None
     partner_logp: Optional[Tensor] = None
+    gate_partner: Optional[Tensor] = None
 
 
 class PooledGraph(NamedTuple):
@@ -126,6 +132,13 @@ def _canonical(labels: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
     rank = torch.empty_like(order)
     rank[order] = torch.arange(num_groups, device=labels.device)
     return rank[labels], first[order]
+
+
+def _group_batch(assignment: Tensor, batch: Tensor) -> Tuple[int, Tensor]:
+    """``(G, [G] graph of each group)`` of an assignment numbered ``0..G-1``."""
+    num_groups = int(assignment.max()) + 1 if assignment.numel() > 0 else 0
+    group_batch = torch.zeros(num_groups, dtype=torch.long, device=assignment.device)
+    return num_groups, group_batch.scatter_reduce(0, assignment, batch, reduce="amax", include_self=False)
 
 
 def parse_groups(
@@ -279,6 +292,7 @@ class GraphParsingPool(nn.Module):
         sample_grouping: bool = False,
         partner: Optional[Tensor] = None,
         pool_edges: bool = True,
+        gate_partner: Optional[Tensor] = None,
     ) -> Tuple[Grouping, PooledGraph]:
         """Scores edges, groups nodes and pools.
 
@@ -301,12 +315,19 @@ class GraphParsingPool(nn.Module):
                 current scores is returned (``Grouping.partner_logp``).
             pool_edges: build the pooled graph's edges :math:`\\mathbf{A}'` (a sort
                 of the ``E`` edges; skip it when only the pooled features are used).
+            gate_partner: ``[N]`` with ``assignment`` (and no ``partner``): each
+                node's gate edge as the sampler chose it (``Grouping.gate_partner``).
+                Only those edges are scored (with the sampler's parameters the same
+                gates as parsing them again; the rest of a large graph's ``E`` edges,
+                scored to find them, are skipped).
         """
         num_nodes = z.size(0)
         if batch is None:
             batch = torch.zeros(num_nodes, dtype=torch.long, device=z.device)
         if num_graphs is None:
             num_graphs = int(batch.max()) + 1 if num_nodes > 0 else 0
+        if gate_partner is not None and assignment is not None and partner is None:
+            return self._pool_gated(z, edge_index, batch, assignment, gate_partner, pool_edges)
         num_edges = edge_index.size(1)
         parse_index = edge_index
         if self.self_loops:  # candidate edges: the graph's, then one loop per node
@@ -344,9 +365,7 @@ class GraphParsingPool(nn.Module):
             assignment = parse_groups(parse_index, parse_score, parse_dominant, batch, num_graphs)
         else:
             assignment = self._check_assignment(assignment, batch)
-        num_groups = int(assignment.max()) + 1 if num_nodes > 0 else 0
-        group_batch = torch.zeros(num_groups, dtype=torch.long, device=z.device)
-        group_batch = group_batch.scatter_reduce(0, assignment, batch, reduce="amax", include_self=False)
+        num_groups, group_batch = _group_batch(assignment, batch)
 
         node_score = torch.ones(num_nodes, dtype=z.dtype, device=z.device)
         has_edge = dominant >= 0
@@ -358,6 +377,19 @@ class GraphParsingPool(nn.Module):
                 scores = parse_all[dominant[has_edge]]
             node_score = node_score.masked_scatter(has_edge, scores)
 
+        gates = torch.full_like(dominant, -1)  # the other end of each node's dominant edge
+        if bool(has_edge.any()):
+            src, dst = parse_index[:, dominant[has_edge]]
+            gates[has_edge] = torch.where(src == torch.arange(num_nodes, device=z.device)[has_edge],
+                                          dst, src)
+        grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch,
+                            partner, logp, gates)
+        return grouping, self._pooled(z, edge_index, node_score, assignment, num_groups, group_batch,
+                                      pool_edges)
+
+    def _pooled(self, z: Tensor, edge_index: Tensor, node_score: Tensor, assignment: Tensor,
+                num_groups: int, group_batch: Tensor, pool_edges: bool) -> PooledGraph:
+        """The gated mean (or sum) of each group's node states, and its edges if asked."""
         x_pool = scatter(
             z * node_score.unsqueeze(-1), assignment, dim=0, dim_size=num_groups, reduce=self.reduce
         )
@@ -369,9 +401,31 @@ class GraphParsingPool(nn.Module):
                 num_nodes=num_groups,
                 reduce="sum",
             )
-        grouping = Grouping(assignment, num_groups, node_score, edge_score, dominant, group_batch,
-                            partner, logp)
-        return grouping, PooledGraph(x_pool, pooled_edges, pooled_weight, group_batch)
+        return PooledGraph(x_pool, pooled_edges, pooled_weight, group_batch)
+
+    def _pool_gated(self, z: Tensor, edge_index: Tensor, batch: Tensor, assignment: Tensor,
+                    gate_partner: Tensor, pool_edges: bool) -> Tuple[Grouping, PooledGraph]:
+        """:meth:`forward` with the grouping and each node's gate edge given: only the
+        gate edges are scored (each unordered pair once: the score is symmetric)."""
+        num_nodes = z.size(0)
+        if gate_partner.shape != (num_nodes,):
+            raise ValueError(f"gate_partner must give one node per node ({num_nodes}), got shape "
+                             f"{tuple(gate_partner.shape)}.")
+        assignment = self._check_assignment(assignment, batch)
+        num_groups, group_batch = _group_batch(assignment, batch)
+        gates = gate_partner.long()
+        node_score = torch.ones(num_nodes, dtype=z.dtype, device=z.device)
+        has_edge = gates >= 0
+        if bool(has_edge.any()):
+            v = torch.arange(num_nodes, device=z.device)[has_edge]
+            u = gates[has_edge]
+            pairs, which = unique_ids(torch.minimum(u, v) * num_nodes + torch.maximum(u, v))
+            ends = torch.stack([pairs // num_nodes, pairs % num_nodes])
+            node_score = node_score.masked_scatter(has_edge, self.score_edges(z, ends)[which])
+        grouping = Grouping(assignment, num_groups, node_score, None, None, group_batch,
+                            gate_partner=gates)
+        return grouping, self._pooled(z, edge_index, node_score, assignment, num_groups, group_batch,
+                                      pool_edges)
 
     @staticmethod
     def _check_assignment(assignment: Tensor, batch: Tensor) -> Tensor:

@@ -123,7 +123,11 @@ stored with the sample (``Columns.ACTION_DIST_INPUTS`` in the train batch), so
 the learner's ``logp`` is the one of the sampled group decisions under the
 grouping that produced them, even after parameter updates have moved the edge
 scores and when exploration noise chose it (the scores still gate the pooled
-features, so the edge scorer keeps learning).
+features, so the edge scorer keeps learning). Each node's gate edge (its
+noiseless dominant edge) travels with it as the extra model output
+``"gate_partner"``, so the learner scores only those edges, not every edge of
+every step to find them again: with the sampler's parameters the same values
+and gradients, after an update the gates of the edges the sample was drawn with.
 
 Observation (one graph, padded; built by :func:`envs.observation.placement_spaces` and
 :func:`envs.observation.pad_graph_observation`)::
@@ -312,13 +316,16 @@ class HSDAGNet(nn.Module):
         grouping_noise: float = 0.0,
         embedding: Optional[Tensor] = None,
         partner: Optional[Tensor] = None,
+        gate_partner: Optional[Tensor] = None,
     ) -> HSDAGOutput:
         """One step. ``node_state`` is :math:`\\mathbf{M}^{(t)}` (zeros if ``None``);
         ``assignment`` replaces the parsed grouping and ``grouping_noise`` perturbs
         the parsing (see :meth:`GraphParsingPool.forward`); ``embedding`` is
         :meth:`embed`'s result for these ``x`` and ``edge_index`` when the caller
         already has it (the steps of an episode share it); ``partner``: the
-        dominant-edge draws of a sampled ``assignment`` (``sampled_grouping``)."""
+        dominant-edge draws of a sampled ``assignment`` (``sampled_grouping``);
+        ``gate_partner``: with ``assignment``, each node's gate edge as sampled
+        (:class:`Grouping`'s ``gate_partner``), so the pool scores only those edges."""
         num_nodes = x.size(0)
         if batch is None:
             batch = torch.zeros(num_nodes, dtype=torch.long, device=x.device)
@@ -328,7 +335,7 @@ class HSDAGNet(nn.Module):
         z = self.state_norm(emb if node_state is None else emb + node_state)
         grouping, pooled = self.pool(z, edge_index, batch, num_graphs, assignment, grouping_noise,
                                      sample_grouping=self.config.sampled_grouping, partner=partner,
-                                     pool_edges=self.pooled_conv is not None)
+                                     pool_edges=self.pooled_conv is not None, gate_partner=gate_partner)
 
         gx = pooled.x
         if self.pooled_conv is not None and grouping.num_groups > 0:

@@ -32,7 +32,7 @@ from policies.layers import mlp, unique_ids
 from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs, split_move_inputs
 from policies.segment_moves import SegmentHead, SegmentMoveDistribution, pack_segment_inputs, split_segment_inputs
 
-__all__ = ["HSDAGRLModule", "NODE_STATE", "GROUPING_PARTNER", "GROUPING_LOGP"]
+__all__ = ["HSDAGRLModule", "NODE_STATE", "GROUPING_PARTNER", "GROUPING_LOGP", "GATE_PARTNER"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ NODE_STATE = "node_state"
 GROUPING_PARTNER = "grouping_partner"
 #: forward_train output: the log-probability of each step's sampled grouping, ``[B, T]``
 GROUPING_LOGP = "grouping_logp"
+#: extra model output of sampling (with ``reuse_sampled_grouping``): each node's gate edge's
+#: other end (local id, -1: none / padding), so the learner scores only those edges
+GATE_PARTNER = "gate_partner"
 
 
 class _StepOut(NamedTuple):
@@ -49,6 +52,7 @@ class _StepOut(NamedTuple):
     next_state: Tensor  # [B, N_max, H]
     partner: Optional[Tensor] = None  # [B, N_max] local partner ids (-1: none / padding)
     grouping_logp: Optional[Tensor] = None  # [B]
+    gate: Optional[Tensor] = None  # [B, N_max] local gate partner ids (-1: none / padding)
 
 
 class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
@@ -69,7 +73,11 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
     - with ``sampled_grouping``: ``"grouping_partner"`` (sampling, ``[B, N_max]``,
       kept with the episode) and ``"grouping_logp"`` (``forward_train``,
       ``[B, T]``: the sampled grouping's log-probability, which a learner adds
-      to the placement's).
+      to the placement's);
+    - with ``reuse_sampled_grouping`` (the default), sampling also gives
+      ``"gate_partner"`` (``[B, N_max]``, kept with the episode): each node's
+      gate edge (the dominant edge whose score gates its pooled state), so
+      ``forward_train`` scores only those edges, not all ``E`` to find them again.
 
     Observations may come with a time axis (``x`` of rank 4, as RLlib sends them
     to stateful modules) or without one (rank 3); ``Columns.STATE_IN`` may be
@@ -123,8 +131,9 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         dist_inputs, _, state_out, extra = self._run(batch, reuse_grouping=False,
                                                      grouping_noise=grouping_noise)
         out = {Columns.ACTION_DIST_INPUTS: dist_inputs}
-        if GROUPING_PARTNER in extra:
-            out[GROUPING_PARTNER] = extra[GROUPING_PARTNER]
+        for key in (GROUPING_PARTNER, GATE_PARTNER):
+            if key in extra:
+                out[key] = extra[key]
         if state_out is not None:
             out[Columns.STATE_OUT] = state_out
         return out
@@ -195,6 +204,11 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             if not has_time:
                 partners = partners.unsqueeze(1)
             grouping_noise = self.hsdag_config.grouping_noise  # the temperature of the draws
+        gates = None  # each step's sampled gate edges: only those are scored again
+        if stored is not None and partners is None and batch.get(GATE_PARTNER) is not None:
+            gates = torch.as_tensor(batch[GATE_PARTNER], device=device)
+            if not has_time:
+                gates = gates.unsqueeze(1)
 
         # the structural embedding depends on the graph only: when every step of the
         # episodes sees the same graphs, compute it (and its backward) once, not per step
@@ -204,7 +218,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                                   obs["edge_mask"][:, 0])
             shared = self.net.embed(graphs.x, graphs.edge_index, graphs.batch, graphs.num_graphs)
 
-        dist_inputs, embeddings, drawn, logps = [], [], [], []
+        dist_inputs, embeddings, drawn, logps, gated = [], [], [], [], []
         for t in range(steps):
             out = self._step(
                 {k: v[:, t] for k, v in obs.items()},
@@ -214,11 +228,13 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
                 shared,
                 graphs,
                 partners[:, t] if partners is not None else None,
+                gates[:, t] if gates is not None else None,
             )
             dist_inputs.append(out.dist_inputs)
             embeddings.append(out.embedding)
             drawn.append(out.partner)
             logps.append(out.grouping_logp)
+            gated.append(out.gate)
             if state is not None:
                 state = out.next_state
         dist = torch.stack(dist_inputs, 1)
@@ -228,6 +244,9 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             extra[GROUPING_LOGP] = torch.stack(logps, 1)
         elif partners is None and all(x is not None for x in drawn):
             extra[GROUPING_PARTNER] = torch.stack(drawn, 1).float()
+        if stored is None and self.hsdag_config.reuse_sampled_grouping \
+                and all(x is not None for x in gated):
+            extra[GATE_PARTNER] = torch.stack(gated, 1).float()
         if not has_time:
             dist, emb = dist.squeeze(1), emb.squeeze(1)
             extra = {k: v.squeeze(1) for k, v in extra.items()}
@@ -235,10 +254,12 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _step(self, obs: Mapping[str, Tensor], state: Optional[Tensor], stored: Optional[Tensor],
               grouping_noise: float = 0.0, embedding: Optional[Tensor] = None,
-              graphs: Optional[GraphBatch] = None, partner: Optional[Tensor] = None) -> _StepOut:
+              graphs: Optional[GraphBatch] = None, partner: Optional[Tensor] = None,
+              gate: Optional[Tensor] = None) -> _StepOut:
         """One step; ``embedding`` and ``graphs`` are the structural embedding and the
         unpadded ``obs`` when the caller already has them (the steps of an episode share them);
-        ``partner``: the stored dominant-edge draws of a sampled grouping (local ids)."""
+        ``partner``: the stored dominant-edge draws of a sampled grouping (local ids);
+        ``gate``: the stored gate partners (local ids) of the stored grouping."""
         g = graphs if graphs is not None else unpad_graphs(
             obs["x"].float(), obs["edge_index"], obs["node_mask"], obs["edge_mask"])
         node_state = None
@@ -247,24 +268,30 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             if node_state.size(0) != g.x.size(0):  # padded slots: keep the real nodes
                 node_state = node_state[g.node_valid.reshape(-1)]
         assignment = self._stored_assignment(stored, g) if stored is not None else None
-        first_node = None  # each node's graph's first node in the union (sampled groupings only)
-        if partner is not None or self.hsdag_config.sampled_grouping:
-            nodes_per_graph = torch.bincount(g.batch, minlength=g.num_graphs)
-            first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]
-        union_partner = None
+        nodes_per_graph = torch.bincount(g.batch, minlength=g.num_graphs)
+        first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]  # in the union
+        union_partner = union_gate = None
         if partner is not None and assignment is not None:
             local = partner.long()[g.node_valid]
             union_partner = torch.where(local >= 0, local + first_node, local)
+        elif gate is not None and assignment is not None:
+            local = gate.long()[g.node_valid]
+            if bool(((local >= -1) & (local < nodes_per_graph[g.batch])).all()):
+                union_gate = torch.where(local >= 0, local + first_node, local)
 
         out = self.net(g.x, g.edge_index, node_state=node_state, batch=g.batch,
                        num_graphs=g.num_graphs, assignment=assignment, grouping_noise=grouping_noise,
-                       embedding=embedding, partner=union_partner)
+                       embedding=embedding, partner=union_partner, gate_partner=union_gate)
         drawn, logp = None, None
         if out.grouping.partner_logp is not None:
             logp = torch.zeros(g.num_graphs, dtype=out.grouping.partner_logp.dtype,
                                device=g.x.device).index_add(0, g.batch, out.grouping.partner_logp)
             p = out.grouping.partner
             drawn = pad_node_values(torch.where(p >= 0, p - first_node, p), g.node_valid, -1)
+        gates = None
+        if out.grouping.gate_partner is not None and assignment is None:
+            q = out.grouping.gate_partner
+            gates = pad_node_values(torch.where(q >= 0, q - first_node, q), g.node_valid, -1)
         groups_per_graph = torch.bincount(out.grouping.group_batch, minlength=g.num_graphs)
         first_group = torch.cumsum(groups_per_graph, 0) - groups_per_graph
         local = out.grouping.assignment - first_group[g.batch]
@@ -278,7 +305,7 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
             starts = self.segment_head(out.node_embedding, g.batch, g.num_graphs)
             dist_inputs = pack_segment_inputs(dist_inputs, pad_node_values(starts, g.node_valid, 0.0))
         next_state = pad_node_values(out.next_node_state, g.node_valid, 0.0)
-        return _StepOut(dist_inputs, out.graph_embedding, next_state, drawn, logp)
+        return _StepOut(dist_inputs, out.graph_embedding, next_state, drawn, logp, gates)
 
     def _stored_assignment(self, stored: Tensor, g: GraphBatch) -> Optional[Tensor]:
         """The union assignment of the sampled grouping, or ``None`` if it does not

@@ -881,3 +881,48 @@ def test_one_ppo_iteration_through_rllib():
     finally:
         algo.stop()
         ray.shutdown()
+
+
+@pytest.mark.parametrize("config", [{}, {"self_loops": True, "node_moves": True}])
+def test_the_learner_scores_only_the_sampled_gate_edges_with_the_same_values_and_gradients(config):
+    from policies.hsdag_module import GATE_PARTNER
+
+    torch.manual_seed(0)
+    module = make_module(devices=3, **config)
+    obs = two_padded_observations()
+    with torch.no_grad():
+        sampled = module.forward_exploration({Columns.OBS: obs})
+    stored = sampled[Columns.ACTION_DIST_INPUTS]
+    gates = sampled[GATE_PARTNER]
+    valid = obs["node_mask"] > 0.5
+    assert gates.shape == valid.shape and bool((gates[~valid] == -1).all())
+    assert bool((gates[valid] >= 0).all())  # every node of these graphs has an edge
+
+    calls = []
+    score_all = module.net.pool._score_all
+    module.net.pool._score_all = lambda *a: calls.append(1) or score_all(*a)
+
+    def train_pass(batch):
+        module.zero_grad()
+        out = module.forward_train(batch)[Columns.ACTION_DIST_INPUTS]
+        (out[:, :30] * torch.linspace(-1, 1, 30)).sum().backward()
+        return out.detach(), {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+    calls.clear()
+    parsed, parsed_grads = train_pass({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: stored})
+    assert calls  # without the gates the learner scores every edge to find them
+    calls.clear()
+    gated, gated_grads = train_pass({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: stored, GATE_PARTNER: gates})
+    assert not calls
+    assert torch.allclose(gated, parsed, atol=1e-6)
+    assert torch.allclose(gated, stored, atol=1e-6)  # and the sampler's own inputs
+    assert gated_grads.keys() == parsed_grads.keys()
+    assert "net.pool.score_mlp.0.weight" in gated_grads  # the scorer still learns through the gates
+    for n, grad in parsed_grads.items():
+        assert torch.allclose(gated_grads[n], grad, atol=1e-5), n
+
+    # gates that do not fit the graphs are ignored (the learner finds them again)
+    calls.clear()
+    bad, _ = train_pass({Columns.OBS: obs, Columns.ACTION_DIST_INPUTS: stored,
+                         GATE_PARTNER: torch.full_like(gates, 10_000.0)})
+    assert calls and torch.allclose(bad, parsed, atol=1e-6)
