@@ -138,3 +138,26 @@ def test_a_stalled_run_spreads_the_placement_distribution_again():
         after = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
     gap_before, gap_after = before[..., 1] - before[..., 0], after[..., 1] - after[..., 0]
     assert torch.allclose(gap_after, 0.25 * gap_before, atol=1e-4)  # same order, a quarter of the spread
+
+
+def test_a_real_run_gives_the_learner_each_steps_gate_edges(tmp_path, monkeypatch):
+    """The gate edges the sampler keeps (extra model output) reach the learner's batch
+    in a real RLlib run, one per node and step, so the learner skips scoring every edge."""
+    from hsdag_ray.train import TrainConfig, train
+    from policies.hsdag_module import GATE_PARTNER
+
+    seen = []
+    forward_train = HSDAGRLModule._forward_train
+
+    def spy(self, batch, **kwargs):
+        seen.append(batch.get(GATE_PARTNER))
+        return forward_train(self, batch, **kwargs)
+
+    monkeypatch.setattr(HSDAGRLModule, "_forward_train", spy)
+    cfg = TrainConfig(model="tiny_cnn", budget=20, env_runners=0, wandb="disabled", out=str(tmp_path),
+                      name="gates", seed=0, backend="simulator", devices=["CPU", "GPU_MODEL"])
+    train(cfg, quiet=True)
+    assert seen and all(g is not None for g in seen)
+    gates = torch.as_tensor(seen[0])
+    assert gates.dim() == 3 and gates.shape[1] == cfg.episode_len  # [episodes, steps, nodes]
+    assert bool((gates >= -1).all()) and bool((gates >= 0).any())
