@@ -118,3 +118,21 @@ def test_a_sequence_longer_than_the_models_positions_is_refused():
     assert _fit_positions("hf:clip", clip, 32, explicit=True) == 32
     with pytest.raises(GraphError, match="seq=100 is longer than the model's 77 positions"):
         _fit_positions("hf:clip:seq=100", clip, 100, explicit=True)
+
+
+def test_a_model_transformers_auto_class_cannot_build_is_built_from_its_mapping_or_refused():
+    import torch
+    from transformers import AutoConfig, FunnelModel, PretrainedConfig
+
+    from hsdag_ray.core.errors import GraphError
+    from hsdag_ray.core.hf_models import _base_model
+
+    with torch.device("meta"):  # no weights allocated
+        # AutoModel.from_config fails on Funnel's default config (no architectures)
+        assert isinstance(_base_model("hf:funnel", AutoConfig.for_model("funnel")), FunnelModel)
+
+        class Unknown(PretrainedConfig):
+            model_type = "no_such_model_type"
+
+        with pytest.raises(GraphError, match="transformers cannot build hf:x .*export the model to ONNX"):
+            _base_model("hf:x", Unknown())

@@ -86,14 +86,34 @@ def _machine_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def _base_model(spec: str, config):
+    """The base model of ``config`` with random weights: ``AutoModel.from_config``, or the
+    class its mapping names where that fails on a config without ``architectures`` (Funnel
+    in transformers 4.x); a model transformers cannot build is refused in a sentence."""
+    from transformers import MODEL_MAPPING, AutoModel
+
+    try:
+        return AutoModel.from_config(config)
+    except Exception as first:  # noqa: BLE001 - retried, then reported
+        try:
+            cls = MODEL_MAPPING[type(config)]
+            cls = cls[0] if isinstance(cls, (list, tuple)) else cls
+            return cls(config)
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            raise GraphError(
+                f"transformers cannot build {spec} from its default config "
+                f"({type(first).__name__}: {str(first).splitlines()[0][:200]}); set fields of its "
+                f"config in the spec (KEY=VALUE) or export the model to ONNX and pass the file"
+            ) from None
+
+
 def _check_size(spec: str, model_type: str, config) -> None:
     """Refuse a model whose f32 weights would take over MEMORY_SHARE of the machine's memory
     (counted on torch's meta device: nothing is allocated)."""
     import torch
-    from transformers import AutoModel
 
     with torch.device("meta"):
-        params = sum(p.numel() for p in AutoModel.from_config(config).parameters())
+        params = sum(p.numel() for p in _base_model(spec, config).parameters())
     need, have = 4 * params, _machine_memory()
     if need > MEMORY_SHARE * have:
         layers = "num_hidden_layers" if hasattr(config, "num_hidden_layers") else "KEY"
@@ -106,7 +126,6 @@ def _check_size(spec: str, model_type: str, config) -> None:
 def huggingface_model(rest: str):
     """(torch module, example input, static input shapes) of ``hf:`` + ``rest``."""
     import torch
-    from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # its notes on config defaults are not the user's to act on
@@ -114,7 +133,7 @@ def huggingface_model(rest: str):
     config = _config(model_type, fields)
     _check_size(f"hf:{rest}", model_type, config)
     torch.manual_seed(0)
-    m = AutoModel.from_config(config).eval()
+    m = _base_model(f"hf:{rest}", config).eval()
     main_input = getattr(m, "main_input_name", "input_ids")
     seq_len = _fit_positions(f"hf:{rest}", config, seq_len, explicit=any(pair.startswith("seq=") for pair in rest.split(":")[1:]))
     example: dict[str, Any] = {}
