@@ -61,9 +61,9 @@ learner stopped scoring every edge of every step to find them again: it scores
 only the gate edges (``--parse-gates`` leaves them out of the batch, as
 before). On another machine (GDP's and HSDAG's updates 1.2-1.4x slower than on the one
 above), CPU time of an update, the two alternated five times in one process
-after a warm-up, median: 10 steps 2.31 -> 1.95 s, 20 steps 4.16 -> 3.35 s
-(0.85x and 0.81x); in fresh processes, one run each, 20 steps 4.52 -> 4.18 s
-and 4.40 -> 3.73 s next update.
+after a warm-up (``--alternate-gates 5``), median: 10 steps 2.31 -> 1.95 s,
+20 steps 4.16 -> 3.35 s (0.85x and 0.81x); in fresh processes, one run each,
+20 steps 4.52 -> 4.18 s and 4.40 -> 3.73 s next update.
 
 With ``--threads 2`` on the same shared 2-core machine (load average 3) the
 20-step update took 12-15 s CPU and 12-15 s wall, old and new code alike,
@@ -107,9 +107,11 @@ def _max_rss_gb() -> float:
 
 
 def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1,
-            stored: bool = True, gates: bool = True) -> dict:
+            stored: bool = True, gates: bool = True, alternate: int = 0) -> dict:
     """Forward and update time and peak memory of ``method`` on a ``nodes``-node graph,
-    in this process (call it in a fresh one for a meaningful ``peak_rss_gb``)."""
+    in this process (call it in a fresh one for a meaningful ``peak_rss_gb``). With
+    ``alternate`` = K (HSDAG), K more updates without and K with the stored gate edges,
+    alternated, give ``alternate_cpu_s``: the median CPU time of each."""
     import dataclasses
 
     import torch
@@ -154,7 +156,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     actions = action.expand(steps, -1)
     adv = torch.randn(steps)
 
-    def update() -> tuple:
+    def update(gates: bool = gates) -> tuple:
         t0, c0 = time.perf_counter(), time.process_time()
         if stateful:  # one episode of `steps` steps with the recurrent node state
             batch = {Columns.OBS: {k: v[None, None].expand(1, steps, *v.shape) for k, v in obs.items()},
@@ -184,6 +186,13 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     update_s, update_cpu_s, loss = update()  # the first: also pays for fresh memory pages
     grad_norm = float(torch.cat([p.grad.reshape(-1) for p in module.parameters() if p.grad is not None]).norm())
     warm_s, warm_cpu_s, _ = update()  # what every later update of a learner costs
+    alternated = {}
+    if alternate and stateful and stored:
+        times = {"parse_gates": [], "stored_gates": []}
+        for _ in range(alternate):
+            times["parse_gates"].append(update(gates=False)[1])
+            times["stored_gates"].append(update(gates=True)[1])
+        alternated = {"alternate_cpu_s": {k: float(np.median(v)) for k, v in times.items()}}
     return {"method": method, "nodes": nodes, "edges": int(edge_index.shape[1]), "steps": steps,
             "threads": threads, "stored_grouping": bool(stored and stateful),
             "stored_gates": bool(stored and gates and stateful),
@@ -191,15 +200,15 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
             "forward_cpu_s": forward_cpu_s, "update_cpu_s": update_cpu_s,
             "update_warm_s": warm_s, "update_warm_cpu_s": warm_cpu_s, "built_rss_gb": rss_built,
             "peak_rss_gb": _max_rss_gb(), "params": sum(p.numel() for p in module.parameters()),
-            "loss": float(loss), "grad_norm": grad_norm}
+            "loss": float(loss), "grad_norm": grad_norm, **alternated}
 
 
 def run_isolated(method: str, nodes: int, steps: int, timeout: float, threads: int = 1,
-                 stored: bool = True, gates: bool = True) -> dict:
+                 stored: bool = True, gates: bool = True, alternate: int = 0) -> dict:
     """:func:`measure` in a fresh subprocess (``{"error": ...}`` when it fails or times out)."""
     cmd = [sys.executable, __file__, "--one", method, "--nodes", str(nodes), "--steps", str(steps),
            "--threads", str(threads)] + ([] if stored else ["--parse-grouping"]) \
-        + ([] if gates else ["--parse-gates"])
+        + ([] if gates else ["--parse-gates"]) + (["--alternate-gates", str(alternate)] if alternate else [])
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -224,18 +233,22 @@ def main(argv=None) -> None:
     ap.add_argument("--parse-gates", action="store_true",
                     help="HSDAG's update finds each node's gate edge again (scoring every edge) "
                          "instead of re-using the sampled ones a learner's batch carries")
+    ap.add_argument("--alternate-gates", type=int, default=0, metavar="K",
+                    help="HSDAG: then K updates without and K with the stored gate edges, "
+                         "alternated in the same process; prints the median CPU time of each")
     ap.add_argument("--json", action="store_true", help="print one JSON line per case")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(measure(args.one, int(args.nodes), args.steps, threads=args.threads,
-                                 stored=not args.parse_grouping, gates=not args.parse_gates)), flush=True)
+                                 stored=not args.parse_grouping, gates=not args.parse_gates,
+                                 alternate=args.alternate_gates)), flush=True)
         return
     rows = []
     for n in (int(v) for v in args.nodes.split(",")):
         for m in args.methods.split(","):
             row = run_isolated(m, n, args.steps, args.timeout, args.threads, not args.parse_grouping,
-                               not args.parse_gates)
+                               not args.parse_gates, args.alternate_gates)
             rows.append(row)
             print(json.dumps(row) if args.json else f"{m} {n}: {row}", flush=True)
     if args.json:
@@ -250,6 +263,13 @@ def main(argv=None) -> None:
             print(f"| {r['method']} | {r['nodes']} | {r['forward_s']:.2f} / {r['forward_cpu_s']:.2f} | "
                   f"{r['update_s']:.2f} / {r['update_cpu_s']:.2f} | "
                   f"{r['update_warm_s']:.2f} / {r['update_warm_cpu_s']:.2f} | {r['peak_rss_gb']:.2f} |")
+    for r in rows:
+        alt = r.get("alternate_cpu_s")
+        if alt:
+            print(f"{r['method']} {r['nodes']} nodes, {r['steps']} steps, alternated "
+                  f"{args.alternate_gates}x, median update CPU: gate edges found again "
+                  f"{alt['parse_gates']:.2f} s, stored {alt['stored_gates']:.2f} s "
+                  f"({alt['stored_gates'] / alt['parse_gates']:.2f}x)")
 
 
 if __name__ == "__main__":
