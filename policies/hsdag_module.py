@@ -46,6 +46,16 @@ GROUPING_LOGP = "grouping_logp"
 GATE_PARTNER = "gate_partner"
 
 
+def _to_union(local: Tensor, first_node: Tensor) -> Tensor:
+    """Per-graph node ids (``-1``: none) as ids in the union of the batch's graphs."""
+    return torch.where(local >= 0, local + first_node, local)
+
+
+def _to_local(union: Tensor, first_node: Tensor, node_valid: Tensor) -> Tensor:
+    """Inverse of :func:`_to_union`, padded back to ``[graphs, N_max]`` with ``-1``."""
+    return pad_node_values(torch.where(union >= 0, union - first_node, union), node_valid, -1)
+
+
 class _StepOut(NamedTuple):
     dist_inputs: Tensor  # [B, N_max * (D + 1)]
     embedding: Tensor  # [B, H]
@@ -272,12 +282,11 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         first_node = (torch.cumsum(nodes_per_graph, 0) - nodes_per_graph)[g.batch]  # in the union
         union_partner = union_gate = None
         if partner is not None and assignment is not None:
-            local = partner.long()[g.node_valid]
-            union_partner = torch.where(local >= 0, local + first_node, local)
+            union_partner = _to_union(partner.long()[g.node_valid], first_node)
         elif gate is not None and assignment is not None:
             local = gate.long()[g.node_valid]
             if bool(((local >= -1) & (local < nodes_per_graph[g.batch])).all()):
-                union_gate = torch.where(local >= 0, local + first_node, local)
+                union_gate = _to_union(local, first_node)
 
         out = self.net(g.x, g.edge_index, node_state=node_state, batch=g.batch,
                        num_graphs=g.num_graphs, assignment=assignment, grouping_noise=grouping_noise,
@@ -286,12 +295,10 @@ class HSDAGRLModule(TorchRLModule, ValueFunctionAPI):
         if out.grouping.partner_logp is not None:
             logp = torch.zeros(g.num_graphs, dtype=out.grouping.partner_logp.dtype,
                                device=g.x.device).index_add(0, g.batch, out.grouping.partner_logp)
-            p = out.grouping.partner
-            drawn = pad_node_values(torch.where(p >= 0, p - first_node, p), g.node_valid, -1)
+            drawn = _to_local(out.grouping.partner, first_node, g.node_valid)
         gates = None
         if out.grouping.gate_partner is not None and assignment is None:
-            q = out.grouping.gate_partner
-            gates = pad_node_values(torch.where(q >= 0, q - first_node, q), g.node_valid, -1)
+            gates = _to_local(out.grouping.gate_partner, first_node, g.node_valid)
         groups_per_graph = torch.bincount(out.grouping.group_batch, minlength=g.num_graphs)
         first_group = torch.cumsum(groups_per_graph, 0) - groups_per_graph
         local = out.grouping.assignment - first_group[g.batch]
