@@ -194,7 +194,7 @@ def print_result(summary: Mapping[str, Any], quiet: bool) -> None:
     out.print(result_table(summary))
     screened, suggested = summary.get("screened") or 0, summary.get("suggested") or 0
     out.print(f"{summary['placements']} placements ({summary['measurements']} measured, "
-              + (f"{suggested} of them refit's proposals, " if suggested else "")
+              + (f"{suggested} of them the guide's proposals, " if suggested else "")
               + (f"{screened} screened as slower, " if screened else "")
               + f"the others proposed before) in {summary['wall_s']:.0f} s; "
               f"outputs in {summary['run_dir']}")

@@ -190,16 +190,22 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
 
 
 def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
-    """What ``--refit-every`` lacks in the run, in one sentence ("" when nothing or off)."""
+    """What ``--refit-every`` or ``--neighbour-every`` lacks in the run, in one sentence
+    ("" when nothing or off)."""
     from policies.registry import get
 
-    if cfg.refit_every <= 0:
+    if cfg.refit_every > 0 and cfg.neighbour_every > 0:
+        return "--refit-every and --neighbour-every both queue the run's proposals; use one of them"
+    flag = "--refit-every" if cfg.refit_every > 0 else "--neighbour-every" if cfg.neighbour_every > 0 else ""
+    if not flag:
         return ""
     if not samples_around_incumbent(cfg):
-        return (f"--refit-every gives refit's proposals to a policy that samples around the run's "
+        return (f"{flag} gives its proposals to a policy that samples around the run's "
                 f"best, and --method {cfg.method}" + (" with --incumbent-prior 0" if
                                                      get(cfg.method).incumbent_prior else "")
                 + " does not; use --method hsdag with --incumbent-prior above 0, or drop it")
+    if cfg.refit_every <= 0:
+        return ""
     if cfg.objective != "sequential":
         return (f"--refit-every refits the sequential objective; drop it for the {cfg.objective} "
                 "objective")
@@ -274,7 +280,7 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
             "incumbent_share": cfg.incumbent_share,
             "sim_profile": _profile_json(cfg.sim_profile), "screen": cfg.screen,
-            "suggestions": cfg.refit_every > 0}
+            "suggestions": cfg.refit_every > 0 or cfg.neighbour_every > 0}
 
 
 def _profile_json(path: str) -> Optional[dict]:

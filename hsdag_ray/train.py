@@ -168,8 +168,9 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
     """Iterate until the budget is reached (placements proposed, or with ``budget_unit``
     measurements, at most ``PROPOSAL_CAP`` times as many proposed and not screened, and
     ``SCREEN_CAP`` times as many screened); checkpoint on the way. ``guide``
-    (``--refit-every``, :class:`hsdag_ray.refit_guide.RefitGuide`) queues refit's
-    proposals in the store between iterations."""
+    (``--refit-every``, :class:`hsdag_ray.refit_guide.RefitGuide`; ``--neighbour-every``,
+    :class:`hsdag_ray.neighbour_guide.NeighbourGuide`) queues its proposals in the store
+    between iterations."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
     target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
     cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
@@ -235,13 +236,18 @@ def _measure_exact(baselines, service, say) -> None:
     say(f"the {solver} placement on the profile, the run's first: {latency * 1e3:.4g} ms")
 
 
-def _refit_guide(cfg: TrainConfig, env, store):
-    """With ``--refit-every``: refit's search on the driver, else None."""
-    if cfg.refit_every <= 0:
-        return None
-    from hsdag_ray.refit_guide import RefitGuide
+def _guide(cfg: TrainConfig, env, store):
+    """With ``--refit-every``: refit's search on the driver; with ``--neighbour-every``: the
+    untried neighbours of the run's best; else None."""
+    if cfg.refit_every > 0:
+        from hsdag_ray.refit_guide import RefitGuide
 
-    return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
+        return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
+    if cfg.neighbour_every > 0:
+        from hsdag_ray.neighbour_guide import NeighbourGuide
+
+        return NeighbourGuide(env, store, cfg.neighbour_every, seed=cfg.seed)
+    return None
 
 
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
@@ -335,7 +341,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                                     optimum_label=console.optimum_label(cfg.profile_measured(backend)))
         try:
             _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration,
-                  _refit_guide(cfg, env, store))
+                  _guide(cfg, env, store))
         finally:
             progress.close()
         stats = store.stats()

@@ -1,0 +1,114 @@
+"""Untried neighbours of the run's best measured as a learned run's own (``--neighbour-every``)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from envs.placement_env import EnvConfig, PlacementEnv
+from envs.store import placement_key
+from hsdag_ray.core.profile import Profile
+from hsdag_ray.neighbour_guide import NeighbourGuide
+
+
+def make_env(profile_path, **kw) -> PlacementEnv:
+    return PlacementEnv(EnvConfig(model="tiny_cnn", backend="simulator",
+                                  profile=Profile.load(profile_path).to_json(), episode_len=3, **kw))
+
+
+def _put(env, p, latency):
+    env.store.put(placement_key(env.graph_id, p), latency, True, np.asarray(p).tolist())
+
+
+def _drain(env) -> list[list[int]]:
+    out = []
+    while (p := env.store.take_suggestion(env.graph_id)) is not None:
+        out.append(p)
+    return out
+
+
+def test_the_guide_queues_each_untried_single_change_of_the_best_then_edge_changes(tiny_recording):
+    env = make_env(tiny_recording("known", 3), measure_reference=False)
+    n = env.graph.num_nodes
+    best = np.zeros(n, dtype=np.int64)
+    _put(env, best, 1e-3)
+    tried = best.copy()
+    tried[2] = 1
+    _put(env, tried, 2e-3)  # measured before the guide: never queued
+    _put(env, np.ones(n, dtype=np.int64), 5e-3)
+    guide = NeighbourGuide(env, env.store, every=2, seed=0)
+    assert guide.after_iteration() == 0  # nothing proposed since the guide started
+    queued = []
+    while len(queued) < n:  # each round: two placements proposed in the run
+        env.store.get(placement_key(env.graph_id, best))
+        env.store.get(placement_key(env.graph_id, best))
+        count = guide.after_iteration()
+        got = _drain(env)
+        assert len(got) == count
+        for p in got:
+            _put(env, p, 3e-3)  # measured, slower than the best
+        queued += got
+    diffs = [np.nonzero(np.asarray(p) != best)[0].tolist() for p in queued[:n]]
+    # every single change of the best once, but the one measured before
+    assert all(len(d) == 1 for d in diffs[:n - 1])
+    assert sorted(d[0] for d in diffs[:n - 1]) == [v for v in range(n) if v != 2]
+    # then both ends of an edge
+    changed = diffs[n - 1]
+    edges = {tuple(sorted(e)) for e in np.asarray(env.graph.edge_index()).T.tolist()}
+    assert len(changed) == 2 and tuple(changed) in edges
+    assert len({tuple(p) for p in queued}) == len(queued)
+
+
+def test_a_new_best_restarts_the_neighbours_around_it(tiny_recording):
+    env = make_env(tiny_recording("known", 3), measure_reference=False)
+    n = env.graph.num_nodes
+    _put(env, np.zeros(n, dtype=np.int64), 2e-3)
+    guide = NeighbourGuide(env, env.store, every=2, seed=1)
+    better = np.zeros(n, dtype=np.int64)
+    better[[0, 1]] = 1
+    _put(env, better, 1e-3)  # counts 1 placement; with a hit, 2: one neighbour of the new best
+    env.store.get(placement_key(env.graph_id, better))
+    assert guide.after_iteration() == 1
+    [p] = _drain(env)
+    assert int((np.asarray(p) != better).sum()) == 1
+    # several due at once: that many, all different, none measured
+    for _ in range(6):
+        env.store.get(placement_key(env.graph_id, better))
+    assert guide.after_iteration() == 3
+    got = _drain(env)
+    keys = {placement_key(env.graph_id, np.asarray(q)) for q in got}
+    assert len(keys) == 3 and placement_key(env.graph_id, np.asarray(p)) not in keys
+    assert guide.proposed == 4
+
+
+def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, tiny_recording):
+    """A real run: the guide's neighbours are measured, counted and all new placements."""
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.train import train
+
+    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
+                      method="hsdag", budget=30, episode_len=5, env_runners=0, wandb="disabled",
+                      out=str(tmp_path), name="guided", neighbour_every=3)
+    s = train(cfg, quiet=True)
+    log = json.loads((tmp_path / "guided" / "store.json").read_text())["log"]
+    suggested = [e["placement"] for e in log if e.get("suggested")]
+    assert s["suggested"] == len(suggested) >= 5
+    keys = [e["key"] for e in log]
+    assert len(set(keys)) == len(keys)  # every measurement a new placement
+    assert s["method_best_latency_s"] <= min(e["latency_s"] for e in log if e["ok"]) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--neighbour-every", "1"], "at least 2"),
+    (["--neighbour-every", "4", "--method", "random"], "--method random does not"),
+    (["--neighbour-every", "4", "--refit-every", "4"], "use one of them"),
+])
+def test_untried_neighbours_refuse_in_one_sentence(tmp_path, args, says):
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--model", "tiny_cnn", "--backend",
+                        "simulator", "--wandb", "disabled", "--out", str(tmp_path), *args],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
