@@ -138,9 +138,9 @@ def estimate_of(profile: Path, sigma: float) -> Path:
     return out
 
 
-def _best_by_refit(summary: dict) -> bool:
-    """Whether a run's best measured placement was one of refit's proposals
-    (``--refit-every``) rather than the method's own."""
+def _best_by_guide(summary: dict) -> bool:
+    """Whether a run's best measured placement was one of the guide's proposals
+    (``--refit-every``'s or ``--neighbour-every``'s) rather than the method's own."""
     if not summary.get("suggested"):
         return False
     log = json.loads((Path(summary["run_dir"]) / "store.json").read_text())["log"]
@@ -176,7 +176,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     optimum = measured_reference(model, profile, ["CPU", acc], base.coarsen,
                                                  base.objective, base.solver_time_limit)
                 for method in methods:
-                    ratios, curves, proven_all, by_refit = [], [], True, []
+                    ratios, curves, proven_all, by_guide = [], [], True, []
                     for seed in seeds:
                         curve: list = []
                         t0 = time.time()
@@ -213,7 +213,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             exact_ratios.append(b[own] / optimum)
                         ratios.append(best / opt)
                         curves.append((curve, opt))
-                        by_refit.append(_best_by_refit(s))
+                        by_guide.append(_best_by_guide(s))
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
                         say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
@@ -221,12 +221,12 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             + (f" (NOT proven, gap {s['optimum_gap']:.1%})" if unproven else "")
                             + f", {best / min(singles):.3f}x best single, "
                             f"{s['measurements']} distinct of {s['placements']}, "
-                            + (f"{s['suggested']} refit's, best {'refit' if by_refit[-1] else 'its own'}'s, "
+                            + (f"{s['suggested']} the guide's, best {'the guide' if by_guide[-1] else 'its own'}'s, "
                                if s.get("suggested") else "")
                             + f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
                                   "ratios": ratios, "curves": curves, "proven": proven_all,
-                                  "unit": base.budget_unit, "best_by_refit": by_refit})
+                                  "unit": base.budget_unit, "best_by_guide": by_guide})
                     if on_case is not None:
                         on_case(cases)
                 if estimate > 0 and exact_ratios:
