@@ -199,8 +199,9 @@ class TrainConfig:
             measure an untried neighbour of the run's best (one node on another device; once
             all are measured, both ends of an edge) as the run's own, counted in the budget,
             so a policy sampling around the run's best that has settled still tries the
-            changes a local search would (see hsdag_ray/neighbour_guide.py; needs
-            --incumbent-prior above 0; not with --refit-every).
+            changes a local search would (see hsdag_ray/neighbour_guide.py); -1 (the
+            default): 10 where the policy samples around the run's best (HSDAG with
+            --incumbent-prior above 0) and --refit-every is off, else 0.
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
@@ -279,7 +280,7 @@ class TrainConfig:
     zero_shot_samples: int = 1
     screen: float = 0.0
     refit_every: int = 0
-    neighbour_every: int = 0
+    neighbour_every: int = -1
 
     def validate(self) -> None:
         from envs.env_config import MEMORY_PENALTIES, REWARDS
@@ -330,8 +331,8 @@ class TrainConfig:
             (self.screen >= 0, "screen must be 0 (off) or a number of standard deviations"),
             (self.refit_every == 0 or self.refit_every >= 2,
              "refit_every must be 0 (off) or at least 2 placements per refit proposal"),
-            (self.neighbour_every == 0 or self.neighbour_every >= 2,
-             "neighbour_every must be 0 (off) or at least 2 placements per neighbour"),
+            (self.neighbour_every in (-1, 0) or self.neighbour_every >= 2,
+             "neighbour_every must be -1 (auto), 0 (off) or at least 2 placements per neighbour"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),

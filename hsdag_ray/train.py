@@ -44,7 +44,8 @@ from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import check_method_inputs, env_config, exact_start_applies, resolve_backend
+from hsdag_ray.resolve import (check_method_inputs, env_config, exact_start_applies, neighbour_every,
+                                resolve_backend)
 from hsdag_ray.rundir import Run
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
@@ -243,10 +244,10 @@ def _guide(cfg: TrainConfig, env, store):
         from hsdag_ray.refit_guide import RefitGuide
 
         return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
-    if cfg.neighbour_every > 0:
+    if (every := neighbour_every(cfg)) > 0:
         from hsdag_ray.neighbour_guide import NeighbourGuide
 
-        return NeighbourGuide(env, store, cfg.neighbour_every, seed=cfg.seed)
+        return NeighbourGuide(env, store, every, seed=cfg.seed)
     return None
 
 

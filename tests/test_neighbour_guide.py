@@ -96,7 +96,7 @@ def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, t
     s = train(cfg, quiet=True)
     log = json.loads((tmp_path / "guided" / "store.json").read_text())["log"]
     suggested = [e["placement"] for e in log if e.get("suggested")]
-    assert s["suggested"] == len(suggested) >= 5
+    assert s["suggested"] == len(suggested) >= 5 and s["suggested_by"] == "neighbours"
     keys = [e["key"] for e in log]
     assert len(set(keys)) == len(keys)  # every measurement a new placement
     assert s["method_best_latency_s"] <= min(e["latency_s"] for e in log if e["ok"]) * (1 + 1e-9)
@@ -112,3 +112,33 @@ def test_untried_neighbours_refuse_in_one_sentence(tmp_path, args, says):
                         "simulator", "--wandb", "disabled", "--out", str(tmp_path), *args],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("change, every", [
+    ({}, "auto"),  # the default: HSDAG samples around the run's best
+    ({"neighbour_every": 4}, 4),
+    ({"neighbour_every": 0}, 0),
+    ({"method": "random"}, 0),
+    ({"method": "anneal"}, 0),
+    ({"incumbent_prior": 0.0}, 0),
+    ({"refit_every": 4, "profile": "p.json"}, 0),
+])
+def test_untried_neighbours_are_on_by_default_where_the_policy_samples_around_the_best(change, every):
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.resolve import NEIGHBOUR_EVERY, env_config, neighbour_every
+
+    every = NEIGHBOUR_EVERY if every == "auto" else every
+    cfg = dataclasses.replace(TrainConfig(model="tiny_cnn"), **change)
+    if not cfg.refit_every:
+        cfg.validate()
+    assert neighbour_every(cfg) == every
+    on = env_config(cfg, "simulator", ["CPU_MODEL", "GPU_MODEL"], None, "")["suggestions"]
+    assert on == (every > 0 or cfg.refit_every > 0)
+
+
+def test_the_help_gives_the_auto_value():
+    from hsdag_ray.resolve import NEIGHBOUR_EVERY
+
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--help"], capture_output=True,
+                       text=True, timeout=120)
+    assert f"-1 (the default): {NEIGHBOUR_EVERY} where" in " ".join(r.stdout.split())
