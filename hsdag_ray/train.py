@@ -2,7 +2,8 @@
 
 With no arguments: a local Ray, HSDAG trained with REINFORCE on ResNet-50 for
 500 placements (a placement proposed again is answered from the cache, not
-measured again), W&B offline. On a machine with two or more real
+measured again; one per 10 proposed, an untried neighbour of the run's best is
+measured too, ``--neighbour-every``), W&B offline. On a machine with two or more real
 OpenVINO devices (e.g. CPU and GPU) placements are measured on them; with
 only a CPU the simulator is used, with the local CPU profiled by OpenVINO and
 a modeled accelerator with 64 MB of memory (``GPU_SMALLMEM``: ResNet-50 does
