@@ -18,7 +18,7 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
-           "samples_around_incumbent", "neighbour_every", "exact_start_applies", "unmet_needs",
+           "samples_around_incumbent", "neighbour_every", "guide_of", "exact_start_applies", "unmet_needs",
            "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
 
 
@@ -265,6 +265,14 @@ def neighbour_every(cfg: TrainConfig) -> int:
     return NEIGHBOUR_EVERY if samples_around_incumbent(cfg) and cfg.refit_every <= 0 else 0
 
 
+def guide_of(cfg: TrainConfig) -> Optional[str]:
+    """Which guide queues the run's suggested placements: ``"refit"`` (``--refit-every``),
+    ``"neighbours"`` (``--neighbour-every``, resolved) or None."""
+    if cfg.refit_every > 0:
+        return "refit"
+    return "neighbours" if neighbour_every(cfg) > 0 else None
+
+
 def reads_incumbent(cfg: TrainConfig) -> bool:
     """Whether the run's environment carries the incumbent's features: ``--incumbent``, or
     a method that samples around the incumbent (HSDAG) with ``--incumbent-prior`` above 0."""
@@ -295,7 +303,7 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
             "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
             "incumbent_share": cfg.incumbent_share,
             "sim_profile": _profile_json(cfg.sim_profile), "screen": cfg.screen,
-            "suggestions": cfg.refit_every > 0 or neighbour_every(cfg) > 0}
+            "suggestions": guide_of(cfg) is not None}
 
 
 def _profile_json(path: str) -> Optional[dict]:

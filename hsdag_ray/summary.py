@@ -29,7 +29,7 @@ import numpy as np
 
 from hsdag_ray.baselines import Baselines
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.resolve import neighbour_every
+from hsdag_ray.resolve import guide_of
 from hsdag_ray.rundir import Run
 
 __all__ = ["choose_best", "remeasure_result", "finish", "METHOD_CANDIDATE"]
@@ -105,8 +105,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "iterations": state["iteration"], "placements": stats["placements"],
         "measurements": stats["measurements"], "failures": stats["failures"],
         "screened": stats.get("screened", 0), "suggested": stats.get("suggested", 0),
-        "suggested_by": ("refit" if cfg.refit_every > 0 else
-                         "neighbours" if neighbour_every(cfg) > 0 else None),
+        "suggested_by": guide_of(cfg),
         "baselines": figures, "best_latency_s": None,
         "best_source": source,
         "method_best_latency_s": method_best["latency_s"] if method_best else None,

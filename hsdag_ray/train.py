@@ -45,8 +45,8 @@ from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import (check_method_inputs, env_config, exact_start_applies, neighbour_every,
-                                resolve_backend)
+from hsdag_ray.resolve import (check_method_inputs, env_config, exact_start_applies, guide_of,
+                                neighbour_every, resolve_backend)
 from hsdag_ray.rundir import Run
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
@@ -241,14 +241,15 @@ def _measure_exact(baselines, service, say) -> None:
 def _guide(cfg: TrainConfig, env, store):
     """With ``--refit-every``: refit's search on the driver; with ``--neighbour-every``: the
     untried neighbours of the run's best; else None."""
-    if cfg.refit_every > 0:
+    kind = guide_of(cfg)
+    if kind == "refit":
         from hsdag_ray.refit_guide import RefitGuide
 
         return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
-    if (every := neighbour_every(cfg)) > 0:
+    if kind == "neighbours":
         from hsdag_ray.neighbour_guide import NeighbourGuide
 
-        return NeighbourGuide(env, store, every, seed=cfg.seed)
+        return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.seed)
     return None
 
 
