@@ -94,11 +94,11 @@ class NeighbourGuide:
         for flat in self.rng.permutation(m * d):
             e, dev = divmod(int(flat), d)
             u, v = self.edges[:, e]
-            if best[u] == dev and best[v] == dev:
+            if best[u] == dev or best[v] == dev:  # a single change (the tier above) or none
                 continue
             p = best.copy()
             p[u] = p[v] = dev
-            yield p  # one end already there: a single change, measured above
+            yield p
 
     def _next_untried(self) -> Optional[np.ndarray]:
         for p in self._order or ():
