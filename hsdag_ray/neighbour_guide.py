@@ -36,13 +36,17 @@ seeds 0, 2 and 4 per 10, the three HSDAG alone missed: the guide takes the last 
 from __future__ import annotations
 
 import math
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
 from envs.store import graph_log, placement_key
 
-__all__ = ["NeighbourGuide"]
+__all__ = ["NeighbourGuide", "RANK_WORK"]
+
+#: a tier whose neighbours times the graph's nodes exceed this is tried in a random order,
+#: not estimated one by one (about a second of the simulator's vectorised objectives)
+RANK_WORK = 5_000_000
 
 
 class NeighbourGuide:
@@ -56,12 +60,14 @@ class NeighbourGuide:
         seed: the order's seed.
     """
 
-    def __init__(self, env, store, every: int, seed: int = 0) -> None:
+    def __init__(self, env, store, every: int, seed: int = 0, objective: str = "sequential",
+                 ranked: bool = True) -> None:
         self.graph_id, self.every, self.store = env.graph_id, every, store
         self.num_devices = len(env.devices)
         ei = np.asarray(env.graph.edge_index(), dtype=np.int64).reshape(2, -1)
         self.edges = np.unique(np.sort(ei[:, ei[0] != ei[1]], axis=0), axis=1)
         self.rng = np.random.default_rng(seed)
+        self.estimate = _estimator(env, objective) if ranked else None
         self._read = 0
         self._measured: set[str] = set()
         self._best: Optional[tuple[float, np.ndarray]] = None
@@ -83,22 +89,42 @@ class NeighbourGuide:
         return changed
 
     def _neighbours(self, best: np.ndarray) -> Iterator[np.ndarray]:
-        """The best's single-node changes, then its edge changes, each tier in a random order."""
+        """The best's single-node changes, then its edge changes; each tier in the order of
+        the profile's estimate (random among equals; those it says do not fit left out), or
+        in a random order without a profile."""
         n, d = best.size, self.num_devices
-        for flat in self.rng.permutation(n * (d - 1)):
-            v, shift = divmod(int(flat), d - 1)
-            p = best.copy()
-            p[v] = (p[v] + 1 + shift) % d
-            yield p
-        m = self.edges.shape[1]
-        for flat in self.rng.permutation(m * d):
-            e, dev = divmod(int(flat), d)
-            u, v = self.edges[:, e]
-            if best[u] == dev or best[v] == dev:  # a single change (the tier above) or none
-                continue
-            p = best.copy()
-            p[u] = p[v] = dev
-            yield p
+
+        def singles() -> Iterator[np.ndarray]:
+            for flat in self.rng.permutation(n * (d - 1)):
+                v, shift = divmod(int(flat), d - 1)
+                p = best.copy()
+                p[v] = (p[v] + 1 + shift) % d
+                yield p
+
+        def edges() -> Iterator[np.ndarray]:
+            for flat in self.rng.permutation(self.edges.shape[1] * d):
+                e, dev = divmod(int(flat), d)
+                u, v = self.edges[:, e]
+                if best[u] == dev or best[v] == dev:  # a single change (the tier above) or none
+                    continue
+                p = best.copy()
+                p[u] = p[v] = dev
+                yield p
+
+        yield from self._ranked(singles(), n * (d - 1) * n)
+        yield from self._ranked(edges(), self.edges.shape[1] * d * n)
+
+    def _ranked(self, tier: Iterator[np.ndarray], work: int) -> Iterator[np.ndarray]:
+        """``tier`` (a random order) sorted by the profile's estimate, stably; as it comes
+        without one, or when estimating each is too much ``work`` (:data:`RANK_WORK`)."""
+        if self.estimate is None or work > RANK_WORK:
+            yield from tier
+            return
+        tier = list(tier)
+        est = np.asarray([self.estimate(p) for p in tier])
+        for i in np.argsort(est, kind="stable"):
+            if math.isfinite(est[i]):  # one that does not fit would be repaired into another
+                yield tier[int(i)]
 
     def _next_untried(self) -> Optional[np.ndarray]:
         for p in self._order or ():
@@ -122,3 +148,22 @@ class NeighbourGuide:
             self.store.suggest(self.graph_id, queued)
         self.proposed += len(queued)
         return len(queued)
+
+
+def _estimator(env, objective: str) -> Optional[Callable[[np.ndarray], float]]:
+    """The run's profile as a latency estimate of a placement (``inf`` where the profile
+    says it does not fit), or None without a profile of every device or under the
+    ``parallel`` objective (a list schedule per neighbour is too slow to rank them all)."""
+    from envs.simulator import Simulator
+    from hsdag_ray.baselines import profile_costs
+
+    costs = profile_costs(env) if objective != "parallel" else None
+    if costs is None:
+        return None
+    sim = Simulator(costs)
+
+    def estimate(p: np.ndarray) -> float:
+        r = sim.evaluate(p, objective)
+        return r.value if r.feasible else math.inf
+
+    return estimate

@@ -85,6 +85,66 @@ def test_a_new_best_restarts_the_neighbours_around_it(tiny_recording):
     assert guide.proposed == 4
 
 
+def test_with_a_profile_the_neighbours_come_in_the_order_of_its_estimate(tiny_recording):
+    from envs.simulator import Simulator
+    from hsdag_ray.baselines import profile_costs
+
+    env = make_env(tiny_recording("known", 3), measure_reference=False)
+    n = env.graph.num_nodes
+    best = np.zeros(n, dtype=np.int64)
+    _put(env, best, 1e-3)
+    guide = NeighbourGuide(env, env.store, every=2, seed=0)
+    for _ in range(2 * n):
+        env.store.get(placement_key(env.graph_id, best))
+    assert guide.after_iteration() == n
+    got = np.asarray(_drain(env))
+    sim = Simulator(profile_costs(env))
+    est = [sim.sequential(p).value for p in got]
+    assert (np.count_nonzero(got != best, axis=1) == 1).all() and len(got) == n
+    assert est == sorted(est) and est[0] < est[-1]
+    # without the ranking the same neighbours come in a random order
+    other = make_env(tiny_recording("known", 3), measure_reference=False)
+    _put(other, best, 1e-3)
+    plain = NeighbourGuide(other, other.store, every=2, seed=0, ranked=False)
+    for _ in range(2 * n):
+        other.store.get(placement_key(other.graph_id, best))
+    plain.after_iteration()
+    rand = np.asarray(_drain(other))
+    assert sorted(map(tuple, rand)) == sorted(map(tuple, got)) and rand.tolist() != got.tolist()
+
+
+def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_rank(
+        tiny_recording, tmp_path, monkeypatch):
+    import hsdag_ray.neighbour_guide as ng
+    from hsdag_ray.baselines import profile_costs
+    from hsdag_ray.core.fit import feasible
+
+    prof = Profile.load(tiny_recording("known", 3))
+    env = make_env(tiny_recording("known", 3), measure_reference=False)
+    weights = profile_costs(env).mem_bytes
+    prof.mem_capacity["GPU_X"] = float(np.sort(weights)[-2]) * 0.99  # the largest do not fit
+    path = tmp_path / "small.json"
+    prof.save(path)
+    n = env.graph.num_nodes
+
+    def queued(ranked: bool) -> np.ndarray:
+        e = make_env(path, measure_reference=False)
+        _put(e, np.zeros(n, dtype=np.int64), 1e-3)
+        guide = NeighbourGuide(e, e.store, every=2, seed=0, ranked=ranked)
+        for _ in range(2 * n):
+            e.store.get(placement_key(e.graph_id, np.zeros(n, dtype=np.int64)))
+        guide.after_iteration()
+        return np.asarray([p for p in _drain(e) if np.count_nonzero(p) == 1])
+
+    limits = profile_costs(make_env(path, measure_reference=False))
+    ranked, plain = queued(True), queued(False)  # unranked: every single change
+    assert len(plain) == n
+    fitting = sorted(tuple(p) for p in plain if feasible(limits, p))
+    assert 0 < len(fitting) < n and sorted(map(tuple, ranked)) == fitting
+    monkeypatch.setattr(ng, "RANK_WORK", 0)  # too many to estimate: the random order
+    assert queued(True).tolist() == plain.tolist()
+
+
 def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, tiny_recording):
     """A real run: the guide's neighbours are measured, counted and all new placements."""
     from hsdag_ray.config import TrainConfig
