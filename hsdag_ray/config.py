@@ -202,6 +202,10 @@ class TrainConfig:
             changes a local search would (see hsdag_ray/neighbour_guide.py); -1 (the
             default): 10 where the policy samples around the run's best (HSDAG with
             --incumbent-prior above 0) and --refit-every is off, else 0.
+        neighbour_order: profile (the default: with a profile of every device, the
+            neighbours the profile estimates fastest first, those it says do not fit left
+            out; in a random order without one) or random (a random order; for a profile
+            far off the machine).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).
@@ -281,6 +285,7 @@ class TrainConfig:
     screen: float = 0.0
     refit_every: int = 0
     neighbour_every: int = -1
+    neighbour_order: str = "profile"
 
     def validate(self) -> None:
         from envs.env_config import MEMORY_PENALTIES, REWARDS
@@ -333,6 +338,8 @@ class TrainConfig:
              "refit_every must be 0 (off) or at least 2 placements per refit proposal"),
             (self.neighbour_every in (-1, 0) or self.neighbour_every >= 2,
              "neighbour_every must be -1 (auto), 0 (off) or at least 2 placements per neighbour"),
+            (self.neighbour_order in ("profile", "random"),
+             f"unknown neighbour_order {self.neighbour_order!r}; choose profile or random"),
             (self.episode_len >= 1 and self.episodes_per_iteration >= 1,
              "episode_len and episodes_per_iteration must be at least 1"),
             (self.env_runners >= 0, "env_runners must be 0 or more"),

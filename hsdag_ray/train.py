@@ -249,7 +249,8 @@ def _guide(cfg: TrainConfig, env, store):
     if kind == "neighbours":
         from hsdag_ray.neighbour_guide import NeighbourGuide
 
-        return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.seed, objective=cfg.objective)
+        return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.seed, objective=cfg.objective,
+                              ranked=cfg.neighbour_order == "profile")
     return None
 
 

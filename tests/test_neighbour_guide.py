@@ -202,3 +202,23 @@ def test_the_help_gives_the_auto_value():
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--help"], capture_output=True,
                        text=True, timeout=120)
     assert f"-1 (the default): {NEIGHBOUR_EVERY} where" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize("order", ["profile", "random"])
+def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, tiny_recording):
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.train import _guide
+
+    path = tiny_recording("known", 3)
+    env = make_env(path, measure_reference=False)
+    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order)
+    cfg.validate()
+    guide = _guide(cfg, env, env.store)
+    assert isinstance(guide, NeighbourGuide) and (guide.estimate is not None) == (order == "profile")
+
+
+def test_an_unknown_neighbour_order_is_refused_in_one_sentence(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--model", "tiny_cnn", "--wandb",
+                        "disabled", "--out", str(tmp_path), "--neighbour-order", "fastest"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "choose profile or random" in r.stderr and "Traceback" not in r.stderr
