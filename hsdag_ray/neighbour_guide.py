@@ -42,8 +42,10 @@ BLOOM all six seeds at the optimum within 33 placements; outside the zoo at 100
 placements MobileNet-V3 1.000 in all three seeds (random: 1.105 in one), RegNetY-400MF
 1.035 / 1.035 / 1.028 (1.065 / 1.068 / 1.070), ShuffleNet-V2 x0.5 1.000 in all three
 (1.032 in two), T5 1.010 / 1.011 / 1.011 (1.013-1.017); the paper models with the
-wrong profiles 17 / 21 / 28 of 30 within 1.01x (random: 16 / 23 / 28). There the run's profile is the simulator's costs, so its order
-is the true one, except in the paper-model grid (op times 50% off).
+wrong profiles 17 / 21 / 28 of 30 within 1.01x (random: 16 / 23 / 28). Outside the zoo
+and on BLOOM the run's profile is the simulator's costs, so its order is the true one;
+in the paper-model grid every op time is 50% off, and the order helps no more than
+chance (``--neighbour-order random`` is for such a profile).
 """
 from __future__ import annotations
 
@@ -70,6 +72,10 @@ class NeighbourGuide:
             proposed before the guide.
         every: placements proposed in the run per neighbour (at least 2).
         seed: the order's seed.
+        objective: the run's; the profile's estimate of a neighbour is its value.
+        ranked: whether to order the neighbours by the profile's estimate
+            (``--neighbour-order profile``), where the environment has a profile of every
+            device (``env.limits``).
     """
 
     def __init__(self, env, store, every: int, seed: int = 0, objective: str = "sequential",
@@ -167,12 +173,10 @@ def _estimator(env, objective: str) -> Optional[Callable[[np.ndarray], float]]:
     says it does not fit), or None without a profile of every device or under the
     ``parallel`` objective (a list schedule per neighbour is too slow to rank them all)."""
     from envs.simulator import Simulator
-    from hsdag_ray.baselines import profile_costs
 
-    costs = profile_costs(env) if objective != "parallel" else None
-    if costs is None:
+    if env.limits is None or objective == "parallel":
         return None
-    sim = Simulator(costs)
+    sim = Simulator(env.limits)
 
     def estimate(p: np.ndarray) -> float:
         r = sim.evaluate(p, objective)
