@@ -203,9 +203,10 @@ class TrainConfig:
             default): 10 where the policy samples around the run's best (HSDAG with
             --incumbent-prior above 0) and --refit-every is off, else 0.
         neighbour_order: profile (the default: with a profile of every device, the
-            neighbours the profile estimates fastest first, those it says do not fit left
-            out; in a random order without one) or random (a random order; for a profile
-            far off the machine).
+            neighbours the profile, refitted to the run's measurements, estimates fastest
+            first, those it says do not fit left out and a single change that does not fit
+            replaced by its swaps; in a random order without one) or random (single changes
+            in a random order).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).

@@ -12,13 +12,18 @@ the run, one *untried neighbour* of the run's best in the store
 (:meth:`envs.store.MeasurementStore.suggest`): the best with one node on another
 device, skipping every placement the run has measured; once every single change of
 the best has been measured (the best is a local optimum of them), the best with both
-ends of one edge on another device. With a profile of every device each tier comes in
-the order of the profile's estimate of the neighbour (the simulator on the run's
-profile, under its objective), and a neighbour it says does not fit is left out (the
-environment would measure its repair, another placement); without one, under
-``parallel`` (a list schedule per neighbour), or where a tier is too large to estimate
-one by one (:data:`RANK_WORK`), in a random order. The order is drawn again whenever
-the best changes. The environments measure them as placements of the run, counted
+ends of one edge on another device. With a profile of every device (``sequential`` or
+``throughput``) each tier comes in the order of the profile's estimate, the profile
+refitted to every measurement of the run so far
+(:class:`envs.latency_model.LatencyModel`, ``--method refit``'s model), so a profile off
+the machine is corrected as the run measures; a neighbour it says does not fit is left
+out (the environment would measure its repair, another placement), and a single change
+that does not fit gives way to its *swaps*: the node onto the full device and, in turn,
+each node there off it, ranked with the other single changes (two blocks of about the
+same size exchanged, which no single change makes). Without a profile, under
+``parallel`` (not linear in the costs), or where a tier is too large to estimate one by
+one (:data:`RANK_WORK`), in a random order, without swaps. The order is drawn again
+whenever the best changes. The environments measure them as placements of the run, counted
 in the budget (as ``--refit-every``'s, :mod:`hsdag_ray.refit_guide`); a better one
 becomes the run's best and the policy samples around it from the next episode on.
 It needs no profile and works with any objective and backend. It is on by default
@@ -50,10 +55,12 @@ chance (``--neighbour-order random`` is for such a profile).
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
+from envs.latency_model import MODELED_OBJECTIVES, LatencyModel
+from envs.simulator import Simulator
 from envs.store import graph_log, placement_key
 
 __all__ = ["NeighbourGuide", "RANK_WORK"]
@@ -73,9 +80,9 @@ class NeighbourGuide:
         every: placements proposed in the run per neighbour (at least 2).
         seed: the order's seed.
         objective: the run's; the profile's estimate of a neighbour is its value.
-        ranked: whether to order the neighbours by the profile's estimate
-            (``--neighbour-order profile``), where the environment has a profile of every
-            device (``env.limits``).
+        ranked: whether to order the neighbours by the refitted profile's estimate and
+            swap where a single change does not fit (``--neighbour-order profile``), where
+            the environment has a profile of every device (``env.limits``).
     """
 
     def __init__(self, env, store, every: int, seed: int = 0, objective: str = "sequential",
@@ -85,7 +92,8 @@ class NeighbourGuide:
         ei = np.asarray(env.graph.edge_index(), dtype=np.int64).reshape(2, -1)
         self.edges = np.unique(np.sort(ei[:, ei[0] != ei[1]], axis=0), axis=1)
         self.rng = np.random.default_rng(seed)
-        self.estimate = _estimator(env, objective) if ranked else None
+        self.objective = objective
+        self.model = _model(env, objective) if ranked else None
         self._read = 0
         self._measured: set[str] = set()
         self._best: Optional[tuple[float, np.ndarray]] = None
@@ -102,15 +110,19 @@ class NeighbourGuide:
             p = np.asarray(e["placement"], dtype=np.int64)
             self._measured.add(placement_key(self.graph_id, p))
             s = float(e["latency_s"]) if e["ok"] else math.inf
+            if self.model is not None:
+                self.model.add(p, s)  # learns nothing from a failure
             if math.isfinite(s) and (self._best is None or s < self._best[0]):
                 self._best, changed = (s, p), True
         return changed
 
     def _neighbours(self, best: np.ndarray) -> Iterator[np.ndarray]:
-        """The best's single-node changes, then its edge changes; each tier in the order of
-        the profile's estimate (random among equals; those it says do not fit left out), or
-        in a random order without a profile."""
+        """The best's single-node changes (and their swaps), then its edge changes; each
+        tier in the order of the refitted profile's estimate (random among equals; those it
+        says do not fit left out), or in a random order without one."""
         n, d = best.size, self.num_devices
+        sim = None if self.model is None else \
+            Simulator(self.model.refitted(self.model.posterior_mean()))
 
         def singles() -> Iterator[np.ndarray]:
             for flat in self.rng.permutation(n * (d - 1)):
@@ -129,20 +141,47 @@ class NeighbourGuide:
                 p[u] = p[v] = dev
                 yield p
 
-        yield from self._ranked(singles(), n * (d - 1) * n)
-        yield from self._ranked(edges(), self.edges.shape[1] * d * n)
+        yield from self._ranked(singles(), sim, n * (d - 1) * n, swaps_of=best)
+        yield from self._ranked(edges(), sim, self.edges.shape[1] * d * n)
 
-    def _ranked(self, tier: Iterator[np.ndarray], work: int) -> Iterator[np.ndarray]:
-        """``tier`` (a random order) sorted by the profile's estimate, stably; as it comes
-        without one, or when estimating each is too much ``work`` (:data:`RANK_WORK`)."""
-        if self.estimate is None or work > RANK_WORK:
+    def _ranked(self, tier: Iterator[np.ndarray], sim: Optional[Simulator], work: int,
+                swaps_of: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
+        """``tier`` (a random order) sorted by its estimates on ``sim`` (the refitted
+        profile), stably; as it comes without one, or when estimating each is too much
+        ``work`` (:data:`RANK_WORK`). With ``swaps_of`` (the best, whose single changes
+        ``tier`` holds): a single change that does not fit gives way to its swaps, ranked
+        with the rest."""
+        if sim is None or work > RANK_WORK:
             yield from tier
             return
+
+        def estimate(p: np.ndarray) -> float:
+            r = sim.evaluate(p, self.objective)
+            return r.value if r.feasible else math.inf
+
         tier = list(tier)
-        est = np.asarray([self.estimate(p) for p in tier])
-        for i in np.argsort(est, kind="stable"):
+        est = [estimate(p) for p in tier]
+        if swaps_of is not None:
+            for p in [p for p, e in zip(tier, est) if not math.isfinite(e)]:
+                for q in self._swaps(swaps_of, p):
+                    if len(tier) * p.size > RANK_WORK:
+                        break
+                    tier.append(q)
+                    est.append(estimate(q))
+        for i in np.argsort(np.asarray(est), kind="stable"):
             if math.isfinite(est[i]):  # one that does not fit would be repaired into another
                 yield tier[int(i)]
+
+    @staticmethod
+    def _swaps(best: np.ndarray, single: np.ndarray) -> Iterator[np.ndarray]:
+        """``single`` (the best with node ``u`` on device ``dev``) with, in turn, each node
+        the best has on ``dev`` moved to ``u``'s device in the best: a swap that may fit
+        where the single change does not (two blocks of about the same size exchanged)."""
+        [u] = np.nonzero(single != best)[0]
+        for v in np.nonzero(best == single[u])[0]:
+            q = single.copy()
+            q[v] = best[u]
+            yield q
 
     def _next_untried(self) -> Optional[np.ndarray]:
         for p in self._order or ():
@@ -168,18 +207,14 @@ class NeighbourGuide:
         return len(queued)
 
 
-def _estimator(env, objective: str) -> Optional[Callable[[np.ndarray], float]]:
-    """The run's profile as a latency estimate of a placement (``inf`` where the profile
-    says it does not fit), or None without a profile of every device or under the
-    ``parallel`` objective (a list schedule per neighbour is too slow to rank them all)."""
-    from envs.simulator import Simulator
-
-    if env.limits is None or objective == "parallel":
+def _model(env, objective: str) -> Optional[LatencyModel]:
+    """The run's profile as a latency model to refit to its measurements, or None without
+    a profile of every device, under ``parallel`` (not linear in the costs, and a list
+    schedule per neighbour is too slow to rank them all), or on a graph too large to rank
+    a tier of single changes (:data:`RANK_WORK`; the model's rows grow with the nodes)."""
+    n = env.graph.num_nodes
+    if env.limits is None or objective not in MODELED_OBJECTIVES or \
+            n * (len(env.devices) - 1) * n > RANK_WORK:
         return None
-    sim = Simulator(env.limits)
+    return LatencyModel(env.limits, objective=objective)
 
-    def estimate(p: np.ndarray) -> float:
-        r = sim.evaluate(p, objective)
-        return r.value if r.feasible else math.inf
-
-    return estimate

@@ -85,32 +85,101 @@ def test_a_new_best_restarts_the_neighbours_around_it(tiny_recording):
     assert guide.proposed == 4
 
 
+def _all_singles(path, put, ranked=True, seed=0) -> np.ndarray:
+    """The single changes of the all-device-0 best that a fresh guide queues, in its order,
+    after ``put(env)`` has measured what it likes."""
+    env = make_env(path, measure_reference=False)
+    n = env.graph.num_nodes
+    best = np.zeros(n, dtype=np.int64)
+    put(env)
+    guide = NeighbourGuide(env, env.store, every=2, seed=seed, ranked=ranked)
+    for _ in range(2 * n):
+        env.store.get(placement_key(env.graph_id, best))
+    guide.after_iteration()
+    return np.asarray([p for p in _drain(env) if np.count_nonzero(p) == 1])
+
+
+def _measured_on(path):
+    """``put``: measure the all-device-0 placement as the profile's simulator does."""
+    from envs.simulator import Simulator
+    from hsdag_ray.baselines import profile_costs
+
+    def put(env):
+        sim = Simulator(profile_costs(env))
+        best = np.zeros(env.graph.num_nodes, dtype=np.int64)
+        _put(env, best, sim.sequential(best).value)
+        return sim
+    return put
+
+
 def test_with_a_profile_the_neighbours_come_in_the_order_of_its_estimate(tiny_recording):
     from envs.simulator import Simulator
     from hsdag_ray.baselines import profile_costs
 
+    path = tiny_recording("known", 3)
+    got = _all_singles(path, _measured_on(path))  # a measurement the profile predicts exactly
+    env = make_env(path, measure_reference=False)
+    est = [Simulator(profile_costs(env)).sequential(p).value for p in got]
+    assert len(got) == env.graph.num_nodes and est == sorted(est) and est[0] < est[-1]
+    rand = _all_singles(path, _measured_on(path), ranked=False)  # the same ones, in a random order
+    assert sorted(map(tuple, rand)) == sorted(map(tuple, got)) and rand.tolist() != got.tolist()
+
+
+def test_the_order_follows_the_profile_refitted_to_the_runs_measurements(tiny_recording):
+    """A measurement slower than the profile says, of a placement moving the node the profile
+    ranks first, moves that node's single change down the order."""
+    path = tiny_recording("known", 3)
+    first = int(np.nonzero(_all_singles(path, _measured_on(path))[0])[0][0])
+
+    def put(env):
+        sim = _measured_on(path)(env)
+        p = np.zeros(env.graph.num_nodes, dtype=np.int64)
+        p[first] = 1
+        p[(first + 1) % p.size] = 1
+        _put(env, p, 3 * sim.sequential(p).value)
+    after = [int(np.nonzero(p)[0][0]) for p in _all_singles(path, put)]
+    assert after[0] != first and after.index(first) > 0
+
+
+def test_a_single_change_that_does_not_fit_gives_way_to_its_swaps(tiny_recording, tmp_path):
+    """The accelerator holds one node of two: moving the other on overflows, exchanging them
+    fits; the guide queues the exchanges, ranked with the single changes that fit."""
+    from hsdag_ray.baselines import profile_costs
+    from hsdag_ray.core.fit import feasible
+
+    prof = Profile.load(tiny_recording("known", 3))
     env = make_env(tiny_recording("known", 3), measure_reference=False)
-    n = env.graph.num_nodes
+    w = profile_costs(env).mem_bytes
+    a, b = (int(i) for i in np.argsort(w)[::-1][:2])  # the two largest blocks of weights
+    prof.mem_capacity["GPU_X"] = float(w[a]) * 1.01
+    path = tmp_path / "one.json"
+    prof.save(path)
+    env = make_env(path, measure_reference=False)
+    limits, n = profile_costs(env), env.graph.num_nodes
     best = np.zeros(n, dtype=np.int64)
+    best[a] = 1
     _put(env, best, 1e-3)
     guide = NeighbourGuide(env, env.store, every=2, seed=0)
-    for _ in range(2 * n):
+    for _ in range(4 * n):
         env.store.get(placement_key(env.graph_id, best))
-    assert guide.after_iteration() == n
-    got = np.asarray(_drain(env))
-    sim = Simulator(profile_costs(env))
-    est = [sim.sequential(p).value for p in got]
-    assert (np.count_nonzero(got != best, axis=1) == 1).all() and len(got) == n
-    assert est == sorted(est) and est[0] < est[-1]
-    # without the ranking the same neighbours come in a random order
-    other = make_env(tiny_recording("known", 3), measure_reference=False)
-    _put(other, best, 1e-3)
-    plain = NeighbourGuide(other, other.store, every=2, seed=0, ranked=False)
+    guide.after_iteration()
+    got = [np.asarray(p) for p in _drain(env)]
+    assert all(feasible(limits, p) for p in got)
+    swap = best.copy()
+    swap[[a, b]] = [0, 1]
+    assert any((p == swap).all() for p in got)
+    changed = [tuple(np.nonzero(p != best)[0]) for p in got]
+    singles = [c for c in changed if len(c) == 1]
+    swaps = [c for c in changed if len(c) == 2 and a in c]
+    assert singles and len(swaps) >= 1 and len(singles) + len(swaps) <= len(got)
+    # without the profile's order no swaps: a random order of single changes only
+    plain = make_env(path, measure_reference=False)
+    _put(plain, best, 1e-3)
+    guide = NeighbourGuide(plain, plain.store, every=2, seed=0, ranked=False)
     for _ in range(2 * n):
-        other.store.get(placement_key(other.graph_id, best))
-    plain.after_iteration()
-    rand = np.asarray(_drain(other))
-    assert sorted(map(tuple, rand)) == sorted(map(tuple, got)) and rand.tolist() != got.tolist()
+        plain.store.get(placement_key(plain.graph_id, best))
+    guide.after_iteration()
+    assert all(int((np.asarray(p) != best).sum()) == 1 for p in _drain(plain))
 
 
 def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_rank(
@@ -214,7 +283,7 @@ def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, 
     cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order)
     cfg.validate()
     guide = _guide(cfg, env, env.store)
-    assert isinstance(guide, NeighbourGuide) and (guide.estimate is not None) == (order == "profile")
+    assert isinstance(guide, NeighbourGuide) and (guide.model is not None) == (order == "profile")
 
 
 def test_an_unknown_neighbour_order_is_refused_in_one_sentence(tmp_path):
