@@ -85,18 +85,28 @@ def test_a_new_best_restarts_the_neighbours_around_it(tiny_recording):
     assert guide.proposed == 4
 
 
-def _all_singles(path, put, ranked=True, seed=0) -> np.ndarray:
-    """The single changes of the all-device-0 best that a fresh guide queues, in its order,
-    after ``put(env)`` has measured what it likes."""
+def _queued(path, best, put=None, ranked=True, rounds=2) -> list[np.ndarray]:
+    """What a fresh guide queues around ``best`` (measured at 1 ms, or by ``put(env)``)
+    after ``rounds`` times the graph's nodes placements proposed, in its order."""
     env = make_env(path, measure_reference=False)
     n = env.graph.num_nodes
-    best = np.zeros(n, dtype=np.int64)
-    put(env)
-    guide = NeighbourGuide(env, env.store, every=2, seed=seed, ranked=ranked)
-    for _ in range(2 * n):
+    if put is None:
+        _put(env, best, 1e-3)
+    else:
+        put(env)
+    guide = NeighbourGuide(env, env.store, every=2, seed=0, ranked=ranked)
+    for _ in range(rounds * n):
         env.store.get(placement_key(env.graph_id, best))
     guide.after_iteration()
-    return np.asarray([p for p in _drain(env) if np.count_nonzero(p) == 1])
+    return [np.asarray(p) for p in _drain(env)]
+
+
+def _all_singles(path, put, ranked=True) -> np.ndarray:
+    """The single changes of the all-device-0 best that a fresh guide queues, in its order,
+    after ``put(env)`` has measured what it likes."""
+    n = make_env(path, measure_reference=False).graph.num_nodes
+    got = _queued(path, np.zeros(n, dtype=np.int64), put, ranked)
+    return np.asarray([p for p in got if np.count_nonzero(p) == 1])
 
 
 def _measured_on(path):
@@ -158,12 +168,7 @@ def test_a_single_change_that_does_not_fit_gives_way_to_its_swaps(tiny_recording
     limits, n = profile_costs(env), env.graph.num_nodes
     best = np.zeros(n, dtype=np.int64)
     best[a] = 1
-    _put(env, best, 1e-3)
-    guide = NeighbourGuide(env, env.store, every=2, seed=0)
-    for _ in range(4 * n):
-        env.store.get(placement_key(env.graph_id, best))
-    guide.after_iteration()
-    got = [np.asarray(p) for p in _drain(env)]
+    got = _queued(path, best, rounds=4)
     assert all(feasible(limits, p) for p in got)
     swap = best.copy()
     swap[[a, b]] = [0, 1]
@@ -173,13 +178,7 @@ def test_a_single_change_that_does_not_fit_gives_way_to_its_swaps(tiny_recording
     swaps = [c for c in changed if len(c) == 2 and a in c]
     assert singles and len(swaps) >= 1 and len(singles) + len(swaps) <= len(got)
     # without the profile's order no swaps: a random order of single changes only
-    plain = make_env(path, measure_reference=False)
-    _put(plain, best, 1e-3)
-    guide = NeighbourGuide(plain, plain.store, every=2, seed=0, ranked=False)
-    for _ in range(2 * n):
-        plain.store.get(placement_key(plain.graph_id, best))
-    guide.after_iteration()
-    assert all(int((np.asarray(p) != best).sum()) == 1 for p in _drain(plain))
+    assert all(int((p != best).sum()) == 1 for p in _queued(path, best, ranked=False))
 
 
 def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_rank(
@@ -197,13 +196,7 @@ def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_
     n = env.graph.num_nodes
 
     def queued(ranked: bool) -> np.ndarray:
-        e = make_env(path, measure_reference=False)
-        _put(e, np.zeros(n, dtype=np.int64), 1e-3)
-        guide = NeighbourGuide(e, e.store, every=2, seed=0, ranked=ranked)
-        for _ in range(2 * n):
-            e.store.get(placement_key(e.graph_id, np.zeros(n, dtype=np.int64)))
-        guide.after_iteration()
-        return np.asarray([p for p in _drain(e) if np.count_nonzero(p) == 1])
+        return _all_singles(path, lambda e: _put(e, np.zeros(n, dtype=np.int64), 1e-3), ranked)
 
     limits = profile_costs(make_env(path, measure_reference=False))
     ranked, plain = queued(True), queued(False)  # unranked: every single change
