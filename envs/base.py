@@ -34,7 +34,11 @@ class TimingConfig:
             it claims a new best by a small margin (:mod:`envs.openvino.racing`);
             baselines and re-measurements are always timed in full.
         race_margin: relative margin of "clearly slower" and "small margin".
-        race_min_blocks: blocks timed before a placement may be stopped.
+        race_min_blocks: blocks timed before a placement may be stopped (its
+            last warm-up run must be slow too).
+        race_settle: blocks after which a placement whose fastest block is
+            still slower than the best is finished with their median (it
+            cannot claim the best; ``0`` = time every planned block).
         race_extra: a close new best is timed up to this many times the
             planned blocks again.
         race_far: a placement whose last warm-up run already took more than
@@ -55,7 +59,8 @@ class TimingConfig:
     validate_outputs: bool = False
     race: bool = True
     race_margin: float = 0.05
-    race_min_blocks: int = 2
+    race_min_blocks: int = 1
+    race_settle: int = 3
     race_extra: int = 1
     race_far: float = 2.0
     stage_cache: int = 64

@@ -121,6 +121,21 @@ def test_race_decisions() -> None:
     assert race_step([9.0] * 4, 1.0, off) == "go" and race_step([0.98] * 5, 1.0, off) == "done"
 
 
+def test_race_decisions_with_the_warm_up_run_and_settling() -> None:
+    t = TimingConfig(repeats=7, race_margin=0.05, race_min_blocks=1, race_settle=3, race_extra=1)
+    assert race_step([1.2], 1.0, t, warm=1.3) == "stop"  # the block and the warm-up run: both slow
+    assert race_step([1.2], 1.0, t, warm=1.02) == "go"  # a warm-up run near the best: keep timing
+    assert race_step([1.2, 1.1], 1.0, t, warm=1.0) == "go"  # ... whatever the blocks say
+    assert race_step([1.2], 1.0, t) == "stop"  # no warm-up run: the block alone
+    # a close second: its fastest of three blocks is slower than the best, so it cannot claim it
+    assert race_step([1.03, 1.02], 1.0, t, warm=1.04) == "go"
+    assert race_step([1.03, 1.02, 1.04], 1.0, t, warm=1.04) == "settled"
+    assert race_step([1.03, 0.99, 1.04], 1.0, t, warm=1.04) == "go"  # one block beat the best
+    assert race_step([1.03, 1.02, 1.04], 1.0, replace(t, race_settle=0), warm=1.04) == "go"
+    assert race_step([0.98] * 7, 1.0, t) == "more"  # a close new best still gets more blocks
+    assert race_step([1.03, 1.02, 1.04], None, t) == "go"  # nothing to race against: every block
+
+
 def test_far_slower_judges_the_warm_up_run() -> None:
     t = TimingConfig(race_far=2.0)
     assert far_slower(2.5, 1.0, t) and not far_slower(1.9, 1.0, t)
@@ -147,6 +162,21 @@ def test_a_placement_far_slower_in_its_warm_up_gets_no_timed_block(model: ov.Mod
     assert len(samples) == timing.repeats and "raced" not in info
 
 
+def test_a_placement_that_cannot_claim_the_best_settles_after_race_settle_blocks(model: ov.Model) -> None:
+    runner = RequestRunner(ov.Core().compile_model(model, "CPU"),
+                           [ov.Tensor(x) for x in random_inputs(model, 0)])
+    timing = TimingConfig(warmup=2, repeats=8, block=2, threads=1, race_margin=9.0, race_settle=3)
+    latency = float(np.median(time_runs(runner, timing, 0, math.inf, {}, best=None)))
+    # a best a third below this placement's latency but far inside the (generous) margin:
+    # not stopped, and no block can claim the best, so three blocks and their median
+    info: dict = {}
+    samples = time_runs(runner, timing, 0, math.inf, info, best=latency / 1.5)
+    assert info["raced"] == "settled" and len(samples) == timing.race_settle
+    info = {}
+    samples = time_runs(runner, replace(timing, race_settle=0), 0, math.inf, info, best=latency / 1.5)
+    assert len(samples) == timing.repeats and "raced" not in info
+
+
 def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Model) -> None:
     # a generous margin: only a placement more than 3x slower in every block stops (the
     # alternating placement runs about 7x the single stage's 0.2 ms; on a loaded CI machine
@@ -164,9 +194,14 @@ def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Mo
     assert slower.latency_s > 3.0 * best.latency_s
     assert slower.info["raced"] == "stopped" and slower.runs < 12
     assert slower.info["race_best_s"] == pytest.approx(best.latency_s)
-    # the best itself, timed again, runs its blocks in full (of three tries)
+    # the best itself, timed again, is never stopped as clearly slower (of three tries), and
+    # with settling off runs its blocks in full; with it, at least the blocks settling needs
     tries = [backend.measure_ops(fast, race=True) for _ in range(3)]
     assert all(m.ok for m in tries)
+    assert any(m.info.get("raced") != "stopped" and m.runs >= 2 * timing.race_settle for m in tries)
+    unsettled = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=replace(timing, race_settle=0))
+    assert unsettled.measure_ops(fast, race=True).ok
+    tries = [unsettled.measure_ops(fast, race=True) for _ in range(3)]
     assert any(m.info.get("raced") != "stopped" and m.runs >= 12 for m in tries)
     # without race (baselines, re-measurements) every placement gets the full blocks
     full = backend.measure_ops(slow)

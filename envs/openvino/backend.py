@@ -140,7 +140,7 @@ class OpenVINOBackend:
             were validated, ``warning`` when more threads were busy than
             the devices allow, ``compiled_stages`` / ``cached_stages`` (stages
             or single-device models compiled now / taken from the cache),
-            ``raced`` (``stopped`` or ``extended``) and ``race_best_s`` when raced.
+            ``raced`` (``stopped``, ``settled`` or ``extended``) and ``race_best_s`` when raced.
             On failure: ``ok=False`` with ``stage`` (``validate``, ``compile``,
             ``infer``, ``memory``, ``timeout``) and a one-sentence ``error``.
         """

@@ -177,7 +177,8 @@ def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
 
     With ``best`` (the best latency so far, seconds) the blocks are raced
     against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
-    clearly slower placement (``info['raced'] = 'stopped'``), none when the
+    clearly slower placement (``info['raced'] = 'stopped'``) or one that
+    cannot claim the best (``'settled'``), none when the
     last warm-up run was already far slower (:func:`envs.openvino.racing.far_slower`;
     that run is returned as the one sample), more for a close new best
     (``'extended'``). Sets ``info['cpu_per_wall']``, and
@@ -197,7 +198,8 @@ def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
         return [warm_s]
     samples = []
     cpu_start, wall_start = time.process_time(), time.perf_counter()
-    decision = race_step(samples, best, timing)
+    warm = warm_s if timing.warmup else None
+    decision = race_step(samples, best, timing, warm)
     while decision in ("go", "more"):
         start = time.perf_counter()
         for _ in range(timing.block):
@@ -208,9 +210,9 @@ def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
         samples.append((time.perf_counter() - start) / timing.block)
         if decision == "more":
             info["raced"] = "extended"
-        decision = race_step(samples, best, timing)
-    if decision == "stop":
-        info["raced"] = "stopped"
+        decision = race_step(samples, best, timing, warm)
+    if decision in ("stop", "settled"):
+        info["raced"] = "stopped" if decision == "stop" else "settled"
     if best is not None and timing.race:
         info["race_best_s"] = best
     busy = cpu_per_wall(cpu_start, wall_start)
