@@ -25,8 +25,10 @@ CPU-only machine):
   cores whatever INFERENCE_NUM_THREADS says, so with a thread limit its split
   placements look up to 2x faster than the same placements run by the
   pipeline or single-device runs (which keep the limit). ``auto`` therefore
-  also leaves HETERO when it keeps more threads busy than allowed, and every
-  timing reports ``cpu_per_wall``.
+  also leaves HETERO when it keeps more threads busy than allowed, in a probe
+  of a few runs before timing or, when other processes held the cores during
+  the probe, in the timing itself (the placement is then timed again with the
+  pipeline), and every timing reports ``cpu_per_wall``.
 * A plugin crash (segfault) during compile cannot be caught in-process; run
   measurements of untrusted models in a separate process.
 """
@@ -160,10 +162,19 @@ class OpenVINOBackend:
             if self.timing.validate_outputs:
                 self._validate(runner, used, info)
             best = self._race_best if race else None
-            samples = time_runs(runner, self.timing, self._thread_limit(used), deadline, info, best)
+            limit = self._thread_limit(used)
+            samples = time_runs(runner, self.timing, limit, deadline, info, best)
         except StageFailure as failure:
             info["measure_s"] = time.perf_counter() - start
             return Measurement.failure(self.name, failure.stage, failure.message, **info)
+        if self.mode == "auto" and info.get("path") == "hetero" and limit \
+                and float(info.get("cpu_per_wall", 0.0)) > limit * OVERSUBSCRIPTION:
+            # the probe before timing missed it (other processes held the cores then):
+            # refuse HETERO on these devices and measure again with the pipeline
+            self._hetero_refused[frozenset(used)] = (
+                f"HETERO kept {float(info['cpu_per_wall']):.1f} threads busy while timed where each "
+                f"device may use {limit}, so its timing is not comparable with other placements")
+            return self.measure_ops(affinity, race)
         latency, spread = summarize_times(samples)
         if race and info.get("raced") != "stopped":
             self._race_best = latency if self._race_best is None else min(self._race_best, latency)
