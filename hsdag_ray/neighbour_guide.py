@@ -64,12 +64,18 @@ import numpy as np
 from envs.latency_model import MODELED_OBJECTIVES, LatencyModel
 from envs.simulator import Simulator
 from envs.store import graph_log, placement_key
+from hsdag_ray.core.costgraph import CostGraph
+from policies.exact import exact_method, solve
 
 __all__ = ["NeighbourGuide", "RANK_WORK"]
 
 #: a tier whose neighbours times the graph's nodes exceed this is tried in a random order,
 #: not estimated one by one (about a second of the simulator's vectorised objectives)
 RANK_WORK = 5_000_000
+
+#: seconds for the exact solve of the refitted profile at each new best (a MILP stopped
+#: early gives its best placement so far)
+OPTIMUM_SECONDS = 5.0
 
 
 class NeighbourGuide:
@@ -98,6 +104,7 @@ class NeighbourGuide:
         self.model = _model(env, objective) if ranked else None
         self._read = 0
         self._measured: set[str] = set()
+        self._queued: set[str] = set()  # proposed by the guide (the optimum may be a neighbour too)
         self._best: Optional[tuple[float, np.ndarray]] = None
         self._order: Optional[Iterator[np.ndarray]] = None
         self._learn()
@@ -143,8 +150,22 @@ class NeighbourGuide:
                 p[u] = p[v] = dev
                 yield p
 
+        if sim is not None:
+            optimum = self._refitted_optimum(sim.graph)
+            if optimum is not None:
+                yield optimum
         yield from self._ranked(singles(), sim, n * (d - 1) * n, swaps_of=best)
         yield from self._ranked(edges(), sim, self.edges.shape[1] * d * n)
+
+    def _refitted_optimum(self, refitted: CostGraph) -> Optional[np.ndarray]:
+        """The exact solver's placement on the refitted profile (``--method refit``'s first
+        proposal, here on every measurement so far), or None where no solver applies or
+        it finds none within :data:`OPTIMUM_SECONDS`."""
+        method = exact_method(refitted, self.objective)
+        if method is None:
+            return None
+        res = solve(refitted, self.objective, method, time_limit=OPTIMUM_SECONDS)
+        return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
 
     def _ranked(self, tier: Iterator[np.ndarray], sim: Optional[Simulator], work: int,
                 swaps_of: Optional[np.ndarray] = None) -> Iterator[np.ndarray]:
@@ -187,7 +208,9 @@ class NeighbourGuide:
 
     def _next_untried(self) -> Optional[np.ndarray]:
         for p in self._order or ():
-            if placement_key(self.graph_id, p) not in self._measured:
+            key = placement_key(self.graph_id, p)
+            if key not in self._measured and key not in self._queued:
+                self._queued.add(key)
                 return p
         return None
 

@@ -67,7 +67,7 @@ def test_a_new_best_restarts_the_neighbours_around_it(tiny_recording):
     env = make_env(tiny_recording("known", 3), measure_reference=False)
     n = env.graph.num_nodes
     _put(env, np.zeros(n, dtype=np.int64), 2e-3)
-    guide = NeighbourGuide(env, env.store, every=2, seed=1)
+    guide = NeighbourGuide(env, env.store, every=2, seed=1, ranked=False)  # single changes only
     better = np.zeros(n, dtype=np.int64)
     better[[0, 1]] = 1
     _put(env, better, 1e-3)  # counts 1 placement; with a hit, 2: one neighbour of the new best
@@ -103,9 +103,10 @@ def _queued(path, best, put=None, ranked=True, rounds=2) -> list[np.ndarray]:
 
 def _all_singles(path, put, ranked=True) -> np.ndarray:
     """The single changes of the all-device-0 best that a fresh guide queues, in its order,
-    after ``put(env)`` has measured what it likes."""
+    after ``put(env)`` has measured what it likes (the refitted optimum, queued first, is
+    one of them or not)."""
     n = make_env(path, measure_reference=False).graph.num_nodes
-    got = _queued(path, np.zeros(n, dtype=np.int64), put, ranked)
+    got = _queued(path, np.zeros(n, dtype=np.int64), put, ranked, rounds=3)  # past the optimum
     return np.asarray([p for p in got if np.count_nonzero(p) == 1])
 
 
@@ -133,6 +134,31 @@ def test_with_a_profile_the_neighbours_come_in_the_order_of_its_estimate(tiny_re
     assert len(got) == env.graph.num_nodes and est == sorted(est) and est[0] < est[-1]
     rand = _all_singles(path, _measured_on(path), ranked=False)  # the same ones, in a random order
     assert sorted(map(tuple, rand)) == sorted(map(tuple, got)) and rand.tolist() != got.tolist()
+
+
+def test_the_refitted_profiles_own_optimum_comes_first_unless_measured(tiny_recording, tmp_path):
+    from envs.simulator import Simulator
+    from hsdag_ray.baselines import profile_costs
+    from policies.exact import exact_method, solve
+
+    prof = Profile.load(tiny_recording("known", 3))
+    env = make_env(tiny_recording("known", 3), measure_reference=False)
+    weights = profile_costs(env).mem_bytes
+    prof.mem_capacity["GPU_X"] = float(weights.sum()) * 0.5  # the optimum is a split
+    path = tmp_path / "half.json"
+    prof.save(path)
+    costs = profile_costs(make_env(path, measure_reference=False))
+    optimum = solve(costs, "sequential", exact_method(costs, "sequential"))
+    n = costs.num_nodes
+    got = _queued(path, np.zeros(n, dtype=np.int64), _measured_on(path))
+    sim = Simulator(costs)
+    assert sim.sequential(got[0]).value == pytest.approx(optimum.value, rel=1e-9)
+    assert np.count_nonzero(got[0]) > 1  # not a neighbour: the exchange no single change makes
+    assert len({tuple(p) for p in got}) == len(got)  # nothing queued twice
+    # measured already (here: it is the best, at its estimate): its single changes and swaps
+    best = np.asarray(optimum.placement, dtype=np.int64)
+    again = _queued(path, best, lambda e: _put(e, best, sim.sequential(best).value))
+    assert again and all(1 <= np.count_nonzero(p != best) <= 2 for p in again[:n])
 
 
 def test_the_order_follows_the_profile_refitted_to_the_runs_measurements(tiny_recording):
