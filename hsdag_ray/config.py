@@ -202,11 +202,11 @@ class TrainConfig:
             changes a local search would (see hsdag_ray/neighbour_guide.py); -1 (the
             default): 10 where the policy samples around the run's best (HSDAG with
             --incumbent-prior above 0) and --refit-every is off, else 0.
-        neighbour_order: profile (the default: with a profile of every device, the
-            neighbours the profile, refitted to the run's measurements, estimates fastest
-            first, those it says do not fit left out and a single change that does not fit
-            replaced by its swaps; in a random order without one) or random (single changes
-            in a random order).
+        neighbour_order: profile (the default: with a profile of every device, at each
+            new best first the exact optimum of the profile refitted to the run's
+            measurements, then the neighbours it estimates fastest first, those it says do
+            not fit left out and a single change that does not fit replaced by its swaps;
+            in a random order without one) or random (single changes in a random order).
         zero_shot_samples: with --budget 0, placements measured: the policy's greedy
             one, plus this many minus one sampled from it (a sample that overflows is
             drawn again, up to 10 draws per sample and 10 misses in a row, then repaired).

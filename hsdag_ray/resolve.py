@@ -252,9 +252,10 @@ def samples_around_incumbent(cfg: TrainConfig) -> bool:
 
 
 #: ``--neighbour-every``'s auto value: one untried neighbour of the run's best per this
-#: many placements (on the paper models with wrong profiles, 200 measurements, 30 of 30 runs
-#: within 1.01x against 28 without; in a random order 5 gave 26; see
-#: hsdag_ray/neighbour_guide.py)
+#: many placements, the refitted profile's optimum first at each new best (on the paper
+#: models with wrong profiles, 200 measurements, 30 of 30 runs within 1.01x on each of
+#: three recorded profiles, against 28 for HSDAG alone on one of them; in a random order,
+#: 5 gave 26; see hsdag_ray/neighbour_guide.py)
 NEIGHBOUR_EVERY = 10
 
 
