@@ -129,28 +129,28 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=0, help="busy processes while recording (0 = none)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    streams = {"cold": cold_stream, "converging": converging_stream}
+    unknown = sorted(set(args.streams.split(",")) - set(streams))
+    if unknown:
+        ap.error(f"unknown stream(s) {', '.join(unknown)}; choose from cold, converging")
     devices = args.devices.split(",")
     default = TimingConfig()
     print(f"devices {args.devices}, {args.runs} runs recorded per placement, load {args.load}; default: "
           f"{default.warmup} warm-up + {default.repeats}x{default.block} runs, margin {default.race_margin:.0%}")
     print(f"{'model':<11}{'stream':<12}{'setting':<19}{'runs/placement':>15}{'ratio':>7}{'cut':>5}{'near':>6}"
           f"{'lost':>6}{'chosen/fastest':>16}{'error':>8}")
-    hogs = [mp.Process(target=busy, args=(args.seed * 100 + i,), daemon=True) for i in range(args.load)]
     for model_name in args.models.split(","):
         model, _, graph, _ = build_graph(model_name, "colocation")
         for stream_name in args.streams.split(","):
-            make = {"cold": cold_stream, "converging": converging_stream}[stream_name]
-            stream = make(graph.num_nodes, args.placements, args.seed)
+            stream = streams[stream_name](graph.num_nodes, args.placements, args.seed)
+            hogs = [mp.Process(target=busy, args=(args.seed * 100 + i,), daemon=True) for i in range(args.load)]
             for h in hogs:
-                if not h.is_alive():
-                    h.start()
+                h.start()
             try:
                 traces = record(graph, model, devices, stream, args.runs)
             finally:
                 for h in hogs:
                     h.terminate()
-                hogs = [mp.Process(target=busy, args=(args.seed * 100 + i + 7,), daemon=True)
-                        for i in range(args.load)]
             yardstick = None
             for name, kw in SETTINGS.items():
                 r = replay(traces, replace(default, **kw))
