@@ -61,7 +61,8 @@ since), on profiles recorded on another machine: the paper grid 24 / 30 / 30 of 
 24 / 27 without it; ResNet-50 64 MB stayed 2.4-2.9% above the optimum in three seeds), 25
 / 29 / 30 without ``--jitter`` (25 / 26 / 30), and the eleven architectures outside the zoo
 33 of 33 runs within 1.01x from 50 placements on (20 / 23 / 28 at 50 / 100 / 200), where
-the profile is the simulator's own costs and so the refitted optimum the true one.
+the profile is the simulator's own costs and so the refitted optimum the true one; five
+of them with op times 50% off, 4 / 11 / 15 of 15 at 50 / 100 / 200 measurements (3 / 5 / 6).
 """
 from __future__ import annotations
 
