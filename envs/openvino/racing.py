@@ -35,9 +35,10 @@ judged.
 
 What these decisions cost is measured by replaying them on recorded runs
 (``bench/bench_racing.py``): on ResNet-50 with CPU + CPU_F32, a converging
-stream's runs per placement went from 12.2 (two blocks before a stop, every
-planned block for a close second) to 7.9 with one block and settling, and no
-placement faster than the best was cut short, on a quiet machine or a busy one.
+stream's runs per placement went from 12.2-13.9 (two blocks before a stop, every
+planned block for a close second) to 7.9-9.1 with one block and settling, quiet or
+busy; one settled placement of 60 was faster in its full timing than the best of
+the moment, and the stream's fastest was the chosen best in every setting.
 
 Racing only applies to the method's own placements; baselines and the final
 re-measurement are always timed in full (the backend is asked to race only by
