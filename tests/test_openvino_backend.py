@@ -383,3 +383,13 @@ def test_auto_leaves_hetero_when_its_timing_shows_more_threads_than_allowed(net:
     monkeypatch.setattr(runners_module, "cpu_per_wall", lambda cpu_start, wall_start: 1.0)
     fresh = OpenVINOBackend(net, DEVICES, mode="auto", timing=FAST).measure_ops(halves(net, "CPU_F32", "CPU"))
     assert fresh.ok and fresh.info["path"] == "hetero" and "hetero_error" not in fresh.info
+
+
+def test_auto_leaves_hetero_when_its_probe_shows_more_threads_than_allowed(net: ov.Model, monkeypatch) -> None:
+    # the few runs before timing keep two threads busy where each device may use one
+    monkeypatch.setattr(backend_module, "busy_threads", lambda runner, runs: 2.0)
+    m = OpenVINOBackend(net, DEVICES, mode="auto", timing=FAST).measure_ops(halves(net, "CPU_F32", "CPU"))
+    assert m.ok, m.error
+    assert m.info["path"] == "pipeline"
+    assert "kept 2.0 threads busy where each device may use 1" in m.info["hetero_error"]
+    assert "while timed" not in m.info["hetero_error"]

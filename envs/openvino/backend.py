@@ -57,6 +57,15 @@ __all__ = ["Mode", "OpenVINOBackend"]
 Mode = Literal["hetero", "pipeline", "auto"]
 
 
+def _oversubscribed(busy: float, limit: int, when: str = "") -> Optional[str]:
+    """The sentence refusing HETERO when it kept ``busy`` threads busy (``when``: "" for the
+    probe before timing, " while timed") where each device may use ``limit`` (0: no limit)."""
+    if not limit or busy <= limit * OVERSUBSCRIPTION:
+        return None
+    return (f"HETERO kept {busy:.1f} threads busy{when} where each device may use {limit}, "
+            "so its timing is not comparable with other placements")
+
+
 class OpenVINOBackend:
     """Measures op-level placements of an OpenVINO model on real devices.
 
@@ -167,13 +176,11 @@ class OpenVINOBackend:
         except StageFailure as failure:
             info["measure_s"] = time.perf_counter() - start
             return Measurement.failure(self.name, failure.stage, failure.message, **info)
-        if self.mode == "auto" and info.get("path") == "hetero" and limit \
-                and float(info.get("cpu_per_wall", 0.0)) > limit * OVERSUBSCRIPTION:
+        timed_problem = _oversubscribed(float(info.get("cpu_per_wall", 0.0)), limit, " while timed")
+        if self.mode == "auto" and info.get("path") == "hetero" and timed_problem:
             # the probe before timing missed it (other processes held the cores then):
             # refuse HETERO on these devices and measure again with the pipeline
-            self._hetero_refused[frozenset(used)] = (
-                f"HETERO kept {float(info['cpu_per_wall']):.1f} threads busy while timed where each "
-                f"device may use {limit}, so its timing is not comparable with other placements")
+            self._hetero_refused[frozenset(used)] = timed_problem
             return self.measure_ops(affinity, race)
         latency, spread = summarize_times(samples)
         if race and info.get("raced") != "stopped":
@@ -285,13 +292,7 @@ class OpenVINOBackend:
         split placements look faster than single-device ones.
         """
         limit = self._thread_limit(used)
-        if not limit:
-            return None
-        busy = busy_threads(runner, THREAD_PROBE_RUNS)
-        if busy > limit * OVERSUBSCRIPTION:
-            return (f"HETERO kept {busy:.1f} threads busy where each device may use {limit}, "
-                    "so its timing is not comparable with other placements")
-        return None
+        return _oversubscribed(busy_threads(runner, THREAD_PROBE_RUNS), limit) if limit else None
 
     def _prepare_hetero(self, affinity: Mapping[str, str], used: list[str], deadline: float,
                         info: dict[str, object]) -> RequestRunner:
