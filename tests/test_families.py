@@ -31,6 +31,12 @@ def test_every_split_holds_out_whole_families():
     real = get_family("real")
     assert "resnet50" in {g.spec for g in real.held_out}
     assert not any("resnet" in g.spec or "resnext" in g.spec for g in real.train)
+    # the wider family tests the same held-out graphs after twice the training architectures,
+    # transformers among them (the real family trains on one, GPT-2)
+    wide = get_family("real-wide")
+    assert wide.held_out == real.held_out and set(real.train) < set(wide.train)
+    assert len(wide.train) >= 2 * len(real.train)
+    assert sum(g.spec.startswith("hf:") or "vit" in g.spec or "swin" in g.spec for g in wide.train) >= 5
     with pytest.raises(ValueError, match="both trained on and held out"):
         Family("bad", "", train=(FamilyGraph("resnet50", "resnet"),),
                held_out=(FamilyGraph("tv:resnet18", "resnet"),))

@@ -167,11 +167,24 @@ _REAL = Family(
               FamilyGraph("hf:distilbert", "bert")),
     real=True)
 
+_REAL_WIDE = Family(
+    "real-wide", "the real family's held-out graphs, twice its training architectures: two more CNN "
+                 "families (ShuffleNet, MnasNet), a convolution-attention hybrid (MaxViT) and five "
+                 "more transformers (Swin, ViT, T5, BART, OPT)",
+    train=_REAL.train + (
+        FamilyGraph("tv:shufflenet_v2_x0_5", "shufflenet"), FamilyGraph("tv:mnasnet0_5", "mnasnet"),
+        FamilyGraph("tv:maxvit_t", "maxvit"), FamilyGraph("tv:swin_t", "swin"),
+        FamilyGraph("tv:vit_b_16", "vit"), FamilyGraph("hf:t5", "t5"), FamilyGraph("hf:bart", "bart"),
+        FamilyGraph("hf:opt:num_hidden_layers=6", "opt")),
+    held_out=_REAL.held_out,
+    real=True)
+
 _ALL = Family("all", "the synthetic and the real families together",
               train=_SYNTHETIC.train + _REAL.train, held_out=_SYNTHETIC.held_out + _REAL.held_out,
               real=True)
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (_TINY, _LAYERED, _CELLS, _SYNTHETIC, _REAL, _ALL)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (_TINY, _LAYERED, _CELLS, _SYNTHETIC, _REAL, _REAL_WIDE,
+                                                   _ALL)}
 
 
 def get_family(name: str) -> Family:
