@@ -7,6 +7,9 @@
     python bench/bench_transfer.py --family real --accelerator NPU_MODEL --methods hsdag \
         --imitate-steps 300 --pretrain-budget 500 --finetune-graphs 5 --seeds 0,1,2 \
         --pretrain-set incumbent_prior=2 --init-soften 0.3    # where memory does not decide
+    python bench/bench_transfer.py --family real-wide --accelerator NPU_MODEL --methods placeto \
+        --imitate-steps 300 --pretrain-budget 500 --finetune-graphs 0 \
+        --graphs tv:googlenet,hf:roberta,hf:gpt_neo:num_layers=4   # graphs of no family
 
 For each method: pre-train on the family's training graphs
 (:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
@@ -41,16 +44,18 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 
 def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20,
-                   accelerator: str = "GPU_PARTMEM") -> list[dict]:
+                   accelerator: str = "GPU_PARTMEM", graphs: Sequence[str] = ()) -> list[dict]:
+    """Zero-shot figures on ``family``'s held-out graphs, or on ``graphs`` (model specs) when given."""
     from hsdag_ray.config import TrainConfig
+    from hsdag_ray.core.families import FamilyGraph
     from hsdag_ray.core.profile import Profile, cost_graph
-    from hsdag_ray.pretrain import family_graph_configs
+    from hsdag_ray.pretrain import family_graph_configs, graph_configs
     from hsdag_ray.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
     from policies.exact import solve
     from policies.registry import get, load
@@ -59,7 +64,9 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
     ckpt = read_pretrained(pre)
     cfg = adopt_settings(TrainConfig(method=method, **base), ckpt)  # its features, as train --init
     rows = []
-    for env_cfg in family_graph_configs(cfg, family, "held_out", None, accelerator=accelerator):
+    configs = (graph_configs(cfg, [FamilyGraph(g, "named") for g in graphs], None, accelerator=accelerator)
+               if graphs else family_graph_configs(cfg, family, "held_out", None, accelerator=accelerator))
+    for env_cfg in configs:
         env = load(m.env)(env_cfg)
         cg = cost_graph(env.graph, Profile.from_json(env_cfg["profile"]), env.devices)
         opt = solve(cg, "sequential", "milp", time_limit=60)
@@ -159,6 +166,10 @@ def main() -> None:
                     help="the accelerator next to CPU_MODEL: GPU_PARTMEM (memory for half of each "
                          "graph's weights) or NPU_MODEL (unlimited memory, slow on memory-bound ops)")
     ap.add_argument("--methods", default="hsdag,placeto,gdp")
+    ap.add_argument("--graphs", default="", metavar="SPECS",
+                    help="comma-separated model specs to place instead of the family's held-out "
+                         "graphs (keep them out of the family's training groups: e.g. "
+                         "tv:googlenet,hf:roberta after --family real)")
     ap.add_argument("--pretrain-budget", type=int, default=None,
                     help="placements of reinforcement in pre-training (default: 3000, or after "
                          "--imitate-steps the method's own, as python -m hsdag_ray.pretrain: "
@@ -235,12 +246,13 @@ def main() -> None:
                             accelerator=args.accelerator)
             print(f"{method}: pre-trained {meta['placements']} placements in {time.time() - t0:.0f} s",
                   flush=True)
-        rows = zero_shot_rows(method, pre, args.family, base, accelerator=args.accelerator)
+        rows = zero_shot_rows(method, pre, args.family, base, accelerator=args.accelerator,
+                              graphs=[g for g in args.graphs.split(",") if g])
         all_rows[method] = rows
         how = (f"{args.imitate_steps} imitation steps + " if args.imitate_steps else "") + \
             f"{meta['placements']} placements"
         print(f"\n### Zero-shot, {method} pre-trained on {args.family} ({how})\n")
-        print("| held-out graph | nodes | greedy (1) | best of 10 | unrepaired greedy / best of 10 "
+        print(f"| {'named' if args.graphs else 'held-out'} graph | nodes | greedy (1) | best of 10 | unrepaired greedy / best of 10 "
               "| random (1) | random best of 10 | best single device |")
         print("|---|---|---|---|---|---|---|---|")
         for r in rows:

@@ -79,12 +79,20 @@ def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Opti
     """One environment config per graph of ``family``'s ``split``, each with its own
     profile from device specs, ``CPU_MODEL`` and ``accelerator`` (written under
     ``folder/profiles`` when ``folder`` is set)."""
-    from hsdag_ray.core.families import family_devices, family_profile, get_family
+    from hsdag_ray.core.families import get_family
+
+    return graph_configs(cfg, get_family(family).graphs(split), folder, say, accelerator)
+
+
+def graph_configs(cfg: TrainConfig, graphs, folder: Optional[Path], say=lambda s: None,
+                  accelerator: str = ACCELERATOR) -> list[dict[str, Any]]:
+    """:func:`family_graph_configs` for the given graphs (:class:`FamilyGraph` s)."""
     from hsdag_ray.core.coarsening import build_graph
+    from hsdag_ray.core.families import family_devices, family_profile
     from hsdag_ray.resolve import env_config
 
     out = []
-    for g in get_family(family).graphs(split):
+    for g in graphs:
         t0 = time.time()
         _, _, graph, _ = build_graph(g.spec, cfg.coarsen)
         prof = family_profile(graph, accelerator=accelerator)
