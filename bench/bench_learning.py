@@ -1,4 +1,4 @@
-"""How close a learned method gets to the exact optimum: models x accelerators x seeds.
+r"""How close a learned method gets to the exact optimum: models x accelerators x seeds.
 
     python bench/bench_learning.py                                  # the full grid, 3 seeds
     python bench/bench_learning.py --methods hsdag,placeto          # both on the same profiles

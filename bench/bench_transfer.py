@@ -1,4 +1,4 @@
-"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-trained vs from scratch.
+r"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-trained vs from scratch.
 
     python bench/bench_transfer.py                                   # synthetic family
     python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
