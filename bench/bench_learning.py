@@ -2,7 +2,7 @@ r"""How close a learned method gets to the exact optimum: models x accelerators 
 
     python bench/bench_learning.py                                  # the full grid, 3 seeds
     python bench/bench_learning.py --methods hsdag,placeto          # both on the same profiles
-    python bench/bench_learning.py --models resnet50 --accelerators GPU_SMALLMEM \\
+    python bench/bench_learning.py --models resnet50 --accelerators GPU_SMALLMEM \
         --seeds 0,1,2,3,4 --profiles prof/ -- --lr 0.003 --no-self-loops
     python bench/bench_learning.py --profiles prof/ -- --incumbent --stall-patience 3 \
         --stall-entropy 0.01 --stall-shrink 0.3      # the exploration options
