@@ -8,7 +8,7 @@ r"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-traine
         --imitate-steps 300 --pretrain-budget 500 --finetune-graphs 5 --seeds 0,1,2 \
         --pretrain-set incumbent_prior=2 --init-soften 0.3    # where memory does not decide
     python bench/bench_transfer.py --family real-wide --accelerator NPU_MODEL --methods placeto \
-        --imitate-steps 300 --pretrain-budget 500 --finetune-graphs 0 \
+        --imitate-steps 300 --pretrain-budget 0 --finetune-graphs 0 \
         --graphs tv:googlenet,hf:roberta,hf:gpt_neo:num_layers=4   # graphs of no family
 
 For each method: pre-train on the family's training graphs
