@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -112,8 +113,6 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     from hsdag_ray.core.profile import Profile
     from hsdag_ray.train import train
 
-    import re
-
     out.mkdir(parents=True, exist_ok=True)
     tag = re.sub(r"[^A-Za-z0-9_.=-]", "_", graph["graph"])
     prof_file = out / f"profile-{tag}.json"
@@ -127,7 +126,7 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
                           devices=family_devices(accelerator), profile=str(prof_file), init=init,
                           init_soften=soften,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
-                          name=f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{tag}-{seed}",
+                          name=run_name(method, kind, soften, graph["graph"], seed, settings),
                           memory_penalty=memory_penalty,
                           **{**base, **(settings or {})})
         done = out / cfg.name
@@ -138,6 +137,15 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
         opt = graph["optimum_s"]
         res[kind] = (reach(store, opt, 1.05), reach(store, opt, 1.01))
     return res
+
+
+def run_name(method: str, kind: str, soften: float, graph: str, seed: int,
+             settings: Optional[dict] = None) -> str:
+    """A fine-tuning run's folder name; the ``--finetune-set`` settings are part of it, so
+    ``--reuse`` never reads back a run made without them."""
+    given = "".join(f"-{k}={v}" for k, v in sorted((settings or {}).items()))
+    name = f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{graph}-{seed}{given}"
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
 
 
 def parse_settings(items: list[str]) -> dict:

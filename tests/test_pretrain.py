@@ -281,3 +281,16 @@ def test_bench_transfer_places_named_graphs_outside_the_family(pretrained):
         # nothing beats the exact optimum; the best of 10 is at least as good as the greedy one
         assert 1 - 1e-9 <= r["zero_shot_10"] <= r["zero_shot_1"]
         assert r["best_single"] >= 1 - 1e-9
+
+
+def test_bench_transfer_names_fine_tuning_runs_by_their_settings():
+    """``--reuse`` reads back a fine-tuning run by its folder name: runs with other
+    ``--finetune-set`` settings must not share it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_transfer import run_name
+
+    plain = run_name("hsdag", "scratch", 1.0, "hf:gpt_neo:num_layers=4", 0)
+    assert plain == "hsdag-scratch-hf_gpt_neo_num_layers=4-0"  # as before the settings joined it
+    alone = run_name("hsdag", "scratch", 1.0, "hf:gpt_neo:num_layers=4", 0, {"neighbour_every": 0})
+    assert alone != plain and alone.endswith("-neighbour_every=0")
+    assert run_name("gdp", "softened", 0.2, "bert_base", 1) == "gdp-soften0.2-bert_base-1"
