@@ -54,9 +54,9 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
                    accelerator: str = "GPU_PARTMEM", graphs: Sequence[str] = ()) -> list[dict]:
     """Zero-shot figures on ``family``'s held-out graphs, or on ``graphs`` (model specs) when given."""
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.families import FamilyGraph
+    from hsdag_ray.core.families import FamilyGraph, get_family
     from hsdag_ray.core.profile import Profile, cost_graph
-    from hsdag_ray.pretrain import family_graph_configs, graph_configs
+    from hsdag_ray.pretrain import graph_configs
     from hsdag_ray.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
     from policies.exact import solve
     from policies.registry import get, load
@@ -65,9 +65,8 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
     ckpt = read_pretrained(pre)
     cfg = adopt_settings(TrainConfig(method=method, **base), ckpt)  # its features, as train --init
     rows = []
-    configs = (graph_configs(cfg, [FamilyGraph(g, "named") for g in graphs], None, accelerator=accelerator)
-               if graphs else family_graph_configs(cfg, family, "held_out", None, accelerator=accelerator))
-    for env_cfg in configs:
+    placed = [FamilyGraph(g, "named") for g in graphs] or get_family(family).held_out
+    for env_cfg in graph_configs(cfg, placed, None, accelerator=accelerator):
         env = load(m.env)(env_cfg)
         cg = cost_graph(env.graph, Profile.from_json(env_cfg["profile"]), env.devices)
         opt = solve(cg, "sequential", "milp", time_limit=60)
@@ -114,8 +113,7 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     from hsdag_ray.train import train
 
     out.mkdir(parents=True, exist_ok=True)
-    tag = re.sub(r"[^A-Za-z0-9_.=-]", "_", graph["graph"])
-    prof_file = out / f"profile-{tag}.json"
+    prof_file = out / f"profile-{_slug(graph['graph'])}.json"
     Profile.from_json(graph["profile"]).save(prof_file)
     res = {}
     kinds = [("pretrained", str(pre), 1.0), ("scratch", "", 1.0)]
@@ -145,7 +143,12 @@ def run_name(method: str, kind: str, soften: float, graph: str, seed: int,
     ``--reuse`` never reads back a run made without them."""
     given = "".join(f"-{k}={v}" for k, v in sorted((settings or {}).items()))
     name = f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{graph}-{seed}{given}"
-    return re.sub(r"[^A-Za-z0-9_.=-]", "_", name)
+    return _slug(name)
+
+
+def _slug(text: str) -> str:
+    """``text`` as a file name: every character but letters, digits and ``_.=-`` as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)
 
 
 def parse_settings(items: list[str]) -> dict:
