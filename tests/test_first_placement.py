@@ -103,6 +103,34 @@ def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, 
     assert rows[0]["best_latency_s"] <= log[0]["latency_s"]
 
 
+@pytest.mark.parametrize("which", [0, 1], ids=["pretrained", "overflowing"])
+def test_fine_tuning_measures_the_runs_start_after_the_greedy_placement(checkpoints, tmp_path, which):
+    """Second in the log: the run's start (the fastest single device, repaired to fit),
+    unless it is the greedy placement itself, so a fine-tuning run's best is never worse
+    than the best single device whatever the checkpoint places; measured once either way."""
+    import numpy as np
+
+    from envs.incumbent import start_placement
+    from hsdag_ray.train import train
+
+    pre = checkpoints[which]
+    cfg = dataclasses.replace(_cfg(pre, budget=6, name="st"), out=str(tmp_path))
+    s = train(cfg, quiet=True)
+    env = _env(pre)
+    greedy = first_placement(read_pretrained(pre), get("hsdag"), env.config.to_dict(), False)
+    start = start_placement(env.graph.num_nodes, env.devices, env.single_device_s, env.repair_limits)
+    log = json.loads((tmp_path / "st" / "store.json").read_text())["log"]
+    keys = [e["key"] for e in log]
+    assert keys[0] == placement_key(env.graph_id, greedy)
+    # the pre-trained policy moves nodes off the start; the overflowing one's greedy
+    # placement, repaired, is the start (the accelerator with what overflows moved off)
+    assert np.array_equal(greedy, start) == (which == 1)
+    assert keys.count(placement_key(env.graph_id, start)) == 1
+    if which == 0:
+        assert keys[1] == placement_key(env.graph_id, start)
+    assert s["best_latency_s"] <= min(log[0]["latency_s"], log[1]["latency_s"])
+
+
 def test_a_softened_fine_tuning_run_still_measures_the_checkpoints_greedy_placement_first(
         checkpoints, tmp_path):
     """--init-soften spreads the run's policy after loading, not the placement measured first."""
