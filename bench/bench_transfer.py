@@ -180,7 +180,8 @@ def main() -> None:
     ap.add_argument("--graphs", default="", metavar="SPECS",
                     help="comma-separated model specs to place instead of the family's held-out "
                          "graphs (keep them out of the family's training groups: e.g. "
-                         "tv:googlenet,hf:roberta after --family real)")
+                         "tv:googlenet,hf:roberta after --family real; the training graphs "
+                         "themselves say how well pre-training fitted them)")
     ap.add_argument("--pretrain-budget", type=int, default=None,
                     help="placements of reinforcement in pre-training (default: 3000, or after "
                          "--imitate-steps the method's own, as python -m hsdag_ray.pretrain: "
