@@ -169,7 +169,8 @@ class TrainConfig:
         init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
             wrote): its weights are loaded into the RLModule before training, and the
             run's first measured placement (counted in the budget) is the policy's greedy
-            one; with --budget 0 the run places zero-shot with it, nothing learned. With a
+            one, its second the fastest single device (fitted) unless that is the same, so
+            the run never ends worse than either; with --budget 0 the run places zero-shot with it, nothing learned. With a
             profile of the devices, the greedy and zero-shot placements are repaired
             before they are measured when they overflow a device's memory
             (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).

@@ -12,9 +12,9 @@ with ``--zero-shot-samples N`` N-1 sampled ones besides, each measured once
 through the run's store like any placement. A fine-tuning run (``--init`` with
 a budget) measures the greedy placement first (:func:`first_placement`), then
 the run's start (the fastest single device, fitted), so its best is never
-worse than zero-shot's nor than the best single device's. Neither ever measures a placement
-that breaks a device's memory when a feasible one is found by the rule of
-:mod:`hsdag_ray.core.fit` (:func:`infer_placements`).
+worse than zero-shot's nor than the best single device's. Neither ever
+measures a placement that breaks a device's memory when a feasible one is
+found by the rule of :mod:`hsdag_ray.core.fit` (:func:`infer_placements`).
 """
 from __future__ import annotations
 
