@@ -41,13 +41,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+
+from hsdag_ray.pretrain import file_slug
 
 
 def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20,
@@ -113,7 +114,7 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     from hsdag_ray.train import train
 
     out.mkdir(parents=True, exist_ok=True)
-    prof_file = out / f"profile-{_slug(graph['graph'])}.json"
+    prof_file = out / f"profile-{file_slug(graph['graph'])}.json"
     Profile.from_json(graph["profile"]).save(prof_file)
     res = {}
     kinds = [("pretrained", str(pre), 1.0), ("scratch", "", 1.0)]
@@ -143,12 +144,7 @@ def run_name(method: str, kind: str, soften: float, graph: str, seed: int,
     ``--reuse`` never reads back a run made without them."""
     given = "".join(f"-{k}={v}" for k, v in sorted((settings or {}).items()))
     name = f"{method}-{kind if soften == 1 else f'soften{soften:g}'}-{graph}-{seed}{given}"
-    return _slug(name)
-
-
-def _slug(text: str) -> str:
-    """``text`` as a file name: every character but letters, digits and ``_.=-`` as ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)
+    return file_slug(name)
 
 
 def parse_settings(items: list[str]) -> dict:

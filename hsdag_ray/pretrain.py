@@ -59,7 +59,7 @@ from hsdag_ray.arguments import build_parser
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.core.families import ACCELERATOR
 
-__all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "default_budget", "PRETRAIN_DEFAULTS"]
+__all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "file_slug", "default_budget", "PRETRAIN_DEFAULTS"]
 
 #: pre-training budget when none is given (placements over all graphs), unless the method has
 #: its own after imitation (``Method.budget_after_imitation``)
@@ -69,9 +69,15 @@ DEFAULT_BUDGET = 2000
 SCALE_FREE_REWARD = "speedup"
 
 
+def file_slug(text: str) -> str:
+    """``text`` (a model spec, a run's name) as a file name: every character but
+    letters, digits and ``_.=-`` as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)
+
+
 def profile_file(folder: Path, spec: str) -> Path:
     """Where a family graph's profile is written in a pre-training folder."""
-    return Path(folder) / "profiles" / (re.sub(r"[^A-Za-z0-9_.=-]", "_", spec) + ".json")
+    return Path(folder) / "profiles" / (file_slug(spec) + ".json")
 
 
 def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Optional[Path],
