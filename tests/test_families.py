@@ -37,6 +37,10 @@ def test_every_split_holds_out_whole_families():
     assert wide.held_out == real.held_out and set(real.train) < set(wide.train)
     assert len(wide.train) >= 2 * len(real.train)
     assert sum(g.spec.startswith("hf:") or "vit" in g.spec or "swin" in g.spec for g in wide.train) >= 5
+    # real-sizes: the same architectures as real-wide, more of them at other sizes
+    sizes = get_family("real-sizes")
+    assert sizes.held_out == real.held_out and set(wide.train) < set(sizes.train)
+    assert {g.group for g in sizes.train} == {g.group for g in wide.train}
     with pytest.raises(ValueError, match="both trained on and held out"):
         Family("bad", "", train=(FamilyGraph("resnet50", "resnet"),),
                held_out=(FamilyGraph("tv:resnet18", "resnet"),))

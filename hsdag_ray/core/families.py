@@ -179,12 +179,24 @@ _REAL_WIDE = Family(
     held_out=_REAL.held_out,
     real=True)
 
+_REAL_SIZES = Family(
+    "real-sizes", "real-wide with larger members of its CNN families (RegNet-Y 1.6 and 3.2 GF, "
+                  "DenseNet-169, EfficientNet-V2-S, ShuffleNet-V2 2.0x, MobileNet-V3-large, "
+                  "MnasNet 1.0), so the same architecture is met at sizes where another device wins",
+    train=_REAL_WIDE.train + (
+        FamilyGraph("tv:regnet_y_1_6gf", "regnet"), FamilyGraph("tv:regnet_y_3_2gf", "regnet"),
+        FamilyGraph("tv:densenet169", "densenet"), FamilyGraph("tv:efficientnet_v2_s", "efficientnet"),
+        FamilyGraph("tv:shufflenet_v2_x2_0", "shufflenet"), FamilyGraph("tv:mobilenet_v3_large", "mobilenet"),
+        FamilyGraph("tv:mnasnet1_0", "mnasnet")),
+    held_out=_REAL.held_out,
+    real=True)
+
 _ALL = Family("all", "the synthetic and the real families together",
               train=_SYNTHETIC.train + _REAL.train, held_out=_SYNTHETIC.held_out + _REAL.held_out,
               real=True)
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (_TINY, _LAYERED, _CELLS, _SYNTHETIC, _REAL, _REAL_WIDE,
-                                                   _ALL)}
+                                                   _REAL_SIZES, _ALL)}
 
 
 def get_family(name: str) -> Family:
