@@ -99,6 +99,10 @@ class TrainConfig:
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
+        graph_norm: HSDAG normalises its node embeddings per graph (GraphNorm, on by
+            default: it keeps one graph's groups distinct); off, a policy over many
+            graphs keeps what tells one graph from another (pre-training for unseen
+            graphs: see the README's "Placing graphs never seen in training").
         incumbent_prior: HSDAG samples around the run's best placement so far, or the
             fastest single device until a measured placement beats it (turns on
             incumbent): each group leans toward the incumbent's devices by this logit,
@@ -255,6 +259,7 @@ class TrainConfig:
     incumbent_share: float = 1.0
     exact_start: str = "auto"
     sampled_grouping: bool = False
+    graph_norm: bool = True
     incumbent: bool = False
     start: str = "uniform"
     start_logit: float = 2.0

@@ -202,7 +202,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
                     if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
                              "self_loops", "episode_len", "no_fractal", "no_shape", "no_cost",
                              "no_op_type", "no_degree", "position", "coarsen", "relative_features",
-                             "incumbent_prior", "incumbent")}
+                             "incumbent_prior", "incumbent", "graph_norm")}
         meta = {"method": cfg.method, "family": family, "model_config":
                 method.model_config(asdict(cfg)) if method.model_config else {},
                 "settings": settings, "reward": cfg.reward, "devices": devices,

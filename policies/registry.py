@@ -125,7 +125,8 @@ def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
             "sampled_grouping": s.get("sampled_grouping", False),
             "move_floor": s.get("move_floor", 0.0), "incumbent_prior": s.get("incumbent_prior", 0.0),
             "incumbent_flips": s.get("incumbent_flips", 0.0),
-            "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0)}
+            "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0),
+            "graph_norm": s.get("graph_norm", True)}
 
 
 def _batch_advantages(s: Mapping[str, Any]) -> dict:

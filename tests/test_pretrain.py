@@ -294,3 +294,36 @@ def test_bench_transfer_names_fine_tuning_runs_by_their_settings():
     alone = run_name("hsdag", "scratch", 1.0, "hf:gpt_neo:num_layers=4", 0, {"neighbour_every": 0})
     assert alone != plain and alone.endswith("-neighbour_every=0")
     assert run_name("gdp", "softened", 0.2, "bert_base", 1) == "gdp-soften0.2-bert_base-1"
+
+
+def test_a_policy_pretrained_without_graphnorm_is_fine_tuned_without_it(tmp_path):
+    """--no-graph-norm in pre-training: the checkpoint's network has no GraphNorm, and
+    train --init adopts the setting (a run naming --graph-norm is refused in one sentence)."""
+    from hsdag_ray.pretrained import adopt_settings, build_module
+    from hsdag_ray.train import train
+    from policies.registry import get
+
+    out = tmp_path / "pre"
+    pretrain(TrainConfig(method="hsdag", budget=0, episode_len=5, env_runners=0, hidden_dim=16, seed=0,
+                         incumbent_prior=0.0, graph_norm=False), "tiny", out, say=lambda s: None,
+             imitate_steps=5)
+    ckpt = read_pretrained(out)
+    assert ckpt["settings"]["graph_norm"] is False and ckpt["model_config"]["graph_norm"] is False
+    assert not any("graph_norms" in k for k in ckpt["state_dict"])
+    graphs = json.loads((out / "graphs.json").read_text())
+    profile = next(g["profile"] for g in graphs["held_out"] if g["spec"] == HELD_OUT)
+    base = dict(model=HELD_OUT, backend="simulator", devices=list(graphs["devices"]), profile=profile,
+                init=str(out), env_runners=0, episode_len=5, wandb="disabled", out=str(tmp_path))
+    assert adopt_settings(TrainConfig(**base), ckpt).graph_norm is False
+    s = train(TrainConfig(**base, budget=6, name="ft"), quiet=True)
+    assert s["placements"] >= 6
+    # a run that names GraphNorm itself gets a network the checkpoint does not fit
+    from hsdag_ray.resolve import env_config, resolve_backend
+    from policies.registry import load
+
+    cfg = adopt_settings(TrainConfig(**base), ckpt)
+    backend, devices, prof = resolve_backend(cfg, lambda s: None)
+    env = load(get("hsdag").env)(env_config(cfg, backend, devices, prof, ""))
+    with pytest.raises(UsageError, match="network differs.*graph_norms"):
+        build_module({**ckpt, "model_config": {**ckpt["model_config"], "graph_norm": True}},
+                     get("hsdag"), env)
