@@ -167,29 +167,27 @@ _REAL = Family(
               FamilyGraph("hf:distilbert", "bert")),
     real=True)
 
-_REAL_WIDE = Family(
-    "real-wide", "the real family's held-out graphs, twice its training architectures: two more CNN "
-                 "families (ShuffleNet, MnasNet), a convolution-attention hybrid (MaxViT) and five "
-                 "more transformers (Swin, ViT, T5, BART, OPT)",
-    train=_REAL.train + (
-        FamilyGraph("tv:shufflenet_v2_x0_5", "shufflenet"), FamilyGraph("tv:mnasnet0_5", "mnasnet"),
-        FamilyGraph("tv:maxvit_t", "maxvit"), FamilyGraph("tv:swin_t", "swin"),
-        FamilyGraph("tv:vit_b_16", "vit"), FamilyGraph("hf:t5", "t5"), FamilyGraph("hf:bart", "bart"),
-        FamilyGraph("hf:opt:num_hidden_layers=6", "opt")),
-    held_out=_REAL.held_out,
-    real=True)
+def _trained_on_more(base: Family, name: str, description: str, *graphs: tuple[str, str]) -> Family:
+    """``base``'s held-out graphs after its training graphs and ``graphs`` (spec, group)."""
+    return Family(name, description, train=base.train + tuple(FamilyGraph(s, g) for s, g in graphs),
+                  held_out=base.held_out, real=base.real)
 
-_REAL_SIZES = Family(
-    "real-sizes", "real-wide with larger members of its CNN families (RegNet-Y 1.6 and 3.2 GF, "
-                  "DenseNet-169, EfficientNet-V2-S, ShuffleNet-V2 2.0x, MobileNet-V3-large, "
-                  "MnasNet 1.0), so the same architecture is met at sizes where another device wins",
-    train=_REAL_WIDE.train + (
-        FamilyGraph("tv:regnet_y_1_6gf", "regnet"), FamilyGraph("tv:regnet_y_3_2gf", "regnet"),
-        FamilyGraph("tv:densenet169", "densenet"), FamilyGraph("tv:efficientnet_v2_s", "efficientnet"),
-        FamilyGraph("tv:shufflenet_v2_x2_0", "shufflenet"), FamilyGraph("tv:mobilenet_v3_large", "mobilenet"),
-        FamilyGraph("tv:mnasnet1_0", "mnasnet")),
-    held_out=_REAL.held_out,
-    real=True)
+
+_REAL_WIDE = _trained_on_more(
+    _REAL, "real-wide", "the real family's held-out graphs, twice its training architectures: two more "
+                        "CNN families (ShuffleNet, MnasNet), a convolution-attention hybrid (MaxViT) and "
+                        "five more transformers (Swin, ViT, T5, BART, OPT)",
+    ("tv:shufflenet_v2_x0_5", "shufflenet"), ("tv:mnasnet0_5", "mnasnet"), ("tv:maxvit_t", "maxvit"),
+    ("tv:swin_t", "swin"), ("tv:vit_b_16", "vit"), ("hf:t5", "t5"), ("hf:bart", "bart"),
+    ("hf:opt:num_hidden_layers=6", "opt"))
+
+_REAL_SIZES = _trained_on_more(
+    _REAL_WIDE, "real-sizes", "real-wide with larger members of its CNN families (RegNet-Y 1.6 and 3.2 "
+                              "GF, DenseNet-169, EfficientNet-V2-S, ShuffleNet-V2 2.0x, MobileNet-V3-large, "
+                              "MnasNet 1.0), so the same architecture is met at sizes where another device wins",
+    ("tv:regnet_y_1_6gf", "regnet"), ("tv:regnet_y_3_2gf", "regnet"), ("tv:densenet169", "densenet"),
+    ("tv:efficientnet_v2_s", "efficientnet"), ("tv:shufflenet_v2_x2_0", "shufflenet"),
+    ("tv:mobilenet_v3_large", "mobilenet"), ("tv:mnasnet1_0", "mnasnet"))
 
 _ALL = Family("all", "the synthetic and the real families together",
               train=_SYNTHETIC.train + _REAL.train, held_out=_SYNTHETIC.held_out + _REAL.held_out,
