@@ -102,7 +102,8 @@ class TrainConfig:
         graph_norm: HSDAG normalises its node embeddings per graph (GraphNorm, on by
             default: it keeps one graph's groups distinct); off, a policy over many
             graphs keeps what tells one graph from another (pre-training for unseen
-            graphs: see the README's "Placing graphs never seen in training").
+            graphs: see the README's "Placing graphs never seen in training"; HSDAG
+            only, the other methods ignore it).
         incumbent_prior: HSDAG samples around the run's best placement so far, or the
             fastest single device until a measured placement beats it (turns on
             incumbent): each group leans toward the incumbent's devices by this logit,
@@ -174,8 +175,8 @@ class TrainConfig:
             wrote): its weights are loaded into the RLModule before training, and the
             run's first measured placement (counted in the budget) is the policy's greedy
             one, its second the fastest single device (fitted) unless that is the same, so
-            the run never ends worse than either; with --budget 0 the run places zero-shot with it, nothing learned. With a
-            profile of the devices, the greedy and zero-shot placements are repaired
+            the run never ends worse than either; with --budget 0 the run places
+            zero-shot with it, nothing learned. With a profile of the devices, the greedy and zero-shot placements are repaired
             before they are measured when they overflow a device's memory
             (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).
         init_soften: below 1, a run with --init spreads the pre-trained policy's
