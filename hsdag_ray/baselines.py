@@ -15,7 +15,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-__all__ = ["Baselines", "profile_costs", "compute_baselines"]
+__all__ = ["Baselines", "single_devices", "profile_costs", "compute_baselines"]
+
+
+def single_devices(latency_s: dict[str, float]) -> dict[str, float]:
+    """Device name -> seconds of everything on it, from figures named like
+    :attr:`Baselines.latency_s` (``<DEVICE>_only``)."""
+    return {k[: -len("_only")]: v for k, v in latency_s.items() if k.endswith("_only")}
 
 
 @dataclass
@@ -49,6 +55,10 @@ class Baselines:
             if isinstance(self.candidates.get(name), list):
                 return self.candidates[name]
         return None
+
+    def single_devices(self) -> dict[str, float]:
+        """Device name -> seconds of everything on it (:func:`single_devices`)."""
+        return single_devices(self.latency_s)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -176,9 +176,10 @@ class TrainConfig:
             run's first measured placement (counted in the budget) is the policy's greedy
             one, its second the fastest single device (fitted) unless that is the same, so
             the run never ends worse than either; with --budget 0 the run places
-            zero-shot with it, nothing learned. With a profile of the devices, the greedy and zero-shot placements are repaired
-            before they are measured when they overflow a device's memory
-            (hsdag_ray/core/fit.py; --memory-penalty repair does it for every placement).
+            zero-shot with it, nothing learned. With a profile of the devices, the greedy
+            and zero-shot placements are repaired before they are measured when they
+            overflow a device's memory (hsdag_ray/core/fit.py; --memory-penalty repair
+            does it for every placement).
         init_soften: below 1, a run with --init spreads the pre-trained policy's
             distribution once after loading it, before its first sampled batch: the
             module's soften_policy scales HSDAG's placer and move-head output layers

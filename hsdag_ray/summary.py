@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hsdag_ray.baselines import Baselines
+from hsdag_ray.baselines import Baselines, single_devices
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.resolve import guide_of
 from hsdag_ray.rundir import Run
@@ -72,10 +72,6 @@ def remeasure_result(service, store, baselines: Baselines, rounds: int, say) -> 
             "node": call(service, "node")}
 
 
-def _singles(latency_s: dict[str, float]) -> dict[str, float]:
-    return {k[: -len("_only")]: v for k, v in latency_s.items() if k.endswith("_only")}
-
-
 def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
            baselines: Baselines, remeasured: Optional[dict[str, Any]],
            say: Callable[[str], None]) -> dict[str, Any]:
@@ -95,7 +91,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
             method_best = {"latency_s": t, "placement": remeasured["placements"][k], "name": k}
         else:
             method_best = None
-    best, source = choose_best(method_best, _singles(figures), env.graph.num_nodes, env.devices)
+    best, source = choose_best(method_best, single_devices(figures), env.graph.num_nodes, env.devices)
     simulated = env.backend.name.startswith("simulator")
     summary: dict[str, Any] = {
         "model": cfg.model, "method": cfg.method, "algo": cfg.algo, "backend": env.backend.name,

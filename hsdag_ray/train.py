@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hsdag_ray import console
-from hsdag_ray.baselines import Baselines, compute_baselines
+from hsdag_ray.baselines import compute_baselines
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
@@ -211,7 +211,7 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
 
 
 def _measure_first(cfg: TrainConfig, ckpt, method, env_cfg: dict, real: bool, service, env,
-                   baselines: Baselines, say) -> None:
+                   singles: dict[str, float], say) -> None:
     """Measure the pre-trained policy's greedy placement (made to fit the devices) through
     the run's store, the run's first placement, then the run's start (the fastest single
     device, repaired to fit: :func:`envs.incumbent.start_placement`), which a run from
@@ -229,7 +229,6 @@ def _measure_first(cfg: TrainConfig, ckpt, method, env_cfg: dict, real: bool, se
     p = first_placement(ckpt, method, env_cfg, real, seed=cfg.seed)
     [latency] = call(service, "measure_batch", [p.tolist()])
     say(f"the pre-trained policy's greedy placement: {latency * 1e3:.4g} ms")
-    singles = {d: baselines.latency_s.get(f"{d}_only", math.inf) for d in env.devices}
     start = start_placement(env.graph.num_nodes, env.devices, singles, getattr(env, "repair_limits", None))
     if start is not None and not np.array_equal(start, p):
         [latency] = call(service, "measure_batch", [start.tolist()])
@@ -277,6 +276,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     from envs.measuring import measuring_service, release
     from envs.placement_env import EnvConfig
     from envs.store import StoreClient, store_actor
+    from hsdag_ray.baselines import Baselines
     from hsdag_ray.drivers import make_driver
     from hsdag_ray.summary import finish, remeasure_result
     from hsdag_ray.tracking import Tracker
@@ -332,7 +332,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                     baselines = compute_baselines(service, env, cfg.objective, say,
                                                   time_limit=cfg.solver_time_limit)
                 if first and cfg.init:
-                    _measure_first(cfg_run, ckpt, method, env_cfg, real, service, env, baselines, say)
+                    _measure_first(cfg_run, ckpt, method, env_cfg, real, service, env,
+                                   baselines.single_devices(), say)
                 if first and exact:
                     _measure_exact(baselines, service, say)
             finally:
@@ -340,7 +341,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         state["baselines"] = baselines.to_json()
         # a run that measured the profile's solution as its own says so in its summary
         state["exact_start"] = exact and baselines.profile_solution() is not None
-        singles = {k[: -len("_only")]: v for k, v in baselines.latency_s.items() if k.endswith("_only")}
+        singles = baselines.single_devices()
         (run_dir.dir / "config.json").write_text(json.dumps(
             {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,
                                                 "env_runners": env_runners,
