@@ -137,7 +137,12 @@ class Profile:
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping) -> "Profile":
+    def from_json(cls, d: Mapping, source: str = "the profile") -> "Profile":
+        """The profile ``d`` holds, every number checked (:meth:`check`); a
+        :class:`GraphError` naming ``source`` (e.g. ``"profile r50.json"``) when it is not one."""
+        if not isinstance(d, Mapping):
+            raise GraphError(f"{source} holds a JSON {_json_kind(d)}, not a profile (an object with "
+                             "model, devices and op_time_s); record one with python -m hsdag_ray.profile")
         try:
             p = cls(model=str(d["model"]), devices=dict(d["devices"]),
                     op_time_s={k: dict(v) for k, v in d["op_time_s"].items()},
@@ -148,12 +153,65 @@ class Profile:
                     mem_capacity={k: float("inf") if v is None else float(v)
                                   for k, v in (d.get("mem_capacity") or {}).items()},
                     fit=dict(d.get("fit") or {}))
-        except (KeyError, TypeError, ValueError) as e:
-            raise GraphError(f"not a profile written by hsdag_ray.core.profile ({e})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            what = f"no {e}" if isinstance(e, KeyError) else str(e)
+            raise GraphError(f"{source} is not a profile written by hsdag_ray.core.profile ({what}); "
+                             "record one with python -m hsdag_ray.profile") from None
         missing = [dev for dev in p.devices if dev not in p.op_time_s]
         if missing:
-            raise GraphError(f"the profile has no op times for device {missing[0]}")
+            raise GraphError(f"{source} has no op times for device {missing[0]}; record it again "
+                             "with python -m hsdag_ray.profile")
+        p.check(source)
         return p
+
+    def check(self, source: str = "the profile") -> None:
+        """Refuse a number no device can have: a :class:`GraphError` naming ``source``, the
+        field and the op, device or pair, for an op time, latency, boundary cost or memory
+        size that is not a finite number >= 0, or a bandwidth that is not > 0 (``inf``, no
+        limit, is allowed for bandwidths and memory sizes). ``fit`` (figures of how the
+        costs were fitted) is not checked."""
+        def bad(field: str, value, positive: bool = False, unlimited: bool = False) -> None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                why = f"is {value!r}, not a number"
+            else:
+                v = float(value)
+                if v != v or (v == float("inf") and not unlimited) or v == float("-inf"):
+                    why = f"is {v}, not a finite number"
+                elif v < 0 or (positive and v == 0):
+                    why = f"is {v:g}"
+                else:
+                    return
+            need = "> 0" if positive else ">= 0"
+            raise GraphError(f"{source}: {field} {why}; it must be a{' finite' if not unlimited else ''} "
+                             f"number {need}" + (" (null for no limit)" if unlimited else "")
+                             + "; fix the file or record it again with python -m hsdag_ray.profile")
+
+        for dev, info in self.devices.items():
+            if not isinstance(info, Mapping):
+                raise GraphError(f"{source}: devices[{dev!r}] is {info!r}, not an object like "
+                                 '{"kind": "measured"}; record it again with python -m hsdag_ray.profile')
+            if "host_scale" in info:
+                bad(f"host_scale of device {dev}", info["host_scale"], positive=True)
+            spec = info.get("spec")
+            if isinstance(spec, Mapping):
+                for k, v in spec.items():
+                    bad(f"spec {k} of device {dev}", v,
+                        positive=k in ("peak_flops", "mem_bandwidth_Bps", "link_bandwidth_Bps"),
+                        unlimited=k in ("memory_bytes", "link_bandwidth_Bps"))
+        for dev, times in self.op_time_s.items():
+            for op, t in times.items():
+                bad(f"op_time_s of op {op!r} on device {dev}", t)
+        bad("link_latency_s", self.link_latency_s)
+        bad("link_bandwidth_Bps", self.link_bandwidth_Bps, positive=True, unlimited=True)
+        bad("boundary_s", self.boundary_s)
+        for pair, link in self.pairs.items():
+            if not isinstance(link, Mapping) or "latency_s" not in link or "bandwidth_Bps" not in link:
+                raise GraphError(f"{source}: pairs[{pair!r}] is {link!r}, not an object with latency_s "
+                                 "and bandwidth_Bps; record it again with python -m hsdag_ray.profile")
+            bad(f"latency_s of pair {pair}", link["latency_s"])
+            bad(f"bandwidth_Bps of pair {pair}", link["bandwidth_Bps"], positive=True, unlimited=True)
+        for dev, cap in self.mem_capacity.items():
+            bad(f"mem_capacity of device {dev}", cap, unlimited=True)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1))
@@ -165,9 +223,19 @@ class Profile:
             raise GraphError(f"profile file {path} does not exist; record one with "
                              "python -m hsdag_ray.profile")
         try:
-            return cls.from_json(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise GraphError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+            raise GraphError(f"profile {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise GraphError(f"cannot read profile {path} ({e}); give a profile JSON written by "
+                             "python -m hsdag_ray.profile") from None
+        return cls.from_json(data, source=f"profile {path}")
+
+
+def _json_kind(value) -> str:
+    """What JSON calls ``value``'s type (``array`` for a list)."""
+    return {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 # ================================================================ modeling
