@@ -68,13 +68,13 @@ class MeasuringService:
             cfg["store"] = ""  # measurements made here are never the method's
         self.env = PlacementEnv(EnvConfig.from_dict(cfg))
 
-    def measure_batch(self, placements: Sequence[Sequence[int]]) -> list[float]:
-        """Measure placements the method proposed, through the run's store (cached,
-        counted); return the latency each is rewarded as (a failure's is the
-        environment's failure latency)."""
+    def measure_batch(self, placements: Sequence[Sequence[int]], suggested: bool = False) -> list[float]:
+        """Measure placements the method proposed (``suggested``: the guide proposed),
+        through the run's store (cached, counted); return the latency each is rewarded as
+        (a failure's is the environment's failure latency)."""
         out = []
         for p in placements:
-            m, _ = self.env.measure_array(np.asarray(p, dtype=np.int64))
+            m, _ = self.env.measure_array(np.asarray(p, dtype=np.int64), suggested=suggested)
             out.append(self.env.reward_latency(m))
         return out
 

@@ -344,7 +344,7 @@ class PlacementEnv(gym.Env):
             return
         start = self._start_placement()
         if start is not None and self.store.get(placement_key(self.graph_id, start)) is None:
-            self.measure_array(start)
+            self.measure_array(start, suggested=True)
 
     def _measure_suggested(self) -> None:
         """With ``suggestions``: measure the placement the run's driver queued for this

@@ -257,6 +257,7 @@ class PlacetoEnv(PlacementEnv):
 
     def _step_once(self, action):
         t0 = time.perf_counter()
+        self._measure_suggested()
         node = self.current_node
         device = int(np.asarray(action).reshape(-1)[0])
         if not 0 <= device < len(self.devices):

@@ -88,7 +88,7 @@ class MeasurementStore:
         if not (ok and math.isfinite(latency_s)):
             return False
         entry = {"latency_s": latency_s, "placement": list(map(int, placement)), "key": key,
-                 "index": len(self._log) - 1}
+                 "index": len(self._log) - 1, "suggested": bool(info.get("suggested"))}
         if key not in {t["key"] for t in self._top}:
             self._top = sorted(self._top + [entry], key=lambda t: t["latency_s"])[:TOP_K]
         if self._best is None or latency_s < self._best["latency_s"]:

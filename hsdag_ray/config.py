@@ -12,13 +12,37 @@ from typing import Any
 
 from hsdag_ray.cli import UsageError, read_yaml_mapping
 
-__all__ = ["TrainConfig", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS"]
+__all__ = ["TrainConfig", "SECTIONS", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS"]
 
 
 #: the custom Ray resource a measuring machine advertises once (one measurement at a time)
 MEASURE_RESOURCE = "measure_slot"
 BACKEND_CHOICES = ("default", "simulator", "auto", "hetero", "pipeline")
 ALGOS = ("reinforce", "ppo")
+
+
+#: the settings by section (``train --help`` shows ``run``; ``train --method M --help`` adds
+#: the others that apply: ``run details``, ``learning`` and ``guide``, and the method's own,
+#: the section named after it, if any)
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "run": ("model", "method", "guide", "backend", "devices", "profile", "objective", "budget",
+            "seed", "init", "wandb", "out", "name", "address", "env_runners"),
+    "run details": ("input_shape", "sim_profile", "coarsen", "budget_unit", "wandb_project",
+                    "checkpoint_every", "repeats", "threads", "timeout", "remeasure_rounds",
+                    "solver_time_limit", "torch_threads", "sim_delay_s", "failure_factor",
+                    "memory_penalty", "zero_shot_samples"),
+    "learning": ("algo", "reward", "lr", "entropy_coeff", "advantages", "episode_len",
+                 "episodes_per_iteration", "num_epochs", "replay_episodes", "replay",
+                 "stall_patience", "stall_entropy", "stall_shrink", "hidden_dim", "init_soften",
+                 "no_fractal", "no_shape", "no_op_type", "no_degree", "no_cost",
+                 "relative_features", "position", "incumbent", "start", "start_logit"),
+    "guide": ("exact_start", "neighbour_every", "neighbour_order", "refit_every", "screen",
+              "incumbent_share"),
+    "hsdag": ("gcn_layers", "node_state_update", "grouping_noise", "self_loops", "node_moves",
+              "segment_moves", "move_floor", "sampled_grouping", "graph_norm", "incumbent_prior",
+              "incumbent_flips"),
+    "rnn": ("rnn_groups",),
+}
 
 
 @dataclass
@@ -31,7 +55,15 @@ class TrainConfig:
             (a generated graph), all with random weights, or a .xml/.onnx file.
         input_shape: static input shape(s) of a dynamic file model, e.g. 1,3,224,224 or
             input_ids:1,128;attention_mask:1,128.
-        method: placement method; ``hsdag`` (the paper).
+        method: placement method, one of those ``--help`` lists at its end; a learned
+            method runs as its paper specifies unless ``guide`` is on.
+        guide: the project's search aids, for every method alike (off: each method as
+            published). The exact solver's placement on the run's profile is measured as
+            the run's first, HSDAG samples around the run's best (its incumbent prior, the
+            only policy that has one), and one untried neighbour of the run's best is
+            measured per 10 placements proposed, the refitted profile's optimum first at
+            each new best (hsdag_ray/neighbour_guide.py). Placements the guide proposes
+            are counted in the budget and marked in the summary.
         algo: ``reinforce`` (the paper's) or ``ppo``; empty = the method's own.
         backend: ``default`` (real devices when the machine has two, else the
             simulator), ``simulator``, ``auto``, ``hetero`` or ``pipeline``.
@@ -55,22 +87,20 @@ class TrainConfig:
             measurements (new placements measured; a proposal the cache answers costs
             nothing), then at most 5x the budget in placements proposed (and with
             --screen 10x in placements screened).
-        episode_len: placements per episode (the paper: 20; 10 gives twice the updates
-            per measured placement and reached the optimum faster, see policies/reinforce.py).
+        episode_len: placements per episode (HSDAG's paper: 20).
         episodes_per_iteration: episodes per policy update.
         env_runners: measuring actors (0 = sample in the driver).
-        lr: Adam learning rate (the paper: 1e-3; 3e-3 was as good or better in every
-            simulator case measured and the only one that found the real-device optimum).
+        lr: Adam learning rate (HSDAG's paper: 1e-3).
         entropy_coeff: entropy bonus weight (keeps the policy moving when a
-            whole batch fails; see policies/reinforce.py).
-        advantages: rank (fitness shaping, default), normalized, centered or elite
-            (the cross-entropy method's top quarter; see policies/reinforce.py).
+            whole batch fails).
+        advantages: how REINFORCE weighs each placement: centered (the reward minus the
+            batch mean, a plain REINFORCE baseline), normalized (also over the batch's
+            standard deviation), rank (centred ranks: fitness shaping) or elite (the
+            cross-entropy method's top quarter).
         replay_episodes: earlier episodes every update also trains on, ranked with the
-            new ones (measured placements re-used at no measurement cost; off: it made
-            the policy collapse sooner, see policies/reinforce.py).
+            new ones (measured placements re-used at no measurement cost; 0 = off).
         replay: which earlier episodes: elite (those with the best placements) or recent.
-        num_epochs: optimiser passes over each update's batch (2: more learning per
-            measured placement, measured faster than 1).
+        num_epochs: optimiser passes over each update's batch (1: REINFORCE's one step).
         stall_patience: updates without a new best placement after which the entropy
             bonus weight becomes stall_entropy, until a new best is found (0 = off;
             see policies/reinforce.py).
@@ -85,10 +115,9 @@ class TrainConfig:
             feed-forward grouper (the hierarchical placer of Mirhoseini et al., 2018).
         grouping_noise: Gumbel noise on the edge scores when sampling groupings
             (0 = the deterministic parsing of inference).
-        node_moves: (on by default; --no-node-moves for the paper's grouped placement)
-            after the groups' devices are drawn, each node may move off its
-            group's device with a learned probability (about one node per placement at
-            first), so placements with a node alone can be sampled (policies/move_distribution.py).
+        node_moves: HSDAG: after the groups' devices are drawn, each node may move off
+            its group's device with a learned probability, so placements with a node
+            alone can be sampled (off: the paper's grouped placement; policies/move_distribution.py).
         segment_moves: with node moves, each placement may also set a short run of
             nodes (2-8 in topological order, from a learned start) to one device at
             once, so changes that pay only together can be sampled (policies/segment_moves.py).
@@ -99,31 +128,21 @@ class TrainConfig:
         sampled_grouping: every node draws its dominant edge (softmax of its edges'
             scores at temperature grouping_noise) and the draw's log-probability joins
             the placement's, so REINFORCE trains the edge scorer on the reward.
-        graph_norm: HSDAG normalises its node embeddings per graph (GraphNorm, on by
-            default: it keeps one graph's groups distinct); off, a policy over many
-            graphs keeps what tells one graph from another (pre-training for unseen
-            graphs: see the README's "Placing graphs never seen in training"; HSDAG
-            only, the other methods ignore it).
-        incumbent_prior: HSDAG samples around the run's best placement so far, or the
-            fastest single device until a measured placement beats it (turns on
-            incumbent): each group leans toward the incumbent's devices by this logit,
-            and a node the incumbent places apart from its group moves back to it with
-            about the same odds, so proposals are the incumbent with a few changes that
-            the policy learns to steer (0 = off, the paper's sampling; HSDAG only, the
-            other methods ignore it; see policies/hsdag_config.py).
+        graph_norm: HSDAG normalises its node embeddings per graph (GraphNorm): it keeps
+            one graph's groups distinct; off, a policy over many graphs keeps what tells
+            one graph from another (HSDAG only).
+        incumbent_prior: HSDAG samples around the run's best placement so far (or the
+            fastest single device until a measured placement beats it): each group leans
+            toward the incumbent's device by this logit, and a node the incumbent places
+            apart from its group moves back to it with about the same odds (0 = off, the
+            paper's sampling; -1 = 2 with guide, else 0; HSDAG only).
         incumbent_flips: with incumbent_prior, each group leans toward the incumbent by
             at least log((D-1) G / F) on a graph of G groups, so an untrained policy
             changes about F groups per proposal on a graph of any size (with the fixed
             lean of 2, about one group in eight: 7 of 60); 0 = incumbent_prior alone.
-        exact_start: on: measure the exact solver's placement on the run's profile (the
-            baselines' optimum; for the parallel objective, which has no exact solver,
-            HEFT's, the baselines' heft) as the run's first placement, counted in the budget, so
-            a method sampling around the run's best (HSDAG's incumbent prior,
-            annealing) starts from it when it beats their own start: learning then
-            corrects what the profile gets wrong instead of finding what it gets right;
-            off: not; auto (the default): on where the profile is not what is measured
-            (a real backend, or --sim-profile), off on the simulator measuring with the
-            run's own profile, where it would start every run at the optimum.
+        exact_start: on: measure the exact solver's placement on the run's profile (for
+            the parallel objective HEFT's) as the run's first placement, counted in the
+            budget; off: not; auto: with guide.
         incumbent_share: the share of episodes that see the incumbent; the others
             are sampled without it (with incumbent_prior: from the policy's own
             logits), so a run settled around its incumbent still wanders (1 = every
@@ -134,12 +153,10 @@ class TrainConfig:
             place relative to it (see envs/placement_env.py).
         start: where sampling starts: uniform (every device equally likely, the paper)
             or best_single (the fastest single device's logit starts start_logit above
-            the others' in every group, so the first placements explore around it;
-            measured: faster early on ResNet-50 with the 64 MB accelerator, slower
-            with the unlimited one, so not the default).
+            the others' in every group).
         start_logit: that head start (a probability of about 0.88 with two devices at 2).
-        self_loops: a node may choose its own loop in graph parsing and stay
-            a group of its own (off: it slowed learning; see policies/hsdag.py).
+        self_loops: a node may choose its own loop in graph parsing and stay a group of
+            its own.
         no_fractal / no_shape / no_cost / no_op_type / no_degree: feature
             ablations (leave that feature group out).
         relative_features: add scale-free costs (each node's time over the graph's mean
@@ -171,24 +188,18 @@ class TrainConfig:
         sim_delay_s: with the simulator, seconds every measurement takes, as on a real
             device (0 = instant); above 0 the run measures on measuring machines as a
             real one does (scaling benchmarks, multi-machine tests).
-        init: a pre-trained policy (the folder or pretrained.pt python -m hsdag_ray.pretrain
-            wrote): its weights are loaded into the RLModule before training, and the
-            run's first measured placement (counted in the budget) is the policy's greedy
-            one, its second the fastest single device (fitted) unless that is the same, so
-            the run never ends worse than either; with --budget 0 the run places
-            zero-shot with it, nothing learned. With a profile of the devices, the greedy
-            and zero-shot placements are repaired before they are measured when they
-            overflow a device's memory (hsdag_ray/core/fit.py; --memory-penalty repair
-            does it for every placement).
+        init: a pre-trained policy to fine-tune (the folder or pretrained.pt python -m
+            hsdag_ray.pretrain wrote); with --budget 0 it places zero-shot. Its weights are
+            loaded into the RLModule before training, and the run's first measured
+            placement (counted in the budget) is the policy's greedy one, its second the
+            fastest single device (fitted) unless that is the same, so the run never ends
+            worse than either. With a profile of the devices, the greedy and zero-shot
+            placements are repaired before they are measured when they overflow a
+            device's memory (hsdag_ray/core/fit.py).
         init_soften: below 1, a run with --init spreads the pre-trained policy's
-            distribution once after loading it, before its first sampled batch: the
-            module's soften_policy scales HSDAG's placer and move-head output layers
-            (GDP's policy layer) by this factor (its preferences keep their order), so a
-            settled policy samples more than its greedy placement; the greedy placement
-            measured first is the checkpoint's own (1 = off; 0 = the method's own: 0.2
-            for GDP, which then reached 1.05x on held-out graphs where plain fine-tuning
-            never did, off for HSDAG, where 0.3-0.8 gave no reliable gain; see README,
-            "What to expect").
+            distribution once after loading it (the placer's output layers scaled by this
+            factor, preferences kept in order), so a settled policy samples more than its
+            greedy placement (1 = off; 0 = the method's own: 0.2 for GDP, off otherwise).
         screen: 0 (off), or do not measure a new placement the run's latency model (the
             profile refitted to the run's measurements, as --method refit fits it) says is
             slower than the run's best by more than this many standard deviations of the
@@ -198,17 +209,12 @@ class TrainConfig:
         refit_every: 0 (off), or for every this many placements proposed in the run
             (measured or answered from the cache), measure a proposal of --method refit
             (the exact solver on the profile refitted to the run's measurements) as the
-            run's own, counted in the budget, so a
-            policy sampling around the run's best (HSDAG's incumbent prior) starts from
-            it when it is the best (see hsdag_ray/refit_guide.py; needs a profile of every
-            device, the sequential objective and --incumbent-prior above 0).
+            run's own, counted in the budget (hsdag_ray/refit_guide.py; needs a profile of
+            every device and the sequential objective).
         neighbour_every: 0 (off), or for every this many placements proposed in the run,
             measure an untried neighbour of the run's best (one node on another device; once
-            all are measured, both ends of an edge) as the run's own, counted in the budget,
-            so a policy sampling around the run's best that has settled still tries the
-            changes a local search would (see hsdag_ray/neighbour_guide.py); -1 (the
-            default): 10 where the policy samples around the run's best (HSDAG with
-            --incumbent-prior above 0) and --refit-every is off, else 0.
+            all are measured, both ends of an edge) as the run's own, counted in the budget
+            (hsdag_ray/neighbour_guide.py); -1: 10 with guide unless refit_every is set, else 0.
         neighbour_order: profile (the default: with a profile of every device, at each
             new best first the exact optimum of the profile refitted to the run's
             measurements, then the neighbours it estimates fastest first, those it says do
@@ -225,6 +231,7 @@ class TrainConfig:
     model: str = "resnet50"
     input_shape: str = ""
     method: str = "hsdag"
+    guide: bool = False
     algo: str = ""
     backend: str = "default"
     devices: list[str] = field(default_factory=list)
@@ -234,15 +241,15 @@ class TrainConfig:
     coarsen: str = "colocation"
     budget: int = 500
     budget_unit: str = "placements"
-    episode_len: int = 10
+    episode_len: int = 20
     episodes_per_iteration: int = 1
     env_runners: int = 1
-    lr: float = 3e-3
+    lr: float = 1e-3
     entropy_coeff: float = 0.01
-    advantages: str = "rank"
+    advantages: str = "centered"
     replay_episodes: int = 0
     replay: str = "elite"
-    num_epochs: int = 2
+    num_epochs: int = 1
     stall_patience: int = 0
     stall_entropy: float = 0.1
     stall_shrink: float = 1.0
@@ -253,10 +260,10 @@ class TrainConfig:
     grouping_noise: float = 0.3
     rnn_groups: int = 0
     self_loops: bool = False
-    node_moves: bool = True
+    node_moves: bool = False
     segment_moves: bool = False
     move_floor: float = 0.0
-    incumbent_prior: float = 2.0
+    incumbent_prior: float = -1.0
     incumbent_flips: float = 0.0
     incumbent_share: float = 1.0
     exact_start: str = "auto"
@@ -319,7 +326,8 @@ class TrainConfig:
             (self.entropy_coeff >= 0 and self.grouping_noise >= 0,
              "entropy_coeff and grouping_noise must be 0 or more"),
             (0 <= self.move_floor < 2, "move_floor must be at least 0 and below 2"),
-            (self.incumbent_prior >= 0, "incumbent_prior must be 0 (off) or more"),
+            (self.incumbent_prior >= 0 or self.incumbent_prior == -1,
+             "incumbent_prior must be -1 (with --guide), 0 (off) or more"),
             (self.incumbent_flips >= 0, "incumbent_flips must be 0 (off) or more"),
             (self.stall_patience >= 0 and self.stall_entropy >= 0,
              "stall_patience and stall_entropy must be 0 or more"),
@@ -384,9 +392,9 @@ class TrainConfig:
         return backend == "simulator" and not self.sim_profile
 
     def starts_exact(self, backend: str) -> bool:
-        """Whether ``exact_start`` is on for a run on ``backend`` (resolved)."""
+        """Whether ``exact_start`` is on for a run on ``backend`` (auto: with ``guide``)."""
         if self.exact_start == "auto":
-            return not self.profile_measured(backend)
+            return self.guide
         return self.exact_start == "on"
 
     def features(self):
@@ -398,7 +406,8 @@ class TrainConfig:
                              relative=self.relative_features)
 
     @classmethod
-    def from_yaml(cls, path: str) -> dict[str, Any]:
+    def yaml_settings(cls, path: str) -> dict[str, Any]:
+        """The settings a YAML file (``--config``) names, checked to be fields of this class."""
         data = read_yaml_mapping(path, "config file")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)

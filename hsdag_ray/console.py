@@ -18,10 +18,6 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 __all__ = ["say", "libraries_to", "Progress", "result_table", "print_result"]
 
-#: what a run's suggested placements were, for its last line (``summary["suggested_by"]``)
-SUGGESTED_BY = {"refit": "refit's proposals", "neighbours": "untried neighbours of the best"}
-
-
 #: where this process's own console output goes while the libraries' goes to a log
 _OUT = None
 
@@ -196,9 +192,11 @@ def print_result(summary: Mapping[str, Any], quiet: bool) -> None:
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     out.print(result_table(summary))
     screened, suggested = summary.get("screened") or 0, summary.get("suggested") or 0
+    guided = summary.get("guided_by") or []
+    out.print(("guided (" + ", ".join(guided) + ")" if guided else "as published (no --guide)")
+              + ("; the best is the guide's" if summary.get("best_from_guide") else ""))
     out.print(f"{summary['placements']} placements ({summary['measurements']} measured, "
-              + (f"{suggested} of them {SUGGESTED_BY.get(summary.get('suggested_by'), 'suggested')}, "
-                 if suggested else "")
+              + (f"{suggested} of them the guide's, " if suggested else "")
               + (f"{screened} screened as slower, " if screened else "")
               + f"the others proposed before) in {summary['wall_s']:.0f} s; "
               f"outputs in {summary['run_dir']}")

@@ -5,7 +5,8 @@ runs the same loop (budget, metrics, checkpoints, outputs) whatever the
 method: ``iterate()`` proposes and measures one iteration's placements (they
 land in the run's measurement store) and returns the method's own metrics;
 ``save(folder)`` / ``restore(folder)`` checkpoint it; ``stop()`` releases it;
-``handle`` is what ``on_iteration`` callbacks receive.
+``handle`` is what ``on_iteration`` callbacks receive; ``done`` says the method has
+nothing more to propose (a solver after its one placement).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from hsdag_ray.algos import algo_config
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from policies.registry import Method, load
 
-__all__ = ["RLDriver", "SearchDriver", "make_driver"]
+__all__ = ["RLDriver", "SearchDriver", "SolverDriver", "make_driver"]
 
 
 def _num(v) -> Optional[float]:
@@ -31,6 +32,9 @@ def _num(v) -> Optional[float]:
 
 class RLDriver:
     """A learned method: one RLlib training iteration per ``iterate()``."""
+
+    #: whether the method has nothing more to propose (the run then stops)
+    done = False
 
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                  singles: Optional[dict] = None, resources: Optional[dict] = None) -> None:
@@ -73,6 +77,9 @@ class SearchDriver:
     run's store on a measuring machine (a Ray actor holding a measuring slot
     with a real backend)."""
 
+    #: whether the method has nothing more to propose (the run then stops)
+    done = False
+
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                  resources: Optional[dict] = None) -> None:
         from envs.incumbent import start_placement
@@ -80,6 +87,12 @@ class SearchDriver:
         from hsdag_ray.resolve import exact_start_applies
 
         self.cfg = cfg
+        self.graph_id = env.graph_id
+        self.store = None
+        if env_cfg.get("suggestions") and env_cfg.get("store"):
+            from envs.store import StoreClient
+
+            self.store = StoreClient.connect(env_cfg["store"])
         self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
                                          tracked=True)
         # where HSDAG's incumbent prior starts too: the fastest single device, or with a
@@ -123,10 +136,22 @@ class SearchDriver:
     def handle(self):
         return self.search
 
+    def _measure_suggestion(self) -> None:
+        """With a guide (``--guide``, ``--neighbour-every``, ``--refit-every``): measure the
+        placement it queued in the run's store, if any, as the search's own observation."""
+        from envs.measuring import call
+
+        p = self.store.take_suggestion(self.graph_id)
+        if p is not None:
+            [latency] = call(self.service, "measure_batch", [p], suggested=True)
+            self.search.observe(np.asarray(p, dtype=np.int64), latency)
+
     def iterate(self) -> dict[str, Optional[float]]:
         from envs.measuring import call
 
         for _ in range(self.cfg.episode_len):
+            if self.store is not None:
+                self._measure_suggestion()
             p = self.search.propose()
             [latency] = call(self.service, "measure_batch", [p.tolist()])
             self.search.observe(p, latency)
@@ -139,6 +164,55 @@ class SearchDriver:
 
     def restore(self, folder: Path) -> None:
         self.search.load_state_dict(json.loads((Path(folder) / "search.json").read_text()))
+
+    def stop(self) -> None:
+        from envs.measuring import release
+
+        release(self.service)
+
+
+class SolverDriver:
+    """An exact or algorithmic solver (:mod:`policies.solver_methods`): its placement of
+    the run's profile, measured once through the run's store; then the run is done."""
+
+    #: whether the method has nothing more to propose (the run then stops)
+    done = False
+
+    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
+                 resources: Optional[dict] = None) -> None:
+        from envs.measuring import measuring_service
+        from hsdag_ray.baselines import profile_costs
+
+        self.cfg, self.method = cfg, method
+        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
+                                         tracked=True)
+        # checked by train before (hsdag_ray.resolve.unmet_needs): a profile of every device
+        self.placement = load(method.run)(profile_costs(env), cfg.objective,
+                                          time_limit=cfg.solver_time_limit)
+
+    @property
+    def handle(self):
+        return self.placement
+
+    def iterate(self) -> dict[str, Optional[float]]:
+        from envs.measuring import call
+        from hsdag_ray.cli import RunError
+
+        if self.placement is None:
+            raise RunError(f"--method {self.method.name} found no placement for the "
+                           f"{self.cfg.objective} objective on the run's profile; use another "
+                           "method or objective")
+        call(self.service, "measure_batch", [self.placement.tolist()])
+        self.done = True
+        return {}
+
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "solver.json").write_text(json.dumps({"done": self.done}))
+
+    def restore(self, folder: Path) -> None:
+        self.done = bool(json.loads((Path(folder) / "solver.json").read_text())["done"])
 
     def stop(self) -> None:
         from envs.measuring import release
@@ -160,4 +234,6 @@ def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env
         return RLDriver(cfg, method, env_cfg, real, env, singles, resources)
     if method.kind == "search":
         return SearchDriver(cfg, method, env_cfg, real, env, resources)
+    if method.kind == "solver":
+        return SolverDriver(cfg, method, env_cfg, real, env, resources)
     raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")

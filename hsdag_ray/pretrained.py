@@ -252,6 +252,9 @@ class ZeroShotDriver:
     cluster naming device sets, the run's ``devices_<A+B>``), as the training
     drivers' do."""
 
+    #: whether the method has nothing more to propose (the run then stops)
+    done = False
+
     def __init__(self, cfg, method, env_cfg: dict, real: bool, env,
                  resources: Optional[dict] = None) -> None:
         from envs.measuring import measuring_service

@@ -9,6 +9,7 @@ environment from.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -18,7 +19,8 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
-           "samples_around_incumbent", "neighbour_every", "guide_of", "exact_start_applies", "unmet_needs",
+           "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_of",
+           "guided_by", "exact_start_applies", "unmet_needs",
            "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
 
 
@@ -119,10 +121,16 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
                 f"profiled by OpenVINO and a modeled accelerator ({DEFAULT_ACCELERATOR}); pass "
                 "--backend auto --devices CPU,CPU_F32 to measure on two CPU configurations instead")
     if backend == "simulator":
+        if devices:  # refused before a profile is recorded for them
+            check_two_devices(devices)
         if cfg.profile:
             prof = Profile.load(cfg.profile)
         else:
             prof, _ = default_profile(cfg.model, devices, cfg.input_shape, cfg.threads, say)
+        if not devices and len(prof.devices) < 2:
+            raise UsageError(f"the profile {cfg.profile} has only {', '.join(prof.device_names)}, "
+                             "and placement needs at least two devices; record one of two with "
+                             "python -m hsdag_ray.profile (e.g. --devices CPU --modeled GPU_MODEL)")
         devices = devices or prof.device_names
         missing = [d for d in devices if d not in prof.devices]
         if missing:
@@ -139,9 +147,8 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
         return backend, devices, prof.to_json()
     from hsdag_ray.cli import resolve_devices
 
+    check_two_devices(devices or ["CPU", "CPU_F32"], real=True)
     devices = resolve_devices(devices or ["CPU", "CPU_F32"], cfg.threads)
-    if len(devices) < 2:
-        raise UsageError("placement needs at least two devices; add one with --devices")
     # a profile of the same devices lets the exact solvers' placement be measured too
     return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
 
@@ -192,19 +199,9 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
 def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
     """What ``--refit-every`` or ``--neighbour-every`` lacks in the run, in one sentence
     ("" when nothing or off)."""
-    from policies.registry import get
-
     every = neighbour_every(cfg)
     if cfg.refit_every > 0 and every > 0:
         return "--refit-every and --neighbour-every both queue the run's proposals; use one of them"
-    flag = "--refit-every" if cfg.refit_every > 0 else "--neighbour-every" if every > 0 else ""
-    if not flag:
-        return ""
-    if not samples_around_incumbent(cfg):
-        return (f"{flag} gives its proposals to a policy that samples around the run's "
-                f"best, and --method {cfg.method}" + (" with --incumbent-prior 0" if
-                                                     get(cfg.method).incumbent_prior else "")
-                + " does not; use --method hsdag with --incumbent-prior above 0, or drop it")
     if cfg.refit_every <= 0:
         return ""
     if cfg.objective != "sequential":
@@ -243,28 +240,45 @@ def reward_of_run(cfg: TrainConfig) -> str:
     return cfg.reward or get(cfg.method).reward
 
 
-def samples_around_incumbent(cfg: TrainConfig) -> bool:
-    """Whether the run's policy samples around the incumbent: a method with an incumbent
-    prior (HSDAG) and ``--incumbent-prior`` above 0."""
-    from policies.registry import get
-
-    return bool(get(cfg.method).incumbent_prior) and cfg.incumbent_prior > 0
-
-
-#: ``--neighbour-every``'s auto value: one untried neighbour of the run's best per this
-#: many placements, the refitted profile's optimum first at each new best (on the paper
-#: models with wrong profiles, 200 measurements, 30 of 30 runs within 1.01x on each of
-#: three recorded profiles, against 28 for HSDAG alone on one of them; in a random order,
-#: 5 gave 26; see hsdag_ray/neighbour_guide.py)
+#: HSDAG's incumbent prior with ``--guide`` (``--incumbent-prior -1``): the logit by which
+#: each group leans toward the incumbent's device (about 0.88 with two devices)
+GUIDE_INCUMBENT_PRIOR = 2.0
+#: ``--neighbour-every`` with ``--guide`` (``-1``): one untried neighbour of the run's best
+#: per this many placements proposed
 NEIGHBOUR_EVERY = 10
 
 
+def incumbent_prior(cfg: TrainConfig) -> float:
+    """``--incumbent-prior`` resolved: as given, or (-1) :data:`GUIDE_INCUMBENT_PRIOR` with
+    ``--guide`` and 0 without; 0 for a method whose policy has no incumbent prior."""
+    from policies.registry import get
+
+    if not get(cfg.method).incumbent_prior:
+        return 0.0
+    if cfg.incumbent_prior >= 0:
+        return cfg.incumbent_prior
+    return GUIDE_INCUMBENT_PRIOR if cfg.guide else 0.0
+
+
+def samples_around_incumbent(cfg: TrainConfig) -> bool:
+    """Whether the run's policy samples around the incumbent: a method with an incumbent
+    prior (HSDAG) and the prior resolved above 0 (:func:`incumbent_prior`)."""
+    return incumbent_prior(cfg) > 0
+
+
 def neighbour_every(cfg: TrainConfig) -> int:
-    """``--neighbour-every`` resolved: as given, or (-1, auto) :data:`NEIGHBOUR_EVERY`
-    where the policy samples around the run's best and ``--refit-every`` is off, else 0."""
+    """``--neighbour-every`` resolved: as given, or (-1) :data:`NEIGHBOUR_EVERY` with
+    ``--guide`` unless ``--refit-every`` queues the run's proposals, else 0."""
     if cfg.neighbour_every >= 0:
         return cfg.neighbour_every
-    return NEIGHBOUR_EVERY if samples_around_incumbent(cfg) and cfg.refit_every <= 0 else 0
+    return NEIGHBOUR_EVERY if cfg.guide and cfg.refit_every <= 0 else 0
+
+
+def resolved(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with what ``--guide`` decides written out (``incumbent_prior``,
+    ``neighbour_every``), so the method's own settings read plain numbers."""
+    return dataclasses.replace(cfg, incumbent_prior=incumbent_prior(cfg),
+                               neighbour_every=neighbour_every(cfg))
 
 
 def guide_of(cfg: TrainConfig) -> Optional[str]:
@@ -277,19 +291,31 @@ def guide_of(cfg: TrainConfig) -> Optional[str]:
 
 def reads_incumbent(cfg: TrainConfig) -> bool:
     """Whether the run's environment carries the incumbent's features: ``--incumbent``, or
-    a method that samples around the incumbent (HSDAG) with ``--incumbent-prior`` above 0."""
+    a method that samples around the incumbent (HSDAG with the prior on)."""
     return cfg.incumbent or samples_around_incumbent(cfg)
 
 
 def exact_start_applies(cfg: TrainConfig, backend: str) -> bool:
     """Whether the run measures the exact solver's placement on its profile as its own
-    first one: ``--exact-start`` resolved for ``backend`` (:meth:`TrainConfig.starts_exact`)
-    and a method that starts from a placement (a search with ``starts``, or HSDAG
-    sampling around the incumbent); incumbent features alone (``--incumbent``) do not
-    make a method start from one."""
-    from policies.registry import get
+    first one: ``--exact-start`` resolved (:meth:`TrainConfig.starts_exact`: auto is
+    ``--guide``), for every method alike."""
+    return cfg.starts_exact(backend)
 
-    return cfg.starts_exact(backend) and (get(cfg.method).starts or samples_around_incumbent(cfg))
+
+def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
+    """The search aids the run has, in words, for the summary and tables (empty: the
+    method as published)."""
+    aids = []
+    if exact_start_applies(cfg, backend):
+        aids.append("exact start")
+    if samples_around_incumbent(cfg):
+        aids.append("incumbent prior")
+    kind = guide_of(cfg)
+    if kind == "neighbours":
+        aids.append("untried neighbours")
+    elif kind == "refit":
+        aids.append("refit's proposals")
+    return aids
 
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
@@ -312,3 +338,20 @@ def _profile_json(path: str) -> Optional[dict]:
     from hsdag_ray.core.profile import Profile
 
     return Profile.load(path).to_json() if path else None
+
+
+def check_two_devices(devices: Sequence[str], real: bool = False) -> None:
+    """Refuse fewer than two distinct devices: a placement puts each node on one of them,
+    so one device leaves nothing to learn or place (a :class:`UsageError` saying so, with
+    an example of a second device: a virtual CPU one when ``real``, else a modeled one)."""
+    distinct = list(dict.fromkeys(devices))
+    if len(distinct) >= 2:
+        return
+    one = distinct[0] if distinct else "no device"
+    other = ("CPU_F32" if one != "CPU_F32" else "CPU") if real else \
+        ("GPU_MODEL" if one != "GPU_MODEL" else "CPU_MODEL")
+    if len(devices) > 1:
+        raise UsageError(f"--devices names {one} {len(devices)} times; placement needs two "
+                         f"different devices, e.g. --devices {one},{other}")
+    raise UsageError(f"--devices names only {one}, and placement needs at least two devices; "
+                     f"add a second (e.g. --devices {one if distinct else 'CPU'},{other})")

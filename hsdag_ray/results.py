@@ -10,10 +10,14 @@ method's own best (``method_best_latency_s`` of the summary: re-measured with a
 real backend), not the fastest single device the run falls back to when the
 method did not beat it; that one stays in ``run_best_latency_s``.
 
-The markdown table, like the paper's: per model and method the best latency
-(median over seeds, with the range min-max), the speedup over CPU-only, the
-ratio to the exact optimum (``*`` when the solver did not prove it optimal),
-the measurements used and the wall time (medians).
+The markdown table, like the paper's: per model, method and guide mode (as
+published, or guided: ``train --guide``) the best latency (median over seeds,
+with the range min-max), the speedup over CPU-only, the ratio to the exact
+optimum (``*`` when the solver did not prove it optimal), the measurements each
+run needed to come within 1.05x and 1.01x of the best known placement of the
+model (the fastest any run or baseline measured), the measurements used and the
+wall time (medians). The figure draws the final ratios as bars and, per model,
+each method's median best-so-far against measurements.
 """
 from __future__ import annotations
 
@@ -24,13 +28,15 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-__all__ = ["COLUMNS", "cell", "rows_from_summary", "baseline_rows", "write_csv", "read_csv",
-           "markdown", "plot", "write_all"]
+__all__ = ["COLUMNS", "TARGETS", "cell", "rows_from_summary", "baseline_rows", "measurements_to",
+           "add_targets", "write_csv", "read_csv", "markdown", "plot", "write_all"]
 
-COLUMNS = ("kind", "model", "method", "variant", "seed", "backend", "devices", "best_latency_s",
-           "run_best_latency_s", "best_source", "cpu_only_s", "speedup_vs_cpu", "optimum_s",
-           "optimum_proven", "ratio_to_optimum", "placements", "measurements", "failures",
-           "wall_s", "run_dir")
+COLUMNS = ("kind", "model", "method", "variant", "guide", "seed", "backend", "devices",
+           "best_latency_s", "run_best_latency_s", "best_source", "cpu_only_s", "speedup_vs_cpu",
+           "optimum_s", "optimum_proven", "ratio_to_optimum", "best_known_s", "to_1.05x",
+           "to_1.01x", "placements", "measurements", "failures", "wall_s", "run_dir")
+#: the factors of the best known placement the table counts measurements to
+TARGETS = (1.05, 1.01)
 
 
 def cell(values: Sequence[float], fmt: str = "{:.3f}") -> str:
@@ -60,6 +66,8 @@ def rows_from_summary(s: dict[str, Any], variant: str = "") -> dict[str, Any]:
     cpu = base.get("CPU_only")
     opt = base.get("optimum")
     return {"kind": "run", "model": s["model"], "method": s["method"], "variant": variant,
+            "guide": "guided" if s.get("guided_by") else "as published",
+            "latencies_s": list(s.get("latencies_s") or []),
             "seed": s.get("seed"), "backend": s.get("backend"), "devices": ",".join(s.get("devices", [])),
             "best_latency_s": best, "run_best_latency_s": s.get("best_latency_s"),
             "best_source": s.get("best_source"), "cpu_only_s": cpu,
@@ -103,6 +111,48 @@ def baseline_rows(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
     return out
 
 
+def measurements_to(latencies_s: Sequence[Optional[float]], target_s: float) -> Optional[int]:
+    """The number of measurements after which the best so far is at most ``target_s``
+    (None: never within these)."""
+    best = math.inf
+    for k, t in enumerate(latencies_s, 1):
+        if t is not None and t < best:
+            best = t
+        if best <= target_s:
+            return k
+    return None
+
+
+def add_targets(rows: Sequence[dict[str, Any]]) -> None:
+    """Give every run row the best known latency of its model (the fastest any run or
+    baseline of the model measured) and the measurements it needed to come within each
+    of :data:`TARGETS` of it."""
+    known: dict[str, float] = {}
+    for r in rows:
+        for t in (r.get("best_latency_s"), r.get("optimum_s")):
+            if t is not None and math.isfinite(t):
+                known[r["model"]] = min(known.get(r["model"], math.inf), t)
+    for r in rows:
+        ref = known.get(r["model"])
+        r["best_known_s"] = ref
+        if r["kind"] != "run" or ref is None:
+            continue
+        for f in TARGETS:
+            r[f"to_{f}x"] = measurements_to(r.get("latencies_s") or [], f * ref * (1 + 1e-9))
+
+
+def _to_cell(rs: Sequence[dict[str, Any]], key: str) -> str:
+    """Median measurements to a target over runs; a run that never got there counts as
+    its measurements, shown with ``>``; ``n/m`` runs got there when not all did."""
+    if not rs:
+        return "-"
+    vals = [r[key] if r.get(key) is not None else math.inf for r in rs]
+    med = statistics.median(vals)
+    reached = sum(1 for v in vals if math.isfinite(v))
+    text = f"{med:.0f}" if math.isfinite(med) else f">{statistics.median([r['measurements'] or 0 for r in rs]):.0f}"
+    return text + (f" ({reached}/{len(rs)} runs)" if reached < len(rs) else "")
+
+
 def write_csv(rows: Iterable[dict[str, Any]], path: Path) -> None:
     with Path(path).open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -132,7 +182,8 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
 
 
 def _label(r: dict[str, Any]) -> str:
-    return r["method"] + (f" [{r['variant']}]" if r.get("variant") else "")
+    guided = " (guided)" if r.get("guide") == "guided" else ""
+    return r["method"] + (f" [{r['variant']}]" if r.get("variant") else "") + guided
 
 
 def _groups(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], list[dict]]:
@@ -148,18 +199,24 @@ def markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     seeds = sorted({int(r["seed"]) for r in rows if r["kind"] == "run" and r.get("seed") is not None})
     lines += [f"Best latency: median over seeds {', '.join(map(str, seeds))} (min-max); the "
               "method's own best. Ratio to the exact optimum: `*` = the solver did not prove it "
-              "optimal. Measurements and wall time: medians per run.", "",
-              "| model | method | best latency (ms) | speedup vs CPU | ratio to optimum "
-              "| measurements | wall (s) | runs |",
-              "|---|---|---|---|---|---|---|---|"]
+              "optimal. To 1.05x / 1.01x: measurements until the run's best was within that "
+              "factor of the best known placement of the model (median; `>` never). "
+              "Measurements and wall time: medians per run. Guide: as published, or guided "
+              "(`train --guide`: the exact-solver start, HSDAG's incumbent prior, untried "
+              "neighbours of the best).", "",
+              "| model | method | guide | best latency (ms) | speedup vs CPU | ratio to optimum "
+              "| to 1.05x | to 1.01x | measurements | wall (s) | runs |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (model, label), rs in _groups(rows).items():
         unproven = any(r.get("optimum_proven") is False for r in rs)
         ratio = cell([r["ratio_to_optimum"] for r in rs])
         runs = [r for r in rs if r["kind"] == "run"]
+        method = rs[0]["method"] + (f" [{rs[0]['variant']}]" if rs[0].get("variant") else "")
         lines.append(
-            f"| {model} | {label} | {cell([r['best_latency_s'] * 1e3 if r['best_latency_s'] is not None else None for r in rs])} "
+            f"| {model} | {method} | {runs[0].get('guide') or '-' if runs else '-'} | {cell([r['best_latency_s'] * 1e3 if r['best_latency_s'] is not None else None for r in rs])} "
             f"| {cell([r['speedup_vs_cpu'] * 100 if r['speedup_vs_cpu'] is not None else None for r in rs], '{:.1f}%')} "
             f"| {ratio}{' *' if unproven and ratio != '-' else ''} "
+            f"| {_to_cell(runs, 'to_1.05x')} | {_to_cell(runs, 'to_1.01x')} "
             f"| {cell([r['measurements'] for r in runs], '{:.0f}') if runs else '-'} "
             f"| {cell([r['wall_s'] for r in runs], '{:.1f}') if runs else '-'} "
             f"| {len(runs) if runs else 'baseline'} |")
@@ -176,8 +233,10 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
     import numpy as np
 
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(max(5.0, 2.2 + 0.6 * len(_groups(rows)) / max(len(models), 1)) * len(models), 4.2),
-                             squeeze=False)
+    width = max(5.0, 2.2 + 0.6 * len(_groups(rows)) / max(len(models), 1))
+    fig, axes = plt.subplots(2, len(models), figsize=(width * len(models), 8.4), squeeze=False)
+    for ax, model in zip(axes[1], models):
+        _curves(ax, [r for r in rows if r["model"] == model and r["kind"] == "run"])
     for ax, model in zip(axes[0], models):
         groups = {k[1]: v for k, v in _groups(rows).items() if k[0] == model}
         with_opt = any(r["optimum_s"] for rs in groups.values() for r in rs)
@@ -209,11 +268,38 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
+def _curves(ax, runs: Sequence[dict[str, Any]]) -> None:
+    """Each method's median best-so-far (over its runs) / the model's best known latency
+    against measurements; guided runs dashed."""
+    import numpy as np
+
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(_label(r), []).append(r)
+    for k, (label, rs) in enumerate(groups.items()):
+        ref = rs[0].get("best_known_s")
+        curves = [np.minimum.accumulate([t if t is not None else math.inf for t in r["latencies_s"]])
+                  for r in rs if r.get("latencies_s") and ref]
+        if not curves:
+            continue
+        n = max(len(c) for c in curves)
+        padded = np.array([np.concatenate([c, np.full(n - len(c), c[-1])]) for c in curves]) / ref
+        ax.plot(np.arange(1, n + 1), np.median(padded, axis=0), label=label,
+                color=f"C{k % 10}", ls="--" if rs[0].get("guide") == "guided" else "-")
+    ax.axhline(1.0, color="0.5", lw=1, ls=":")
+    ax.set_xscale("log")
+    ax.set_ylim(0.98, 1.6)
+    ax.set_xlabel("measurements")
+    ax.set_ylabel("best so far / best known (median)")
+    ax.legend(fontsize=7)
+
+
 def write_all(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]], folder: Path,
               title: str = "") -> list[dict[str, Any]]:
     """Write ``results.csv``, ``results.md`` and ``results.png`` in ``folder``; return the rows."""
     folder = Path(folder)
     rows = list(runs) + baseline_rows(runs, summaries)
+    add_targets(rows)
     write_csv(rows, folder / "results.csv")
     (folder / "results.md").write_text(markdown(rows, title))
     plot(rows, folder / "results.png", title)

@@ -101,7 +101,8 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "iterations": state["iteration"], "placements": stats["placements"],
         "measurements": stats["measurements"], "failures": stats["failures"],
         "screened": stats.get("screened", 0), "suggested": stats.get("suggested", 0),
-        "suggested_by": guide_of(cfg),
+        "suggested_by": guide_of(cfg), "guided_by": list(state.get("guided_by") or []),
+        "best_from_guide": bool(raw_best and raw_best.get("suggested")),
         "baselines": figures, "best_latency_s": None,
         "best_source": source,
         "method_best_latency_s": method_best["latency_s"] if method_best else None,
@@ -141,6 +142,8 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
                                  f"({best['latency_s'] * 1e3:.3f} ms)")
     if source not in ("learner", "none"):
         say(f"{cfg.method} did not beat the fastest single device; the run's best is {source}")
+    # every measurement's latency in order (None: it failed): measurements-to-target in tables
+    summary["latencies_s"] = list(state["latencies"])
     lat = [x if x is not None else math.inf for x in state["latencies"]]
     plots.learning_curve(lat, run_dir.dir / "learning_curve.png", figures,
                          title=f"{cfg.model} / {cfg.method} / {env.backend.name}")

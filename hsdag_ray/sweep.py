@@ -21,6 +21,7 @@ Examples::
 
     python -m hsdag_ray.sweep --models tiny_cnn,tv:squeezenet1_1 --methods hsdag,random,anneal \\
         --seeds 0,1 --budget 100
+    python -m hsdag_ray.sweep --models tiny_cnn --methods hsdag,gdp,refit,exact --guide both
     python -m hsdag_ray.sweep --config sweep.yaml
     python -m hsdag_ray.sweep --preset ablation --seeds 0,1,2
     python -m hsdag_ray.sweep --config sweep.yaml --address auto     # on a running cluster
@@ -51,7 +52,7 @@ from hsdag_ray.cli import UsageError, read_yaml_mapping, run
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.rundir import model_label, slug
 
-__all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "trials", "run_trial", "run_sweep",
+__all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "GUIDE_MODES", "trials", "run_trial", "run_sweep",
            "main"]
 
 #: the paper's ablation: HSDAG with one feature group off at a time
@@ -80,6 +81,9 @@ class SweepConfig:
         budget: placements per run (every method the same).
         variants: name -> training settings of that variant (the ablation preset's
             feature groups); one unnamed variant by default.
+        guide: off (every method as published, the default), on (every method with the
+            project's search aids, ``train --guide``) or both (each trial both ways, side
+            by side in the table).
         train: training settings every trial shares.
         out: folder of sweeps.
         name: sweep folder name (and W&B group); the same name resumes it.
@@ -93,6 +97,7 @@ class SweepConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     budget: int = 500
     variants: dict[str, dict[str, Any]] = field(default_factory=lambda: {"": {}})
+    guide: str = "off"
     train: dict[str, Any] = field(default_factory=dict)
     out: str = "sweeps"
     name: str = "sweep"
@@ -103,7 +108,8 @@ class SweepConfig:
     def trial_config(self, trial: dict[str, Any], runs: Path) -> TrainConfig:
         values = {**self.train, **self.variants[trial["variant"]], "model": trial["model"],
                   "method": trial["method"], "seed": trial["seed"], "budget": self.budget,
-                  "out": str(runs), "name": trial["name"], "address": ""}
+                  "out": str(runs), "name": trial["name"], "address": "",
+                  "guide": bool(trial.get("guided"))}
         try:
             cfg = TrainConfig(**values)
         except TypeError as e:
@@ -111,16 +117,22 @@ class SweepConfig:
         return cfg
 
 
+#: ``guide`` of a sweep -> whether its trials run guided (in this order)
+GUIDE_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
+
+
 def trials(sc: SweepConfig) -> list[dict[str, Any]]:
-    """The grid: one dict (name, model, method, variant, seed) per trial."""
+    """The grid: one dict (name, model, method, variant, guided, seed) per trial."""
     out = []
     for model in sc.models:
         for method in sc.methods:
             for variant in sc.variants:
-                for seed in sc.seeds:
-                    name = "-".join(p for p in (model_label(model), method, slug(variant), f"s{seed}") if p)
-                    out.append({"name": name, "model": model, "method": method, "variant": variant,
-                                "seed": int(seed)})
+                for guided in GUIDE_MODES[sc.guide]:
+                    for seed in sc.seeds:
+                        name = "-".join(p for p in (model_label(model), method, slug(variant),
+                                                    "guided" if guided else "", f"s{seed}") if p)
+                        out.append({"name": name, "model": model, "method": method,
+                                    "variant": variant, "guided": guided, "seed": int(seed)})
     return out
 
 
@@ -183,6 +195,8 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
             raise UsageError(f"unknown method {m!r}; choose among {', '.join(METHODS)}")
     if not sc.models or not sc.seeds:
         raise UsageError("a sweep needs at least one model and one seed (--models, --seeds)")
+    if sc.guide not in GUIDE_MODES:
+        raise UsageError(f"unknown guide {sc.guide!r}; choose {', '.join(GUIDE_MODES)}")
     if sc.budget < 1 or sc.max_concurrent < 0:
         raise UsageError("--budget must be at least 1 and --max-concurrent 0 or more")
     grid = trials(sc)
@@ -228,7 +242,8 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     spec_file.write_text(json.dumps(spec, indent=1))
     done = [t for t in grid if load_summary(runs / t["name"]) is not None]
     say(f"sweep {sc.name}: {len(grid)} trials ({len(sc.models)} model(s) x {len(sc.methods)} "
-        f"method(s) x {len(sc.variants)} variant(s) x {len(sc.seeds)} seed(s)), "
+        f"method(s) x {len(sc.variants)} variant(s) x {len(GUIDE_MODES[sc.guide])} guide mode(s) "
+        f"x {len(sc.seeds)} seed(s)), "
         f"{len(done)} finished already; folder {folder}")
 
     wandb_mode = "online" if sc.train.get("wandb") == "online" else "offline"
@@ -302,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--address", help="Ray address to join (auto = a running cluster); default a "
                     "local Ray")
     ap.add_argument("--max-concurrent", type=int, help="trials at a time (default: as resources allow)")
+    ap.add_argument("--guide", choices=tuple(GUIDE_MODES), help="the project's search aids "
+                    "(train --guide): off = every method as published (default), on = every "
+                    "method guided, both = each trial both ways, side by side in the table")
     ap.add_argument("--backend", help="training backend of every trial (default simulator)")
     ap.add_argument("--wandb", choices=("offline", "online", "disabled"),
                     help="W&B mode of every trial (default offline)")
@@ -332,7 +350,7 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
         v = _list(getattr(args, key), kind)
         if v is not None:
             values[key] = v
-    for key in ("budget", "out", "name", "address", "max_concurrent"):
+    for key in ("budget", "out", "name", "address", "max_concurrent", "guide"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     for key in ("backend", "wandb"):

@@ -61,8 +61,11 @@ class Method:
             the other methods ignore that setting.
         starts: ``search``: it searches from a given placement (the run's start, or with
             ``--exact-start`` the faster of it and the exact solver's placement).
-        costs: ``search``: it reads the run's profile, as a cost graph of the run's graph
-            (``costs=``, with ``objective=``), so it needs a profile of every device.
+        costs: ``search`` and ``solver``: it reads the run's profile, as a cost graph of
+            the run's graph (``costs=``, with ``objective=``), so it needs a profile of
+            every device.
+        departures: ``rl``: where the implementation departs from the paper, one line
+            each saying why (defects of the published method or its reference code).
     """
 
     name: str
@@ -82,6 +85,7 @@ class Method:
     incumbent_prior: bool = False
     starts: bool = False
     costs: bool = False
+    departures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -140,7 +144,19 @@ register(Method(
     name="hsdag", kind="rl",
     description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
     module="policies.hsdag_module:HSDAGRLModule", model_config=_hsdag_model_config,
-    learner_config=_batch_advantages, incumbent_prior=True))
+    learner_config=_batch_advantages, incumbent_prior=True,
+    departures=(
+        "placements are applied to ops by name, not by get_ops() order (the reference code "
+        "placed the wrong ops)",
+        "grouping keeps each node's dominant edge and takes connected components, so a "
+        "connected graph never collapses into one group (the reference pooling loop did)",
+        "REINFORCE subtracts the batch-mean reward (a baseline: the paper gives none, and "
+        "1/latency alone never changes sign)",
+        "an entropy bonus (0.01) keeps the policy sampling when a whole batch fails to run",
+        "GraphNorm on the node embeddings keeps one graph's groups distinct",
+        "Gumbel noise (0.3) on the edge scores while sampling, so groupings vary between "
+        "placements; greedy placement parses without it",
+    )))
 
 
 def _placeto_model_config(s: Mapping[str, Any]) -> dict:
@@ -160,6 +176,7 @@ register(Method(
     module="policies.placeto_module:PlacetoRLModule", learner="policies.placeto_learner:PlacetoTorchLearner",
     env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
     learner_config=_placeto_learner_config,
+    departures=("an entropy bonus keeps the policy sampling when a whole batch fails to run",),
     # pre-trained by imitation only: 500 placements of reinforcement after imitating the
     # training graphs' optima undid the imitation in 2 of 5 pre-training seeds on the real
     # family and gained little otherwise (README, "What to expect")
@@ -177,7 +194,10 @@ register(Method(
                 "bidirectional LSTM encoder, attentional LSTM decoder; --rnn-groups G adds the "
                 "learned grouper of the 2018 paper",
     module="policies.rnn_module:RNNPlacerRLModule", learner="policies.rnn_learner:RNNPlacerTorchLearner",
-    model_config=_rnn_model_config, reward="neg_sqrt"))
+    model_config=_rnn_model_config, reward="neg_sqrt",
+    departures=("the loss is -advantage x log-probability with reward -sqrt(runtime), "
+                "so faster placements are reinforced (the reference code's sign rewarded "
+                "slow ones)",)))
 
 
 register(Method(
@@ -213,6 +233,19 @@ register(Method(
                 "conditioned on the graph (superposition), all nodes in one shot, PPO",
     module="policies.gdp_module:GDPRLModule", model_config=_gdp_model_config,
     ppo_config=_gdp_ppo_config,
+    departures=("no PPO KL penalty: the KL of a placement sums over every node, so the "
+                "adaptive coefficient grows until the policy freezes; the clipped ratio "
+                "bounds the steps",),
     # pre-trained, it samples nothing but its greedy placement; spread, it reached 1.05x of
     # the optimum on every held-out graph measured (README, "What to expect")
     init_soften=0.2))
+
+
+register(Method(
+    name="exact", kind="solver", run="policies.solver_methods:exact_placement", costs=True,
+    description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
+                "else MILP; Tarnawski et al., NeurIPS 2020), measured"))
+
+register(Method(
+    name="heft", kind="solver", run="policies.solver_methods:heft_placement", costs=True,
+    description="HEFT list scheduling (Topcuoglu et al., 2002) on the run's profile, measured"))
