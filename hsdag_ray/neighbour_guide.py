@@ -1,68 +1,30 @@
-"""Untried neighbours of the run's best for a learned policy (``--neighbour-every K``).
+"""Untried neighbours of the run's best for any method (``--neighbour-every K``, part of ``--guide``).
 
-A policy sampling around the run's best (HSDAG's incumbent prior) proposes the best
-with a group flipped and a node moved, about two changes at once, and settles: on
-BLOOM with the 64 MB accelerator, three seeds of six stayed 4-11% above the
-optimum through 100 placements (one through 500, proposing the same placement
-460 times), where the optimum was one or two single-node changes of their best,
-each faster by itself, never proposed alone. A local search would have tried them.
-
-With ``--neighbour-every K`` the driver queues, for every ``K`` placements proposed in
-the run, one *untried neighbour* of the run's best in the store
+A policy that samples around the run's best proposes it with several changes at
+once and can settle one single change short of an optimum that a local search
+would try. For every ``K`` placements proposed in the run, the driver queues one
+*untried neighbour* of the run's best in the store
 (:meth:`envs.store.MeasurementStore.suggest`): the best with one node on another
-device, skipping every placement the run has measured; once every single change of
-the best has been measured (the best is a local optimum of them), the best with both
-ends of one edge on another device. With a profile of every device (``sequential`` or
-``throughput``) each tier comes in the order of the profile's estimate, the profile
-refitted to every measurement of the run so far
-(:class:`envs.latency_model.LatencyModel`, ``--method refit``'s model), so a profile off
-the machine is corrected as the run measures; a neighbour it says does not fit is left
-out (the environment would measure its repair, another placement), and a single change
-that does not fit gives way to its *swaps*: the node onto the full device and, in turn,
-each node there off it, ranked with the other single changes (two blocks of about the
-same size exchanged, which no single change makes). Before the neighbours, at each new
-best, comes the exact solver's placement on that refitted profile (``--method refit``'s
-first proposal on the run's measurements so far), unless measured: the exchanges of many
-nodes that a memory limit asks for (EfficientNet-V2-S's optimum trades ten nodes for six)
-are no neighbour of anything the run measures. Without a profile, under
-``parallel`` (not linear in the costs), or where a tier is too large to estimate one by
-one (:data:`RANK_WORK`), in a random order, without swaps. The order is drawn again
-whenever the best changes. The environments measure them as placements of the run, counted
-in the budget (as ``--refit-every``'s, :mod:`hsdag_ray.refit_guide`); a better one
-becomes the run's best and the policy samples around it from the next episode on.
-It needs no profile and works with any objective and backend. It is on by default
-(one neighbour per 10 placements, :data:`hsdag_ray.resolve.NEIGHBOUR_EVERY`) wherever
-the policy samples around the run's best; ``--neighbour-every 0`` is HSDAG alone.
+device, skipping every placement the run has measured; once all of those are
+measured, the best with both ends of one edge on another device. With a profile
+of every device (``sequential`` or ``throughput``) the neighbours come in the
+order of the profile refitted to every measurement of the run so far
+(:class:`envs.latency_model.LatencyModel`, ``--method refit``'s model), a
+neighbour that does not fit is left out, and a single change that does not fit
+gives way to its *swaps* (the node onto the full device and, in turn, each node
+there off it); at each new best the exact solver's placement on that refitted
+profile comes first, unless measured, because the exchanges of many nodes that a
+memory limit asks for are no neighbour of anything measured. Without a profile,
+under ``parallel``, or where a tier is too large to estimate one by one
+(:data:`RANK_WORK`), the order is random, without swaps, drawn again whenever the
+best changes.
 
-**Measured** (simulator, 64 MB accelerator). BLOOM on one recorded profile, 100
-placements, seeds 0-5, best/optimum: HSDAG alone 1.044, 1.000, 1.113, 1.000, 1.103,
-1.000; one neighbour per 10 placements 1.000 but seed 4 (1.044); per 5, the same; per
-3, all six at the optimum. The paper models with wrong profiles
-(``bench/bench_learning.py --models resnet50,inception_v3,bert_base --accelerators
-GPU_MODEL,GPU_SMALLMEM --seeds 0,1,2,3,4 --budgets 50,100,200 --jitter 0.3:1 --estimate
-0.5 -- --budget-unit measurements --exact-start on``), runs within 1.01x at 50 / 100 /
-200 measurements: alone 16 / 23 / 28 of 30, per 10 the same 16 / 23 / 28, per 5 16 / 21
-/ 26 (a settled policy proposes mostly placements measured before, so the guide's share
-of the measurements grows to 10-70% and the policy's own shrinks). There the run's best
-was the policy's own in all 30 runs per 10 (27 per 5); on BLOOM it was the guide's in
-seeds 0, 2 and 4 per 10, the three HSDAG alone missed: the guide takes the last step.
-Those figures are for a random order. With the default (per 10, the refitted profile's
-order and swaps): BLOOM all six seeds at the optimum within 33 placements; the paper
-models with wrong profiles 17 / 22 / 30 of 30 within 1.01x at 50 / 100 / 200
-measurements (profile A, op times 50% off: 24 / 27 / 30); outside the zoo at 100
-placements MobileNet-V3 1.000 in all three seeds (random: 1.105 in one), RegNetY-400MF
-1.035 / 1.035 / 1.028 (1.065 / 1.068 / 1.070; 1.000 at 200), ShuffleNet-V2 x0.5 1.000 in
-all three (1.032 in two), T5 1.006 / 1.008 / 1.010 (1.013-1.017), EfficientNet-V2-S
-1.022 either way (an exchange of sixteen nodes). The order of the profile as recorded,
-without refitting or swaps, gave 17 / 21 / 28 on the paper grid: Inception-V3 64 MB's
-last gap was a swap of two equal-sized nodes that the 50%-off profile ranked 58th and the
-refitted one first. With the refitted optimum queued first at each new best (the default
-since), on profiles recorded on another machine: the paper grid 24 / 30 / 30 of 30 (18 /
-24 / 27 without it; ResNet-50 64 MB stayed 2.4-2.9% above the optimum in three seeds), 25
-/ 29 / 30 without ``--jitter`` (25 / 26 / 30), and the eleven architectures outside the zoo
-33 of 33 runs within 1.01x from 50 placements on (20 / 23 / 28 at 50 / 100 / 200), where
-the profile is the simulator's own costs and so the refitted optimum the true one; five
-of them with op times 50% off, 4 / 11 / 15 of 15 at 50 / 100 / 200 measurements (3 / 5 / 6).
+The environments measure the neighbours as placements of the run, counted in the
+budget (as ``--refit-every``'s, :mod:`hsdag_ray.refit_guide`); a better one
+becomes the run's best. It works with any objective and backend. ``--guide``
+turns it on at one neighbour per :data:`hsdag_ray.resolve.NEIGHBOUR_EVERY`
+placements unless ``--refit-every`` is set; ``--neighbour-every 0`` is off.
+Measured results are in docs/results/search-aids.md.
 """
 from __future__ import annotations
 

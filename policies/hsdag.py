@@ -3,131 +3,38 @@ r"""The HSDAG policy: GCN embeddings, learned grouping, group placement.
 HSDAG (Duan et al., "A Structure-Aware Framework for Learning Device Placements
 on Computation Graphs", NeurIPS 2024) places a computation DAG on ``D`` devices
 in one shot per step. This module holds its learned part (steps 3 to 5 of the
-paper) as plain torch / torch-geometric modules, and the RLlib (new API stack)
-:class:`~policies.hsdag_module.HSDAGRLModule` that wraps them (its own module):
+paper) as plain torch / torch-geometric modules; the RLlib (new API stack)
+:class:`~policies.hsdag_module.HSDAGRLModule` wraps them. An input MLP and ``K``
+GCN layers give each node a structural embedding :math:`\mathbf{E}`; the node
+state of step :math:`t` is :math:`\mathbf{Z}^{(t)} = \mathrm{LayerNorm}(\mathbf{E} +
+\mathbf{M}^{(t)})`. :class:`GraphParsingPool` (the Graph Parsing Network of Song
+et al., ICLR 2024) scores every edge, keeps each node's dominant edge and groups
+the connected components of those edges, so the number of groups is learned;
+each group's embedding is the score-gated mean of its nodes' states (the scores
+gate the pooled features, so gradients reach the edge scorer). An MLP maps each
+group embedding to logits over the devices and one device is drawn per group
+(:mod:`policies.distributions`). Between steps the carried node state becomes
+the node's group embedding, :math:`\mathbf{M}^{(t+1)} = \mathbf{S}\mathbf{X}'^{(t)}`,
+the paper's :math:`Z_v + Z'_v`; RLlib carries it as RLModule state (``"node_state"``),
+reset at each episode start and re-run by the learner through the episode.
 
-1. **Embedding.** An input MLP and ``K`` :class:`~torch_geometric.nn.GCNConv`
-   layers over the graph made undirected give the structural embedding
-   :math:`\mathbf{E} \in \mathbb{R}^{N \times H}`, with a
-   :class:`~torch_geometric.nn.GraphNorm` (per graph) after the input MLP and
-   after every GCN layer (see "Normalisation" below). The node state of step
-   :math:`t` is :math:`\mathbf{Z}^{(t)} = \mathrm{LayerNorm}(\mathbf{E} + \mathbf{M}^{(t)})`
-   where :math:`\mathbf{M}^{(t)}` is the carried node state (zero at the start of
-   an episode).
-2. **Grouping** (:class:`GraphParsingPool`, the Graph Parsing Network step of
-   Song et al., ICLR 2024): every edge gets
-   :math:`s_{uv} = \sigma(\mathrm{MLP}(\mathbf{z}_u \odot \mathbf{z}_v))`, every
-   node keeps its dominant (highest-scoring incident) edge, and the groups are
-   the connected components of the dominant edges, so the number of groups is
-   learned. A connected graph is never collapsed into a single group (see
-   :class:`GraphParsingPool` for the rule).
-3. **Pooling.** With the one-hot assignment :math:`\mathbf{S} \in \{0,1\}^{N \times G}`,
-   the group sizes :math:`\mathbf{C} = \mathrm{diag}(\mathbf{S}^\top \mathbf{1})` and
-   :math:`\mathbf{n}` the score of each node's dominant edge,
-   :math:`\mathbf{X}' = \mathbf{C}^{-1}\mathbf{S}^\top(\mathbf{Z} \odot \mathbf{n})`
-   (the score-gated *mean* of the group's node states; the scores gate the
-   pooled features, so gradients reach the edge scorer) and
-   :math:`\mathbf{A}' = \mathbf{S}^\top \mathbf{A} \mathbf{S}`.
-4. **Placement.** An MLP maps each group embedding (optionally after one GCN
-   layer over :math:`\mathbf{A}'`), after a LayerNorm, to logits over the ``D``
-   devices; one device is drawn per group (:mod:`policies.distributions`).
-5. **Node-state update.** Between the steps of an episode the node state becomes
-   "its embedding plus its group's embedding":
-   :math:`\mathbf{M}^{(t+1)} = \mathbf{S}\mathbf{X}'^{(t)}`, hence
-   :math:`\mathbf{Z}^{(t+1)} = \mathrm{LayerNorm}(\mathbf{E} + \mathbf{S}\mathbf{X}'^{(t)})`,
-   the paper's :math:`Z_v + Z'_v`.
-
-**Normalisation (why the policy no longer collapses).** Three changes to the
-plain GCN -> sum-pool -> MLP stack, each measured on the simulator
-(ResNet-50 / Inception-V3 / BERT-base, two devices, REINFORCE with Adam at the
-paper's lr 1e-3):
-
-* *Mean instead of sum pooling* (``pooling="mean"``; ``"sum"`` is the literal
-  :math:`\mathbf{S}^\top(\mathbf{Z} \odot \mathbf{n})`). A summed group embedding
-  grows with the group's size (groups of 5 to 30 nodes), and Adam moves every
-  weight by about ``lr`` per step whatever the gradient's scale, so the first
-  update alone moved the placer's logit gap from 0.1 to 1.5-1.8 and the second
-  to 4-5: near-deterministic after two updates (20-70 distinct placements in
-  500). With the mean (and the norms below) one update moves it by 0.2-0.5.
-* *GraphNorm* (Cai et al., ICML 2021) after the input MLP and every GCN layer
-  (``graph_norm=True``). Without it the GCN's node embeddings share one
-  dominant direction (mean pairwise cosine 0.98 on ResNet-50; GCN smoothing
-  plus biases): every group then looks the same to the placer, which can only
-  learn one global device preference, and the edge scores vary so smoothly
-  along the graph that it parses into 2-5 huge groups (often the 2 the
-  no-collapse rule leaves: 4 possible placements). Centring each graph's
-  embeddings (cosine about 0.01) gives the placer distinct groups and the
-  scorer edges to tell apart.
-* *LayerNorm on the group embedding* before the placer (``group_norm=True``),
-  which bounds the placer's input whatever the pooling.
-
-**Exploration over groupings** (``grouping_noise``, sampling only). The
-parsed grouping is a deterministic function of the parameters and the node
-state recurrence cycles between two groupings within an episode, so without
-noise a whole iteration samples placements from one or two groupings. When
-sampling (``forward_exploration``), the edges' score logits get Gumbel noise of
-scale ``grouping_noise`` before the dominant edges are chosen, so edges of
-nearly equal score take turns being dominant while clearly stronger edges stay
-dominant: the grouping explores around the learned one. The scores that gate
-the pooled features are the noiseless ones, and the learner re-uses the
-sampled grouping (below), so ``logp`` is exactly the sampler's. Inference
-(``forward_inference``) parses without noise. Measured (10 seeds, with rank
-advantages): without noise 5/10 ResNet-50 runs on the 64 MB accelerator and
-7/10 BERT runs on the unlimited one reached the best placement their grouping
-can express; with noise 0.1-0.3, 9-10/10.
-
-**What a grouping can express.** Every node joins the group of its dominant
-edge, so a connected graph never has a single-node group: a placement that
-puts one node alone on its device (e.g. ResNet-50's last Add+FC on the CPU
-between two accelerator nodes, which the 64 MB accelerator's optimum needs)
-cannot be sampled. Expressible placements are exactly those in which every
-node shares its device with at least one neighbour. In that ResNet-50 case
-the best one HSDAG found is 1.036x the optimum (1500 placements, two of three
-seeds); within the paper's 500 it usually ends at 1.05-1.09x.
-
-``self_loops=True`` lifts this limit: each node also scores its own loop and a
-node whose loop beats its edges (and that no neighbour's dominant edge
-reaches) is a group of its own. It is off by default because, measured on the
-simulator (sequential objective, 500 placements, seeds 0-2 or 0-5), it made
-learning worse: the parsing then gives about twice the groups (17 instead of
-9.5 on ResNet-50's 37 nodes), the policy still explores after 500 placements
-(480-500 distinct), and the median best/optimum went from 1.057 to 1.092 on
-ResNet-50 with the 64 MB accelerator and from 1.019 to no feasible placement
-at all on BERT-base with it; on the unlimited accelerator both reach
-1.00-1.01.
-
-``node_moves=True`` lifts it another way, without changing the grouping:
-after the groups' devices are drawn, each node may move off its group's
-device with a learned probability (a head on the node state, starting at
-about one moving node per placement; :mod:`policies.move_distribution`, whose
-``logp`` is exact over the unobserved group devices). Every placement can
-then be sampled, and the groups keep the coarse decisions.
-
-``prior_device`` starts sampling around one device (``--start best_single``:
-the fastest single device): a constant ``prior_logit`` added to that device's
-logit in every group.
-
-How the node state is carried in RLlib: as **RLModule state**
-(``Columns.STATE_IN`` / ``Columns.STATE_OUT``, key ``"node_state"``,
-``[N_max, H]`` per episode). It is a function of the policy's own parameters,
-so the environment cannot compute it and must not have to; as module state
-RLlib resets it to zeros at every episode start, stores it with each step,
-and the learner re-runs the recurrence over sequences of ``max_seq_len`` steps
-(RLlib's default 20 is the paper's episode length) with gradients flowing
-through it (backpropagation through the episode). Set
-``model_config["node_state_update"] = False`` for a stateless module.
-
-How the grouping travels: the distribution inputs carry each node's group
-(see :mod:`policies.distributions`), and ``forward_train`` re-uses the grouping
-stored with the sample (``Columns.ACTION_DIST_INPUTS`` in the train batch), so
-the learner's ``logp`` is the one of the sampled group decisions under the
-grouping that produced them, even after parameter updates have moved the edge
-scores and when exploration noise chose it (the scores still gate the pooled
-features, so the edge scorer keeps learning). Each node's gate edge (its
-noiseless dominant edge) travels with it as the extra model output
-``"gate_partner"``, so the learner scores only those edges, not every edge of
-every step to find them again: with the sampler's parameters the same values
-and gradients, after an update the gates of the edges the sample was drawn with.
+The pooling is a mean rather than the literal sum
+:math:`\mathbf{S}^\top(\mathbf{Z} \odot \mathbf{n})` (``pooling="sum"``), whose
+scale grows with the group's size so that Adam's first updates make the policy
+near-deterministic; a GraphNorm per graph after the input MLP and every GCN layer
+keeps the GCN's embeddings from sharing one direction, which would make every
+group look alike to the placer; a LayerNorm bounds the placer's input. When
+sampling, Gumbel noise of scale ``grouping_noise`` on the edge scores lets nearly
+equal edges take turns being dominant, so the grouping explores around the
+learned one; the learner re-uses the sampled grouping and each node's gate edge
+(``"gate_partner"``), so its ``logp`` is exactly the sampler's. What a grouping
+can express: every node joins the group of its dominant edge, so a connected
+graph has no single-node group and a placement with one node alone on its device
+cannot be sampled; ``self_loops`` (a node may choose its own loop) and
+``node_moves`` (a learned per-node move off its group's device,
+:mod:`policies.move_distribution`, with an exact ``logp``) lift that limit, and
+``prior_device`` / ``prior_logit`` start sampling around one device. What these
+choices were measured to do is in docs/results/learning.md.
 
 Observation (one graph, padded; built by :func:`envs.observation.placement_spaces` and
 :func:`envs.observation.pad_graph_observation`)::

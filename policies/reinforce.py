@@ -1,92 +1,25 @@
 """REINFORCE as an RLlib algorithm (new API stack), as HSDAG trains.
 
-The paper updates every parameter with REINFORCE (Adam, lr 1e-3) on the
-reward of each measured placement. Each training iteration samples
-``episodes_per_iteration`` complete episodes from the EnvRunners (the
-measuring actors), the central learner minimises
+Each training iteration samples ``episodes_per_iteration`` complete episodes from
+the EnvRunners (the measuring actors); the central learner minimises
 
     loss = -mean_t[ log pi(a_t | s_t) * A_t ] - entropy_coeff * mean_t[ H(pi(.|s_t)) ]
 
-and the new weights go back to the EnvRunners. Rewards are per placement (no
-discounting across an episode's placements: each is measured on its own).
-``log pi`` and ``H`` are sums over the placement's groups (the group
-decisions are independent given the state), so the entropy bonus weighs
-every group decision as much as the policy-gradient term does.
-
-Advantages ``A_t`` (``advantages``), computed over the batch's placements:
-
-* ``"rank"`` (default): the centred ranks of the rewards (ties share their
-  mean rank), scaled to unit standard deviation: fitness shaping as in
-  natural evolution strategies (Wierstra et al., JMLR 2014). The reward is
-  still the paper's (1/latency by default) and decides the order; only its
-  scale is dropped. Why: a placement that fails (does not fit a device's
-  memory, does not compile) is rewarded as ``failure_factor`` times slower
-  than the reference, so with mean/std normalisation one or two failures make
-  up most of the batch's variance and the differences between the feasible
-  placements (what has to be learned) shrink to noise. Measured on the
-  simulator (ResNet-50, 64 MB accelerator, 10 seeds): 4/10 seeds within 5 %
-  of the best placement the grouping can express with ``"normalized"``,
-  10/10 with ``"rank"``. With ranks the value of ``failure_factor`` no
-  longer matters for learning.
-* ``"normalized"``: ``(r_t - b) / std(r)``, ``b`` the batch-mean reward.
-* ``"centered"``: ``r_t - b`` (plain batch-mean baseline).
-* ``"elite"``: the cross-entropy method's update: 1 for the best
-  :data:`ELITE_FRACTION` of the batch (ties included), 0 for the rest, so the
-  policy is pulled toward its best placements and never pushed away from the
-  others.
-
-All three subtract a baseline that does not depend on the action taken, so
-the gradient stays unbiased up to the batch's own coupling; a batch whose
-rewards are all equal (e.g. every placement failed) has zero advantages and
-only the entropy bonus moves the policy. With Adam (which rescales each
-step to about ``lr``) even a small ``entropy_coeff`` then keeps the policy,
-and with it the learned grouping, moving instead of resampling the same
-placements: set it above 0 (0.01 is enough) when failures are common.
-
-**Replaying measured episodes** (``replay_episodes``, ``replay``). A
-measurement is the expensive part; an update is not. Each update can also
-train on up to ``replay_episodes`` earlier episodes (their observations,
-sampled groupings and actions as stored, their rewards as measured), ranked
-together with the new ones: ``"elite"`` keeps the episodes with the best
-placement measured so far, ``"recent"`` the last ones. The sampled grouping
-travels with each stored step, so ``logp`` is that of the stored group
-decisions under the current parameters (off-policy, without importance
-weights: with ranks, this pushes the policy toward the best placements
-measured so far and away from the worst, as a cross-entropy method keeps its
-elite). ``num_epochs`` passes over each update's batch (the same batch, so
-its ranks stay the same) take more optimiser steps per measured placement.
-The replay memory is not checkpointed: a resumed run starts it afresh.
-
-Measured on the simulator (one recorded profile, seeds 0-1, best/optimum at
-200 placements; ResNet-50, Inception-V3 and DistilBERT with the 64 MB and the
-unlimited accelerator): replaying 4 episodes (elite or recent) made the
-policy collapse sooner (48-78 distinct placements of 200 instead of 90-180)
-and ended no closer to the optimum (ResNet-50 / 64 MB: 1.14-1.18 against
-1.15), so it is off by default (``replay_episodes=0``). Two passes per batch
-with 10-placement episodes (twice the updates per measured placement) helped
-everywhere measured and are the run's defaults (:mod:`hsdag_ray.config`);
-four passes with 20-placement episodes collapsed as replay did. ``"elite"``
-advantages are an option, not measured against ranks yet.
-
-**Exploration when stalled** (``stall_patience``, off by default). The learner
-counts the updates since a batch last beat every earlier reward (the run's
-best placement); after ``stall_patience`` of them the entropy weight becomes
-``stall_entropy`` and, with ``stall_shrink`` below 1, the module's
-``soften_policy(stall_shrink)`` scales HSDAG's placer and move-head output
-layers (the distribution spreads again, its preferences kept in order), then
-the count starts afresh. The larger entropy weight alone does not revive a
-policy that has settled: measured (ResNet-50, 64 MB accelerator, seed 3), at
-0.1 the entropy still fell from 8 to 0.02 while stalled, as the entropy's
-gradient vanishes near a deterministic policy; scaling the output layers
-does (the entropy went back up to 3-7 after every stall and the run kept
-measuring new placements). Measured on the simulator (host-scaled profile,
-500 placements, median of seeds 0-2, patience 3, shrink 0.3): DistilBERT with
-the unlimited accelerator went from 1.096x to 1.008x the optimum, but with the
-64 MB one from 1.256x to 1.468x and GPT-2 from 1.155x to 1.220x (a spread
-distribution samples mostly placements that overflow the memory);
-MobileNet-V3 and EfficientNet-B0 (500) and ResNet-50 and Inception-V3 with
-the 64 MB accelerator (200, seeds 0-4) stayed where they were. So it is off
-by default.
+with Adam, and the new weights go back to the EnvRunners. Rewards are per
+placement, without discounting (each placement is measured on its own); ``log pi``
+and ``H`` are sums over the placement's independent group decisions. The
+advantages ``A_t`` (``advantages``) are centred ranks of the batch's rewards by
+default (``"rank"``: fitness shaping, so a failed placement's large penalty does
+not drown the differences between feasible ones), or ``"normalized"``
+(mean/std), ``"centered"`` (mean baseline) or ``"elite"`` (the cross-entropy
+method's 1 for the best :data:`ELITE_FRACTION`, 0 otherwise); all use a baseline
+independent of the action. Options: ``num_epochs`` passes over each batch;
+``replay_episodes`` earlier episodes ranked with the new ones (``replay``:
+``"elite"`` or ``"recent"``, off-policy without importance weights, not
+checkpointed); and, after ``stall_patience`` updates without a new best, a larger
+entropy weight (``stall_entropy``) and the module's ``soften_policy(stall_shrink)``,
+which spreads a settled policy again. Replay and the stall response are off by
+default; what each option was measured to do is in docs/results/learning.md.
 
 Built like RLlib's own ``examples/algorithms/classes/vpg.py``: a config, an
 :class:`~ray.rllib.algorithms.Algorithm` with ``training_step`` and a
