@@ -3,7 +3,7 @@ r"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-traine
     python bench/bench_transfer.py                                   # synthetic family
     python bench/bench_transfer.py --family real --methods hsdag --pretrain-budget 6000
     python bench/bench_transfer.py --family real --imitate-steps 300 --pretrain-budget 500 \
-        --finetune-budget 300 --finetune-graphs 5 --seeds 0,1 --methods hsdag,placeto   # the README's figures
+        --finetune-budget 300 --finetune-graphs 5 --seeds 0,1 --methods hsdag,placeto   # figures in docs/results/transfer.md
     python bench/bench_transfer.py --family real --accelerator NPU_MODEL --methods hsdag \
         --imitate-steps 300 --pretrain-budget 500 --finetune-graphs 5 --seeds 0,1,2 \
         --pretrain-set incumbent_prior=2 --init-soften 0.3    # where memory does not decide

@@ -15,7 +15,7 @@ simulator's), then does ``--budget`` placements of reinforcement; left unset,
 that budget is the method's own after imitation (``Method.budget_after_imitation``
 in ``policies/registry.py``): 0 for Placeto, imitation only (its reinforcement
 after imitation undid the imitation on held-out graphs in 2 of 5 pre-training
-seeds; README, "What to expect"), 2000 for HSDAG and GDP. Pre-training defaults to the ``speedup`` reward (each graph's
+seeds; docs/results/transfer.md), 2000 for HSDAG and GDP. Pre-training defaults to the ``speedup`` reward (each graph's
 best single device over the placement's latency, one scale for all graphs)
 and to scale-free node features (``--relative-features``); ``train --init``
 adopts both. Examples::
@@ -223,7 +223,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
 
 #: pre-training's own defaults where train's differ: scale-free features (measured to
 #: transfer to held-out graphs where the raw costs did not), and HSDAG sampling as the
-#: paper, without the incumbent prior (the README's pre-training figures were measured so)
+#: paper, without the incumbent prior (the pre-training figures of docs/results/transfer.md were measured so)
 PRETRAIN_DEFAULTS = {"env_runners": 0, "relative_features": True, "incumbent_prior": 0.0}
 
 

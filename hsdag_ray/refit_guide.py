@@ -2,7 +2,7 @@
 
 ``--method refit`` (:mod:`policies.refit`) corrects the run's profile with every
 measured latency and proposes the exact solver's placement on the corrected
-profile; on the README's wrong-profile cases it reaches 1.01x the optimum where
+profile; on the wrong-profile cases of docs/results/search-aids.md it reaches 1.01x the optimum where
 HSDAG and annealing do not. HSDAG samples around the run's best placement (its
 incumbent prior). With ``--refit-every K`` the two share one run: the driver
 keeps refit's search, fed with every measurement in the run's store, and after

@@ -179,7 +179,7 @@ register(Method(
     departures=("an entropy bonus keeps the policy sampling when a whole batch fails to run",),
     # pre-trained by imitation only: 500 placements of reinforcement after imitating the
     # training graphs' optima undid the imitation in 2 of 5 pre-training seeds on the real
-    # family and gained little otherwise (README, "What to expect")
+    # family and gained little otherwise (docs/results/transfer.md)
     budget_after_imitation=0))
 
 
@@ -237,7 +237,7 @@ register(Method(
                 "adaptive coefficient grows until the policy freezes; the clipped ratio "
                 "bounds the steps",),
     # pre-trained, it samples nothing but its greedy placement; spread, it reached 1.05x of
-    # the optimum on every held-out graph measured (README, "What to expect")
+    # the optimum on every held-out graph measured (docs/results/transfer.md)
     init_soften=0.2))
 
 

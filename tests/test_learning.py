@@ -17,7 +17,7 @@ machine. Medians of seeds 0-2, the default lr 3e-3 (the paper's 1e-3 in
 brackets, same profile), profile C recorded while both cores were loaded
 (load 4.2 on 2 cores), with ``python bench/bench_learning.py [-- --lr 0.001]``, before
 node moves, 10-placement episodes and two passes per update became the defaults
-(``bench/bench_learning.py --merge`` compares the two; README, "What to expect"):
+(``bench/bench_learning.py --merge`` compares the two; docs/results/learning.md):
 
 ==============  ==================  ==================
 model           unlimited           64 MB

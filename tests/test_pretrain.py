@@ -216,7 +216,7 @@ def test_the_pretrain_command_reads_like_a_tool(tmp_path):
 
 def test_placeto_pretrains_by_imitation_only_unless_a_budget_is_given(tmp_path):
     """After --imitate-steps, Placeto's own pre-training budget is 0 placements of
-    reinforcement (its Method.budget_after_imitation; README, "What to expect"); an explicit
+    reinforcement (its Method.budget_after_imitation; docs/results/transfer.md); an explicit
     --budget still runs them, and without imitation the general default applies."""
     from hsdag_ray.pretrain import DEFAULT_BUDGET, default_budget, main
 

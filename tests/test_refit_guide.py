@@ -92,7 +92,7 @@ def test_hsdag_with_refits_proposals_reaches_the_machines_optimum(tmp_path, tiny
     machine's), with one of refit's proposals per three placements: they are measured as
     the run's own, each a new placement, every count of them agrees, and the run ends at
     the machine's optimum (on this small graph HSDAG alone does too: the difference on
-    larger ones is measured by bench/bench_learning.py, see the README)."""
+    larger ones is measured by bench/bench_learning.py, see docs/results/search-aids.md)."""
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
