@@ -1,4 +1,4 @@
-"""Every command the READMEs tell a user to run names flags its program accepts.
+"""Every command the READMEs and results pages tell a user to run names flags its program accepts.
 
 The main command runs verbatim in ``test_readme.py``; the others (sweeps,
 pre-training, deploying, the benchmarks) take minutes to hours, so here each
@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "cluster/README.md")
+#: the READMEs and the results pages (docs/results/*.md), whose commands give their figures
+DOCS = ("README.md", "cluster/README.md",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "results").glob("*.md")))
 PROGRAM = re.compile(r"^python (-m hsdag_ray\.\w+|bench/\w+\.py)\b")
 
 
@@ -90,3 +92,28 @@ def test_readme_command_parses(doc, command, parse_only, monkeypatch, capsys):
         except SystemExit as exc:
             err = capsys.readouterr().err
             pytest.fail(f"{doc}: `{command}` does not parse (exit {exc.code}): {err[-500:]}")
+
+
+def bench_train_flags() -> list[tuple[str, str]]:
+    """The training settings a benchmark command passes on after ``--``."""
+    found = []
+    for doc, command in readme_commands():
+        if command.startswith("python bench/") and " -- " in command:
+            flags = " ".join(command.split(" -- ", 1)[1].split())
+            if (doc, flags) not in found:
+                found.append((doc, flags))
+    return found
+
+
+@pytest.mark.parametrize("doc,flags", bench_train_flags(), ids=lambda v: v[:90])
+def test_bench_commands_pass_settings_train_accepts(doc, flags, parse_only, capsys):
+    """A benchmark reads what follows ``--`` with train's own parser
+    (hsdag_ray.arguments.config_from_args); those settings must parse there too."""
+    from hsdag_ray.arguments import config_from_args
+
+    with pytest.raises(Parsed):
+        try:
+            config_from_args(shlex.split(flags))
+        except SystemExit as exc:
+            err = capsys.readouterr().err
+            pytest.fail(f"{doc}: `-- {flags}` is not a training setting (exit {exc.code}): {err[-500:]}")
