@@ -1,0 +1,129 @@
+"""Every method runs as published unless ``--guide``, and the guide helps every method alike.
+
+Real runs on the simulator (tiny_cnn, a modeled accelerator), real RLlib and Ray; the
+settings' defaults are read from the dataclasses that hold them, so two places that
+disagree fail here.
+"""
+import dataclasses
+import json
+
+import pytest
+
+from hsdag_ray.config import SECTIONS, TrainConfig
+from hsdag_ray.resolve import exact_start_applies, guided_by, resolved
+from hsdag_ray.train import train
+
+
+def test_methods_are_published_by_default_and_guided_on_request():
+    for method in ("hsdag", "placeto", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft"):
+        plain = resolved(TrainConfig(method=method))
+        assert guided_by(plain, "simulator") == [], method
+        assert plain.incumbent_prior == 0 and plain.neighbour_every == 0
+        assert not exact_start_applies(plain, "auto")
+    hsdag = resolved(TrainConfig(method="hsdag"))
+    assert hsdag.node_moves is False and hsdag.episode_len == 20 and hsdag.lr == 1e-3
+    guided = resolved(TrainConfig(method="hsdag", guide=True))
+    assert guided_by(guided, "simulator") == ["exact start", "incumbent prior", "untried neighbours"]
+    # the same aids for a policy without an incumbent prior, that one left out
+    placeto = resolved(TrainConfig(method="placeto", guide=True))
+    assert guided_by(placeto, "simulator") == ["exact start", "untried neighbours"]
+    # a setting given explicitly wins over the guide
+    assert resolved(TrainConfig(guide=True, neighbour_every=0)).neighbour_every == 0
+
+
+def test_no_two_places_disagree_on_a_default():
+    """The run's settings and the method and environment configs they fill share defaults."""
+    from envs.env_config import EnvConfig
+    from policies.hsdag_config import HSDAGConfig
+
+    train_defaults = TrainConfig()
+    run = resolved(train_defaults)
+    hsdag = HSDAGConfig()
+    for name in ("hidden_dim", "node_state_update", "grouping_noise", "self_loops", "node_moves",
+                 "sampled_grouping", "move_floor", "incumbent_prior", "incumbent_flips",
+                 "graph_norm"):
+        assert getattr(run, name) == getattr(hsdag, name), name
+    assert run.gcn_layers == hsdag.num_gcn_layers
+    assert run.start_logit == hsdag.prior_logit
+    env = EnvConfig()
+    for name in ("coarsen", "objective", "episode_len", "failure_factor", "memory_penalty",
+                 "sim_delay_s", "incumbent", "incumbent_share", "screen", "input_shape"):
+        assert getattr(train_defaults, name) == getattr(env, name), name
+    # every setting belongs to exactly one section of --help
+    names = [n for section in SECTIONS.values() for n in section]
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def test_short_help_lists_the_runs_settings_and_method_help_adds_the_rest(capsys):
+    from hsdag_ray.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    short = capsys.readouterr().out
+    assert len(short.splitlines()) <= 80
+    assert "--guide" in short and "--budget" in short and "--node-moves" not in short
+    with pytest.raises(SystemExit):
+        main(["--method", "hsdag", "--help"])
+    full = capsys.readouterr().out
+    assert "--node-moves" in full and "--incumbent-prior" in full and "--lr" in full
+    # hidden settings still parse
+    from hsdag_ray.arguments import config_from_args
+
+    cfg = config_from_args(["--node-moves", "--lr", "0.002"]).cfg
+    assert cfg.node_moves is True and cfg.lr == 0.002
+
+
+def _run(tmp_path, name, **kw):
+    cfg = TrainConfig(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
+                      env_runners=0, wandb="disabled", out=str(tmp_path), name=name,
+                      episode_len=10, **kw)
+    train(cfg, quiet=True)
+    s = json.loads((tmp_path / name / "summary.json").read_text())
+    log = json.loads((tmp_path / name / "store.json").read_text())["log"]
+    return s, log
+
+
+def test_the_guide_helps_a_policy_without_an_incumbent_prior(tmp_path):
+    """Placeto guided: the exact solver's placement is the run's first measurement and the
+    untried neighbours of the best are measured too, all marked as the guide's."""
+    s, log = _run(tmp_path, "placeto", method="placeto", budget=40, guide=True)
+    assert s["guided_by"] == ["exact start", "untried neighbours"]
+    assert log[0]["suggested"] and log[0]["latency_s"] == pytest.approx(s["baselines"]["optimum"])
+    assert s["suggested"] == sum(1 for e in log if e.get("suggested")) >= 2
+    assert s["best_from_guide"]
+    assert len(s["latencies_s"]) == s["measurements"]
+    plain, log = _run(tmp_path, "plain", method="placeto", budget=20)
+    assert plain["guided_by"] == [] and plain["suggested"] == 0
+    assert not any(e.get("suggested") for e in log)
+
+
+def test_the_guide_helps_a_search(tmp_path):
+    s, log = _run(tmp_path, "random", method="random", budget=40, guide=True)
+    assert s["guided_by"] == ["exact start", "untried neighbours"]
+    assert sum(1 for e in log if e.get("suggested")) >= 3  # the start and its neighbours
+
+
+def test_solvers_are_methods_measured_once(tmp_path):
+    for method in ("exact", "heft"):
+        s, log = _run(tmp_path, method, method=method, budget=50)
+        assert s["measurements"] == 1 and s["placements"] == 1 and s["iterations"] == 1
+        if method == "exact":
+            assert s["method_best_latency_s"] == pytest.approx(s["baselines"]["optimum"])
+
+
+def test_measurements_to_a_target_and_the_sweep_table():
+    from hsdag_ray.results import add_targets, markdown, measurements_to
+
+    assert measurements_to([3.0, None, 2.0, 1.04, 1.0], 1.05) == 4
+    assert measurements_to([3.0, 2.0], 1.0) is None
+    base = {"kind": "run", "model": "m", "variant": "", "seed": 0, "speedup_vs_cpu": None,
+            "ratio_to_optimum": None, "optimum_s": 1.0, "optimum_proven": True, "wall_s": 1.0}
+    rows = [base | {"method": "hsdag", "guide": "as published", "best_latency_s": 1.02,
+                    "latencies_s": [2.0, 1.5, 1.02], "measurements": 3},
+            base | {"method": "hsdag", "guide": "guided", "best_latency_s": 1.0,
+                    "latencies_s": [1.0, 1.3], "measurements": 2}]
+    add_targets(rows)
+    assert [r["to_1.05x"] for r in rows] == [3, 1] and [r["to_1.01x"] for r in rows] == [None, 1]
+    table = markdown(rows)
+    assert "| m | hsdag | as published |" in table and "| m | hsdag | guided |" in table
+    assert "| >3 (0/1 runs) |" in table  # never within 1.01x: its measurements, marked
