@@ -96,8 +96,9 @@ def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict
         dev = text[4:]
         placement = {nm: dev for nm in names}
     elif text.startswith("split:"):
-        if len(devices) < 2:
-            raise GraphError("split:F needs two devices")
+        if len(set(devices)) < 2:
+            raise GraphError(f"{text} splits the model over two devices, and --devices names only "
+                             f"{', '.join(devices) or 'none'}; add a second device or use all:DEVICE")
         try:
             frac = float(text[6:])
         except ValueError:
@@ -108,6 +109,10 @@ def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict
         cut = int(round(frac * len(names)))
         placement = {nm: devices[0] if i < cut else devices[1] for i, nm in enumerate(names)}
     elif text.startswith("random:"):
+        if len(set(devices)) < 2:
+            raise GraphError(f"{text} places each node on a random one of two or more devices, and "
+                             f"--devices names only {', '.join(devices) or 'none'}; add a second "
+                             "device or use all:DEVICE")
         try:
             rng = np.random.default_rng(int(text[7:]))
         except ValueError:
@@ -125,9 +130,32 @@ def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict
             data = data["placement"]
         if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
             raise GraphError(f"placement file {text} must map op names to device names")
+        # a misspelt device is named before a node it splits (some of its ops on the device)
+        ours = [dev for op, dev in data.items() if op in graph.op_to_node]
+        unknown = [dev for dev in dict.fromkeys(ours) if dev not in devices]
+        if unknown:
+            raise GraphError(_unknown_device(f"{text} places {ours.count(unknown[0])} op(s)",
+                                             unknown[0], devices))
         placement = graph.placement_from_ops(data)
     unknown = sorted(set(placement.values()) - set(devices))
     if unknown:
-        raise GraphError(f"the placement uses device {unknown[0]!r}, which is not among the devices "
-                         f"{', '.join(devices)}; add it with --devices")
+        count = sum(1 for d in placement.values() if d == unknown[0])
+        raise GraphError(_unknown_device(f"the placement {text} puts {count} node(s)", unknown[0],
+                                         devices))
     return placement
+
+
+def _unknown_device(what: str, device: str, devices: Sequence[str]) -> str:
+    """``what`` on ``device``, not one of ``devices``: one sentence with the closest name."""
+    import difflib
+    import re
+
+    upper = {d.upper(): d for d in devices}
+    close = [upper[c] for c in difflib.get_close_matches(device.upper(), list(upper), n=1, cutoff=0.6)]
+    stem = re.match(r"[A-Za-z]*", device).group(0).upper()  # GPU0 -> GPU: GPU_MODEL
+    if not close and len(stem) >= 2:
+        close = [d for d in devices if d.upper().startswith(stem)][:1]
+    hint = (f"did you mean {close[0]}, or does --devices lack {device}?" if close else
+            f"fix the placement or add {device} to --devices")
+    return (f"{what} on {device!r}, which is not one of the run's devices {', '.join(devices)}; "
+            + hint)

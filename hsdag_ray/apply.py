@@ -49,7 +49,7 @@ from envs.base import Measurement, TimingConfig, summarize_times
 from envs.graph_backend import parse_placement
 from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
 from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
-                           run, timing_from_args)
+                           run, timing_from_args, writable_file)
 from hsdag_ray.core.coarsening import build_graph
 from hsdag_ray.core.graph import parse_input_shapes
 from hsdag_ray.core.models import MODEL_HELP
@@ -249,8 +249,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     say = (lambda msg: None) if args.json else out.print
+    # refused before anything is measured
+    path = writable_file(_json_path(args), "--out" if args.out or not args.save else "--save")
     result = apply(args, say)
-    path = _json_path(args)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     if args.json:

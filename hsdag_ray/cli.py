@@ -11,7 +11,7 @@ from hsdag_ray.core.costgraph import InvalidCostGraph
 from hsdag_ray.core.errors import GraphError
 
 __all__ = ["UsageError", "RunError", "USER_ERRORS", "run", "add_timing_args", "timing_from_args",
-           "resolve_devices", "describe_devices"]
+           "resolve_devices", "describe_devices", "writable_dir", "writable_file"]
 
 
 class UsageError(ValueError):
@@ -59,6 +59,62 @@ def read_yaml_mapping(path: str, what: str) -> dict:
     if not isinstance(data, dict):
         raise UsageError(f"{what} {path} must be a mapping of settings")
     return data
+
+
+def _why_not_writable(path, e: OSError) -> str:
+    """Why ``path`` could not be made or written, in words (``e``: the error it gave)."""
+    import errno
+
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a folder"
+            break
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if e.errno == errno.EROFS:
+        return "the file system is read-only"
+    return e.strerror or str(e)
+
+
+def writable_dir(path, flag: str = "--out"):
+    """``path`` (a :class:`~pathlib.Path`) made with its parents and checked writable; a
+    :class:`UsageError` naming ``flag`` and why when it cannot be (a file in the way, no
+    permission, a read-only file system)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot write to the folder {path} ({_why_not_writable(path, e)}); "
+                         f"give {flag} a folder you can write to") from None
+    return path
+
+
+def writable_file(path, flag: str = "--out"):
+    """``path`` checked, before anything is done, to be a file that can be written: not a
+    folder, and its nearest existing folder writable (nothing is made); a
+    :class:`UsageError` naming ``flag`` and why when it is not."""
+    import os
+    from pathlib import Path
+
+    path = Path(path).absolute()
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give {flag} a file name, e.g. "
+                         f"{path / 'out.json'}")
+    for parent in path.parents:
+        if parent.exists():
+            why = (f"{parent} is a file, not a folder" if not parent.is_dir() else
+                   "permission denied" if not os.access(parent, os.W_OK | os.X_OK) else "")
+            if why:
+                raise UsageError(f"cannot write {path} ({why}); give {flag} a file in a folder "
+                                 "you can write to")
+            break
+    return path
 
 
 def add_timing_args(ap: argparse.ArgumentParser) -> None:

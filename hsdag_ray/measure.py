@@ -84,6 +84,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "python -m hsdag_ray.profile)")
         profile = Profile.load(args.profile)
         names = specs or profile.device_names
+        absent = [d for d in names if d not in profile.devices]
+        if absent:
+            raise UsageError(f"device {absent[0]} is not in the profile {args.profile} (it has "
+                             f"{', '.join(profile.device_names)}); name devices of the profile in "
+                             "--devices, or record one with python -m hsdag_ray.profile")
         described = [f"{d}: {'modeled' if profile.is_modeled(d) else 'measured'} (profile {args.profile})"
                      for d in names]
     else:

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hsdag_ray import console
-from hsdag_ray.cli import UsageError, run
+from hsdag_ray.cli import UsageError, run, writable_dir
 from hsdag_ray.arguments import build_parser
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.core.families import ACCELERATOR
@@ -286,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # a budget of 0 after imitation is pre-training's own (imitation only), not train's zero-shot
     dataclasses.replace(cfg, budget=cfg.budget or 1).validate()
     out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out)
     # what Ray, RLlib and torch print goes to the checkpoint folder, as in a training run
     with console.libraries_to(None if args.verbose else out / "libraries.log"):
         pretrain(cfg, args.family, out, say=console.say(False), imitate_steps=args.imitate_steps,

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from envs.profiling import record
 from hsdag_ray.cli import (UsageError, add_timing_args, resolve_devices, run,
-                           timing_from_args)
+                           timing_from_args, writable_file)
 from hsdag_ray.core.graph import parse_input_shapes
 from hsdag_ray.core.models import MODEL_HELP
 from hsdag_ray.core.profile import MODELED_DEVICES
@@ -45,8 +45,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = [d for d in modeled if d not in MODELED_DEVICES]
     if bad:
         raise UsageError(f"unknown modeled device {bad[0]!r}; choose among {', '.join(MODELED_DEVICES)}")
+    if len(set(specs + modeled)) < 2:
+        raise UsageError(f"--devices and --modeled name only {', '.join(specs + modeled) or 'no device'}, "
+                         "and a profile is for placing over two or more devices; add one (e.g. "
+                         "--modeled GPU_MODEL)")
     if specs:
         resolve_devices(specs, timing.threads)
+    writable_file(args.out)  # refused before anything is recorded
     t0 = time.perf_counter()
     prof = record(args.model, specs, modeled, args.fit, timing, parse_input_shapes(args.input_shape),
                   progress=sys.stderr.isatty())

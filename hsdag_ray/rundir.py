@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hsdag_ray.cli import UsageError
+from hsdag_ray.cli import UsageError, writable_dir
 from hsdag_ray.config import TrainConfig
 
 __all__ = ["Run", "absolute"]
@@ -45,10 +45,10 @@ class Run:
             name = cfg.name or f"{model_label(cfg.model)}-{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
             self.dir = absolute(Path(cfg.out) / name)
             # a run that failed before it started left only what the libraries printed
-            if self.dir.exists() and any(f.name != "libraries.log" for f in self.dir.iterdir()):
+            if self.dir.is_dir() and any(f.name != "libraries.log" for f in self.dir.iterdir()):
                 raise UsageError(f"run folder {self.dir} exists already; choose another --name or "
                                  f"continue it with --resume {self.dir}")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        writable_dir(self.dir, "--resume" if resume is not None else "--out")
         self.metrics = self.dir / "metrics.jsonl"
         self.state_file = self.dir / "state.json"
         self.checkpoint = self.dir / "checkpoint"

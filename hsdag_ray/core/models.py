@@ -229,12 +229,18 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
             raise GraphError(f"model file {spec} does not exist")
         if path.suffix.lower() == ".xml" and not path.with_suffix(".bin").is_file():
             raise GraphError(f"the weights file {path.with_suffix('.bin')} of IR {spec} is missing")
+        if path.stat().st_size == 0:
+            raise GraphError(f"model file {spec} is empty; give an OpenVINO IR (.xml + .bin) or "
+                             "ONNX file that holds a model")
         if path.suffix.lower() == ".xml":
             _check_xml(path)
         try:
             model = _read_file_model(path)
         except Exception as e:  # OpenVINO raises RuntimeError subclasses with long texts
             raise GraphError(f"OpenVINO cannot read {spec}: {openvino_error_text(e)}") from None
+        if not model.get_ops() or not model.outputs:
+            raise GraphError(f"model file {spec} holds no ops or no outputs; give an OpenVINO IR "
+                             "(.xml + .bin) or ONNX file that holds a model")
         model.set_friendly_name(path.stem)
     if input_shapes is not None:
         model.reshape(input_shapes)
