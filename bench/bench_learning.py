@@ -164,7 +164,9 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     exact = own == "optimum"
     started = not ray.is_initialized()
     if started:
-        ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
+        from hsdag_ray.local_ray import start_local_ray
+
+        start_local_ray(log_to_driver=False, configure_logging=False)
     cases = []
     with tempfile.TemporaryDirectory() as out:
         for model in models:
@@ -245,10 +247,15 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     return cases
 
 
-def parse(description: str, default_methods: str):
-    """The command line shared by the learning benchmarks: (args, base TrainConfig)."""
+def parse(description: str, default_methods: str, guide_modes: bool = False):
+    """The command line shared by the learning benchmarks: (args, base TrainConfig);
+    ``guide_modes`` adds ``--guide off|on|both`` (each method as published, guided, or both)."""
     ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    if guide_modes:
+        ap.add_argument("--guide", choices=("off", "on", "both"), default="both",
+                        help="run every method as published (off), with train --guide (on) "
+                             "or both ways (default)")
     ap.add_argument("--models", default="resnet50,inception_v3,bert_base")
     ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM")
     ap.add_argument("--seeds", default="0,1,2")

@@ -1,21 +1,28 @@
-"""Every placement method at the same budget of measured placements: the comparison table.
+"""Every placement method at the same budget, as published and guided: the comparison table.
 
-    python bench/bench_methods.py                       # 3 models x 2 accelerators x 3 seeds
-    python bench/bench_methods.py --methods hsdag,anneal --seeds 0,1,2,3,4 -- --no-cost
+    python bench/bench_methods.py --budget 200 --budgets 50,200 --estimate 0.5 \\
+        --models resnet50,inception_v3,bert_base,tv:mobilenet_v3_small,tv:regnet_y_400mf,hf:t5,hf:gpt2
+    python bench/bench_methods.py --methods hsdag,anneal --guide off --seeds 0,1,2,3,4 -- --no-cost
 
-Simulator, sequential objective, the local CPU profiled once by OpenVINO plus
-a modeled accelerator (unlimited ``GPU_MODEL`` or 64 MB ``GPU_SMALLMEM``), the
-same ``--budget`` (500) of placements for every method (learned ones and the
-searches without learning). Prints each run, then a markdown table of the
-median best/optimum over seeds with the range (min-max); ``*`` marks a case
-whose optimum the solver did not prove. Profiles are shared with
+Simulator, sequential objective, the local CPU profiled once by OpenVINO plus a modeled
+accelerator (unlimited ``GPU_MODEL`` or 64 MB ``GPU_SMALLMEM``), the same budget of
+placements for every method (learned ones, the searches without learning and the
+solvers), each run as published and with ``train --guide`` (the exact-solver start,
+HSDAG's incumbent prior, untried neighbours of the best: the same aids for every
+method). ``--estimate 0.5`` gives every method a profile whose op times are up to 50% off
+what the simulator measures, as a recorded profile is off a real machine. Prints each
+run, then a markdown table per budget of ``--budgets``: the median best/optimum over
+seeds with the range (min-max), one column per method and guide mode; ``*`` marks a
+case whose optimum the solver did not prove. Profiles are shared with
 ``bench_learning.py`` and ``bench_solvers.py`` (``--profiles``).
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
-from bench_learning import parse, run_grid
+from bench_learning import best_at, parse, run_grid
 
 from hsdag_ray.results import cell
 
@@ -23,24 +30,34 @@ from hsdag_ray.results import cell
 def main() -> None:
     from policies.registry import METHODS
 
-    default = ",".join(m for m, spec in METHODS.items() if spec.kind in ("rl", "search"))
-    args, base = parse(__doc__, default)
+    args, base = parse(__doc__, ",".join(METHODS), guide_modes=True)
     methods = args.methods.split(",")
-    cases = run_grid(args.models.split(","), args.accelerators.split(","), methods,
-                     [int(s) for s in args.seeds.split(",")], args.budget, Path(args.profiles),
-                     base, say=lambda m: print(m, flush=True))
-    print(f"\nbest / exact optimum, median over seeds {args.seeds} (min-max), budget "
-          f"{args.budget} placements, cost features {'off' if base.no_cost else 'on'}"
-          + (f", with {' '.join(args.train_flags)}" if args.train_flags else "") + "\n")
-    print("| model | accelerator | " + " | ".join(methods) + " |")
-    print("|---|---|" + "---|" * len(methods))
-    rows: dict[tuple[str, str], dict[str, dict]] = {}
-    for c in cases:
-        rows.setdefault((c["model"], c["accelerator"]), {})[c["method"]] = c
-    for (model, acc), by_method in rows.items():
-        star = "" if all(c["proven"] for c in by_method.values()) else " *"
-        print(f"| {model} | {acc}{star} | "
-              + " | ".join(cell(by_method[m]["ratios"]) for m in methods) + " |")
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.guide]
+    columns, by_case = [], {}
+    for guided in modes:
+        cases = run_grid(args.models.split(","), args.accelerators.split(","), methods,
+                         [int(s) for s in args.seeds.split(",")], args.budget, Path(args.profiles),
+                         replace(base, guide=guided), say=lambda m: print(m, flush=True),
+                         jitter=args.jitter, estimate=args.estimate)
+        for c in cases:
+            label = c["method"] + (" (guided)" if guided else "")
+            columns += [label] if label not in columns else []
+            by_case.setdefault((c["model"], c["accelerator"]), {})[label] = c
+    for budget in sorted(int(b) for b in args.budgets.split(",")):
+        print(f"\nbest / exact optimum after {budget} {base.budget_unit}, median over seeds "
+              f"{args.seeds} (min-max)" + (f", profile {args.estimate:.0%} off" if args.estimate else "")
+              + (f", with {' '.join(args.train_flags)}" if args.train_flags else "") + "\n")
+        print("| model | accelerator | " + " | ".join(columns) + " |")
+        print("|---|---|" + "---|" * len(columns))
+        for (model, acc), by_label in by_case.items():
+            star = "" if all(c["proven"] for c in by_label.values()) else " *"
+            cells = []
+            for label in columns:
+                c = by_label.get(label)
+                ratios = ([best_at(curve, budget, opt) for curve, opt in c["curves"]]
+                          + [r for r in c["ratios"] if math.isinf(r)]) if c else []
+                cells.append(cell(ratios))
+            print(f"| {model} | {acc}{star} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

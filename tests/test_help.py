@@ -29,8 +29,8 @@ def test_train_help_keeps_every_line_of_an_attributes_text():
     from hsdag_ray.config import TrainConfig
 
     docs = _field_docs()
-    assert "off: not; auto (the default)" in docs["exact_start"]
-    assert "measured: faster early on ResNet-50" in docs["start"]
+    assert "off: not; auto: with guide" in docs["exact_start"]
+    assert "or best_single (the fastest" in docs["start"]
     assert set(docs) <= {f for f in TrainConfig.__dataclass_fields__}
     # every word of the Attributes block reaches some field's help
     block = (TrainConfig.__doc__ or "").split("Attributes:")[-1]

@@ -95,8 +95,8 @@ def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.resolve import env_config
 
-    with pytest.raises(UsageError, match="incumbent_prior must be 0"):
-        TrainConfig(incumbent_prior=-1).validate()
+    with pytest.raises(UsageError, match="incumbent_prior must be -1"):
+        TrainConfig(incumbent_prior=-0.5).validate()
     with pytest.raises(ValueError, match="incumbent_prior must be >= 0"):
         HSDAGConfig(incumbent_prior=-0.5)
     for prior, on in ((0.0, False), (1.0, True)):
@@ -104,9 +104,9 @@ def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
         assert env_config(cfg, "simulator", cfg.devices, None, "")["incumbent"] is on
 
 
-def test_the_prior_is_hsdags_default_and_only_hsdags():
-    """On by default for HSDAG; the other methods ignore it (their observation stays as
-    it was); pre-training and a checkpoint made without it keep it off."""
+def test_the_prior_is_hsdags_with_the_guide_and_only_hsdags():
+    """On for HSDAG with --guide, off as published; the other methods ignore it (their
+    observation stays as it was); pre-training and a checkpoint made without it keep it off."""
     from dataclasses import asdict
 
     from hsdag_ray.config import TrainConfig
@@ -118,14 +118,18 @@ def test_the_prior_is_hsdags_default_and_only_hsdags():
     def features_on(cfg):
         return env_config(cfg, "simulator", ["CPU", "GPU_SMALLMEM"], None, "")["incumbent"]
 
-    assert TrainConfig().incumbent_prior == 2.0 and features_on(TrainConfig())
-    assert get("hsdag").model_config(asdict(TrainConfig()))["incumbent_prior"] == 2.0
+    from hsdag_ray.resolve import resolved
+
+    assert not features_on(TrainConfig()) and resolved(TrainConfig()).incumbent_prior == 0.0
+    guided = resolved(TrainConfig(guide=True))
+    assert guided.incumbent_prior == 2.0 and features_on(guided)
+    assert get("hsdag").model_config(asdict(guided))["incumbent_prior"] == 2.0
     for method in ("placeto", "gdp", "rnn"):
-        assert not features_on(TrainConfig(method=method))
+        assert not features_on(TrainConfig(method=method, guide=True))
         assert features_on(TrainConfig(method=method, incumbent=True))  # asked for by name
     assert PRETRAIN_DEFAULTS["incumbent_prior"] == 0.0
     old = {"settings": {"hidden_dim": 64}, "reward": "speedup"}  # a checkpoint from before
-    tuned = adopt_settings(TrainConfig(init="ckpt"), old)
+    tuned = adopt_settings(TrainConfig(init="ckpt", guide=True), old)
     assert tuned.incumbent_prior == 0.0 and not features_on(tuned)
     named = adopt_settings(TrainConfig(init="ckpt", incumbent_prior=3.0), old)
     assert named.incumbent_prior == 3.0  # a setting the run names is kept (and checked on load)

@@ -252,7 +252,6 @@ def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, t
 
 @pytest.mark.parametrize("args, says", [
     (["--neighbour-every", "1"], "at least 2"),
-    (["--neighbour-every", "4", "--method", "random"], "--method random does not"),
     (["--neighbour-every", "4", "--refit-every", "4"], "use one of them"),
 ])
 def test_untried_neighbours_refuse_in_one_sentence(tmp_path, args, says):
@@ -263,15 +262,15 @@ def test_untried_neighbours_refuse_in_one_sentence(tmp_path, args, says):
 
 
 @pytest.mark.parametrize("change, every", [
-    ({}, "auto"),  # the default: HSDAG samples around the run's best
+    ({}, 0),  # the default: every method as published
+    ({"guide": True}, "auto"),
+    ({"guide": True, "method": "random"}, "auto"),  # the guide helps every method alike
+    ({"guide": True, "method": "placeto"}, "auto"),
     ({"neighbour_every": 4}, 4),
-    ({"neighbour_every": 0}, 0),
-    ({"method": "random"}, 0),
-    ({"method": "anneal"}, 0),
-    ({"incumbent_prior": 0.0}, 0),
-    ({"refit_every": 4, "profile": "p.json"}, 0),
+    ({"guide": True, "neighbour_every": 0}, 0),
+    ({"guide": True, "refit_every": 4, "profile": "p.json"}, 0),
 ])
-def test_untried_neighbours_are_on_by_default_where_the_policy_samples_around_the_best(change, every):
+def test_untried_neighbours_are_on_with_the_guide(change, every):
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.resolve import NEIGHBOUR_EVERY, env_config, neighbour_every
 
@@ -287,9 +286,9 @@ def test_untried_neighbours_are_on_by_default_where_the_policy_samples_around_th
 def test_the_help_gives_the_auto_value():
     from hsdag_ray.resolve import NEIGHBOUR_EVERY
 
-    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--help"], capture_output=True,
-                       text=True, timeout=120)
-    assert f"-1 (the default): {NEIGHBOUR_EVERY} where" in " ".join(r.stdout.split())
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--method", "hsdag", "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert f"-1: {NEIGHBOUR_EVERY} with guide" in " ".join(r.stdout.split())
 
 
 @pytest.mark.parametrize("order", ["profile", "random"])
