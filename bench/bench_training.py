@@ -72,8 +72,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    ray.init(address="local", include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    from hsdag_ray.local_ray import start_local_ray
+
+    start_local_ray(log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     res = {r: run(args.model, r, args.iterations) for r in (0, 1, 2)}
     ray.shutdown()
     print(f"model {args.model}: {res[0]['nodes']} nodes after co-location coarsening, simulator")

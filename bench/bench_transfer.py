@@ -272,8 +272,9 @@ def main() -> None:
         if args.finetune_graphs:
             import ray
 
-            ray.init(address="local", include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, num_cpus=1)
+            from hsdag_ray.local_ray import start_local_ray
+
+            start_local_ray(log_to_driver=False, configure_logging=False, num_cpus=1)
             try:
                 for r in rows[: args.finetune_graphs]:
                     for seed in (int(s) for s in args.seeds.split(",")):

@@ -63,14 +63,15 @@ def _start_ray(cfg: TrainConfig, real: bool) -> bool:
         "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(cfg.torch_threads),
                                      "WANDB_MODE": os.environ["WANDB_MODE"]}}}
     if cfg.address:
-        init_kw["address"] = cfg.address
-    else:
-        # a new local Ray, even when another one runs on this machine (ray.init() alone
-        # would join the latest cluster started with `ray start`)
-        init_kw["address"] = "local"
-        if real:
-            init_kw["resources"] = {MEASURE_RESOURCE: 1}
-    ray.init(**init_kw)
+        ray.init(address=cfg.address, **init_kw)
+        return True
+    from hsdag_ray.local_ray import start_local_ray
+
+    # a new local Ray, even when another one runs on this machine (ray.init() alone
+    # would join the latest cluster started with `ray start`), on loopback only
+    if real:
+        init_kw["resources"] = {MEASURE_RESOURCE: 1}
+    start_local_ray(**init_kw)
     return True
 
 
