@@ -136,7 +136,10 @@ def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict
         if unknown:
             raise GraphError(_unknown_device(f"{text} places {ours.count(unknown[0])} op(s)",
                                              unknown[0], devices))
-        placement = graph.placement_from_ops(data)
+        try:
+            placement = graph.placement_from_ops(data)
+        except GraphError as e:  # another model's ops, a node left out or split
+            raise GraphError(f"placement file {text}: {e}") from None
     unknown = sorted(set(placement.values()) - set(devices))
     if unknown:
         count = sum(1 for d in placement.values() if d == unknown[0])
