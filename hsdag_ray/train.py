@@ -126,11 +126,9 @@ def _metrics_row(state: dict[str, Any], new: list[dict], stats: dict[str, Any],
 
 
 def _checkpoint(driver, store, run_dir: Run, state: dict[str, Any]) -> None:
-    driver.save(run_dir.checkpoint)
-    tmp = run_dir.store_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(store.get_state()))
-    tmp.replace(run_dir.store_file)
-    run_dir.save_state(state)
+    """The run's state (policy, measurement store, ``state``) as one new checkpoint
+    folder, complete or absent whenever the process dies (:meth:`Run.commit_checkpoint`)."""
+    run_dir.commit_checkpoint(state["iteration"], driver.save, state, store.get_state())
 
 
 def train(cfg: TrainConfig, resume: Optional[Path] = None, quiet: bool = False,
@@ -176,6 +174,11 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
     between iterations."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
     target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
+    if not run_dir.has_checkpoint() or state["iteration"] == 0:
+        # the start (baselines, first placements) checkpointed: a run killed from here on
+        # resumes, never starts over; the metrics rows written after the latest
+        # checkpoint are cut back when resumed (Run.truncate_metrics)
+        _checkpoint(driver, store, run_dir, state)
     cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
     while (stats := store.stats())[cfg.budget_unit] < target and _within_caps(stats, cap, target):
         t_it = time.time()
@@ -299,15 +302,20 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     # a simulator with a measuring time stands for real devices: measured on measuring machines
     real = backend != "simulator" or cfg.sim_delay_s > 0
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
+    # resumed: the latest checkpoint that verifies, with its state and store, checked before
+    # Ray starts; the metrics rows after it are cut (their iterations run again)
+    restored = run_dir.restore_point(say) if resume is not None else None
+    if resume is not None:
+        run_dir.truncate_metrics(restored.iteration if restored is not None else 0)
     started_ray = _start_ray(cfg, real)
     try:
         store_name = "hsdag_store_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.dir.as_posix())[-120:]
         store = StoreClient(store_actor(store_name))
         store.stats()  # created and registered before any environment connects to it
-        state = run_dir.state()
+        state = restored.state if restored is not None else Run.fresh_state()
         wall_before = state["wall_s"]  # of the sessions before this one
-        if resume is not None and run_dir.store_file.is_file():
-            store.set_state(json.loads(run_dir.store_file.read_text()))
+        if restored is not None:
+            store.set_state(restored.store)
         env_runners, resources = _measuring_runners(cfg, real, devices, say)
         cfg_run = dataclasses.replace(cfg, env_runners=env_runners, algo=cfg.algo or method.algo)
         env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
@@ -349,8 +357,14 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                                                 "algo": cfg_run.algo,
                                                 "reward": env_cfg["reward"]}}, indent=1))
         driver = make_driver(cfg_run, method, env_cfg, real, env, singles, resources)
-        if resume is not None and run_dir.checkpoint.is_dir():
-            driver.restore(run_dir.checkpoint)
+        if restored is not None:
+            try:
+                driver.restore(restored.policy)
+            except Exception as e:  # verified files RLlib still cannot read (an old layout's)
+                driver.stop()
+                raise UsageError(f"the checkpoint {restored.folder} cannot be restored "
+                                 f"({type(e).__name__}), so the run cannot be resumed; start a "
+                                 "new run") from None
             say(f"resumed {run_dir.dir} at iteration {state['iteration']}")
         tracker = Tracker(cfg.wandb, cfg.wandb_project, run_dir.dir, asdict(cfg),
                           name=run_dir.dir.name, resume=resume is not None)
@@ -385,7 +399,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         summary["wall_s"] = time.time() - t_start + wall_before
         tracker.finish(summary, [run_dir.dir / "best_placement.json", run_dir.dir / "placement.png",
                                  run_dir.dir / "learning_curve.png"])
-        (run_dir.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        run_dir.write_json("summary.json", summary)  # whole or absent: a sweep reads it as done
         return summary
     finally:
         if started_ray:

@@ -1,0 +1,304 @@
+"""Faults injected into real runs: SIGKILL at any moment, damaged checkpoints, interrupted
+sweeps (docs/reliability.md lists them and what a run does on each)."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hsdag_ray.cli import UsageError
+from hsdag_ray.config import TrainConfig
+from hsdag_ray.rundir import Run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen:
+    """A command in its own session (its Ray processes with it), output to ``log``."""
+    f = log.open("ab")
+    return subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=f, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the command and every process of its session (its local Ray)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """After the command ended, what its session left running (Ray's processes) is killed."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def rows(run: Path) -> list[dict]:
+    out = []
+    if (run / "metrics.jsonl").is_file():
+        for line in (run / "metrics.jsonl").read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def stores(run: Path) -> list[dict]:
+    """Every store a reader can see in the run folder: the complete checkpoints' and the top copy."""
+    found = []
+    files = [run / "store.json"] + [d / "store.json" for d in (run / "checkpoints").glob("[0-9]*")
+                                    if (d / "MANIFEST.json").is_file()] if run.is_dir() else []
+    for f in files:
+        try:
+            found.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass  # a checkpoint folder pruned while read
+    return found
+
+
+def keys(store: dict) -> set[str]:
+    return {e["key"] for e in store["log"]}
+
+
+def checkpoint_names(run: Path) -> set[str]:
+    d = run / "checkpoints"
+    return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
+
+def kill_when(proc: subprocess.Popen, run: Path, condition, timeout: float = 240.0) -> bool:
+    """Poll the run folder; SIGKILL the run as soon as ``condition(run)`` holds. False if
+    the run ended first."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if condition(run):
+            kill(proc)
+            return True
+        if proc.poll() is not None:
+            reap(proc)
+            return False
+        time.sleep(0.02)
+    kill(proc)
+    raise AssertionError(f"the kill condition never held in {timeout:.0f} s")
+
+
+def kill_and_resume(run: Path, log: Path, first: list[str], kills) -> tuple[list[str], set[str]]:
+    """Start ``first``, SIGKILL it when each of ``kills`` (moment, condition factory) holds,
+    resume it each time with ``--resume``, then let it finish. The moments a kill came in
+    time for, and every measured placement a store held before a kill."""
+    resume = [sys.executable, "-m", "hsdag_ray.train", "--resume", str(run)]
+    seen: set[str] = set()
+    killed = []
+    for i, (moment, condition) in enumerate(kills):
+        proc = start(first if i == 0 else resume, log)
+        if kill_when(proc, run, condition()):
+            killed.append(moment)
+        else:
+            assert proc.returncode == 0, log.read_text()[-3000:]
+        for s in stores(run):
+            seen.update(keys(s))
+    proc = start(resume, log)
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    reap(proc)
+    return killed, seen
+
+
+def check_consistent(run: Path, log: Path, seen: set[str], budget: int) -> None:
+    """Every iteration once in metrics.jsonl, the summary's counts the store's, no
+    measurement lost, the latest two checkpoints kept."""
+    out = log.read_text()
+    summary = json.loads((run / "summary.json").read_text())
+    final = json.loads((run / "store.json").read_text())
+    state = json.loads((run / "state.json").read_text())
+    its = [r["iteration"] for r in rows(run)]
+    assert its == list(range(1, state["iteration"] + 1)), its
+    assert summary["iterations"] == state["iteration"]
+    assert summary["measurements"] == len(final["log"]) == rows(run)[-1]["measurements"]
+    assert summary["placements"] >= budget
+    assert seen <= keys(final), seen - keys(final)
+    assert "resumed" in out and "outputs in" in out
+    names = sorted(n for n in checkpoint_names(run) if n.isdigit())
+    assert len(names) == 2 and int(names[-1]) == state["iteration"]
+    assert (run / "checkpoint").resolve() == (run / "checkpoints" / names[-1] / "policy").resolve()
+
+
+def iteration(run: Path) -> int:
+    return max((r["iteration"] for r in rows(run)), default=0)
+
+
+def new_folder(run: Path, kind: str):
+    before = checkpoint_names(run)
+    return lambda r: any(n.startswith(kind) for n in checkpoint_names(r) - before)
+
+
+def after_row(run: Path):
+    n = iteration(run)
+    return lambda r: iteration(r) > n
+
+
+def after(seconds: float):
+    t = time.time() + seconds
+    return lambda r: time.time() >= t
+
+
+def sim_run(profile: Path, out: Path, name: str, budget: int) -> list[str]:
+    return [sys.executable, "-m", "hsdag_ray.train", "--backend", "simulator", "--model", "tiny_cnn",
+            "--profile", str(profile), "--devices", "CPU_MODEL,GPU_MODEL", "--env-runners", "0",
+            "--wandb", "disabled", "--checkpoint-every", "1", "--budget", str(budget),
+            "--out", str(out), "--name", name]
+
+
+def test_a_run_killed_at_any_moment_resumes_with_every_iteration_once(tmp_path, tiny_profile_file):
+    """SIGKILL a simulator run (and its local Ray) at five different moments: while its
+    first checkpoint is written, between a metrics row and its checkpoint, while a later
+    checkpoint is written, right after one is renamed into place, and early at a random
+    moment; resume each time. Every iteration is in metrics.jsonl exactly once, no
+    measurement a store held before a kill is lost, the summary counts what the store
+    holds; and with no checkpoint left, --resume is refused in one sentence."""
+    rng = random.Random(0)
+    run, log, budget = tmp_path / "killed", tmp_path / "out.log", 100  # 5 iterations of 20
+    kills = [
+        ("while the first checkpoint is written", lambda: new_folder(run, ".tmp-")),
+        ("right after a metrics row, before its checkpoint", lambda: after_row(run)),
+        ("while a checkpoint is written", lambda: new_folder(run, ".tmp-")),
+        ("right after a checkpoint is renamed into place", lambda: new_folder(run, "0")),
+        ("at a random moment", lambda: after(rng.uniform(2.0, 10.0))),
+    ]
+    killed, seen = kill_and_resume(run, log, sim_run(tiny_profile_file, tmp_path, "killed", budget),
+                                   kills)
+    assert len(killed) == 5, killed
+    check_consistent(run, log, seen, budget)
+
+    # no checkpoint left: --resume ends in one sentence, exit 2, and never starts afresh
+    import shutil
+
+    shutil.rmtree(run / "checkpoints")
+    r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--resume", str(run)], cwd=ROOT,
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("hsdag_ray.train: error:") and "cannot be resumed" in last
+    assert "Traceback" not in r.stderr
+
+
+# the run folder's checkpoints without a run: damage, fallback, old layouts ------------------
+
+
+def _policy(text: str):
+    def save(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        (folder / "weights.bin").write_text(text)
+        (folder / "sub").mkdir()
+        (folder / "sub" / "more.pkl").write_text(text * 3)
+    return save
+
+
+def _state(it: int) -> dict:
+    return {**Run.fresh_state(), "iteration": it}
+
+
+def _run(tmp_path) -> Run:
+    return Run(TrainConfig(out=str(tmp_path), name="r"), None)
+
+
+def test_only_the_latest_two_checkpoints_are_kept_and_pointed_to(tmp_path):
+    run = _run(tmp_path)
+    for it in range(4):
+        run.commit_checkpoint(it, _policy(f"w{it}"), _state(it), {"log": [{"key": f"k{it}"}]})
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["000002", "000003"]
+    assert (run.checkpoint / "weights.bin").read_text() == "w3"
+    assert json.loads(run.store_file.read_text())["log"] == [{"key": "k3"}]
+    got = run.restore_point(say=lambda s: None)
+    assert got.iteration == 3 and got.store["log"] == [{"key": "k3"}]
+    assert (got.policy / "weights.bin").read_text() == "w3"
+
+
+@pytest.mark.parametrize("damage", ["empty", "deleted", "manifest", "truncated_state"])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, damage):
+    run = _run(tmp_path)
+    for it in (1, 2):
+        run.commit_checkpoint(it, _policy(f"w{it}"), _state(it), {"log": []})
+    latest = run.checkpoints / "000002"
+    if damage == "empty":
+        (latest / "policy" / "sub" / "more.pkl").write_text("")
+    elif damage == "deleted":
+        (latest / "policy" / "weights.bin").unlink()
+    elif damage == "manifest":
+        (latest / "MANIFEST.json").unlink()  # a checkpoint never completed
+    else:
+        (latest / "state.json").write_text("{\"iter")
+    said = []
+    got = run.restore_point(say=said.append)
+    assert got.iteration == 1 and (got.policy / "weights.bin").read_text() == "w1"
+    assert len(said) == 1 and "000002" in said[0] and "falling back" in said[0]
+    # the damaged one is set aside: iteration 2 checkpointed again replaces nothing good
+    run.commit_checkpoint(2, _policy("w2b"), _state(2), {"log": []})
+    assert run.restore_point(say=said.append).iteration == 2
+    assert (run.checkpoint / "weights.bin").read_text() == "w2b"
+
+
+def test_no_intact_checkpoint_or_none_at_all_is_refused_in_one_sentence(tmp_path):
+    run = _run(tmp_path)
+    run.commit_checkpoint(1, _policy("w1"), _state(1), {"log": []})
+    (run.checkpoints / "000001" / "store.json").write_text("")
+    with pytest.raises(UsageError, match="cannot be resumed"):
+        run.restore_point(say=lambda s: None)
+    # checkpoints/ deleted (state.json and the metrics remain): refused, not started afresh
+    run2 = Run(TrainConfig(out=str(tmp_path), name="r2"), None)
+    run2.commit_checkpoint(1, _policy("w1"), _state(1), {"log": []})
+    run2.append_metrics({"iteration": 1})
+    import shutil
+
+    shutil.rmtree(run2.checkpoints)
+    with pytest.raises(UsageError, match="no checkpoint"):
+        run2.restore_point(say=lambda s: None)
+    # a run killed before its first checkpoint has nothing to lose: it starts again
+    run3 = Run(TrainConfig(out=str(tmp_path), name="r3"), None)
+    said = []
+    assert run3.restore_point(say=said.append) is None and "beginning" in said[0]
+
+
+def test_an_old_run_folder_still_resumes_or_is_refused(tmp_path):
+    run = _run(tmp_path)
+    _policy("old")(run.checkpoint)
+    run.save_state(_state(3))
+    run.store_file.write_text(json.dumps({"log": [{"key": "a"}]}))
+    for it in (1, 2, 3, 3, 4):  # the old order: a row written before its checkpoint
+        run.append_metrics({"iteration": it})
+    got = run.restore_point(say=lambda s: None)
+    assert got.iteration == 3 and got.policy == run.checkpoint
+    run.truncate_metrics(got.iteration)
+    assert [r["iteration"] for r in rows(run.dir)] == [1, 2, 3]
+    # its next checkpoint is one of the new layout
+    run.commit_checkpoint(4, _policy("new"), _state(4), {"log": []})
+    assert run.checkpoint.is_symlink() and run.restore_point(say=lambda s: None).iteration == 4
+    # an old folder whose store.json was emptied
+    old = Run(TrainConfig(out=str(tmp_path), name="old2"), None)
+    _policy("old")(old.checkpoint)
+    old.save_state(_state(3))
+    old.store_file.write_text("")
+    with pytest.raises(UsageError, match="old layout"):
+        old.restore_point(say=lambda s: None)
+
+
+def test_metrics_cut_back_to_the_checkpoint_drop_a_torn_last_line(tmp_path):
+    run = _run(tmp_path)
+    for it in (1, 2, 3):
+        run.append_metrics({"iteration": it})
+    with run.metrics.open("a") as f:
+        f.write('{"iteration": 4, "plac')  # killed mid-write
+    run.truncate_metrics(2)
+    assert [r["iteration"] for r in rows(run.dir)] == [1, 2]
