@@ -142,10 +142,14 @@ def run_trial(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     from hsdag_ray.results import load_summary
     from hsdag_ray.train import train
 
+    from hsdag_ray.rundir import Run
+
     summary = load_summary(run_dir)
     if summary is not None:
         return summary
-    resume = run_dir if (run_dir / "state.json").is_file() and (run_dir / "config.json").is_file() else None
+    # a checkpoint that verifies (the trial was stopped or killed on the way): continued
+    resume = run_dir if (run_dir / "config.json").is_file() and Run(cfg, run_dir).has_checkpoint() \
+        else None
     if resume is None and run_dir.exists():
         shutil.rmtree(run_dir)  # started, but nothing to continue from
     return train(cfg, resume=resume, quiet=True, library_log=True)
@@ -219,8 +223,77 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
     return grid
 
 
+class SweepInterrupted(Exception):
+    """The sweep was stopped by SIGINT or SIGTERM: its finished trials are kept, the
+    others continue when it is run again; ``code`` is the exit status (128 + signal)."""
+
+    def __init__(self, signum: int, missing: list[str]) -> None:
+        super().__init__(f"interrupted; {len(missing)} trial(s) not finished")
+        self.code = 128 + signum
+        self.missing = missing
+
+
+class _Signals:
+    """While a sweep runs: SIGTERM does what SIGINT does (Ray Tune's SIGINT handler stops
+    the running trials, keeps what finished and saves its state; outside Tune a
+    KeyboardInterrupt), and the signal received is remembered for the exit status."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame) -> None:
+        import signal
+
+        self.signum = self.signum or signum
+        current = signal.getsignal(signal.SIGINT)
+        if signum == signal.SIGTERM and callable(current) and current != self._handle:
+            current(signal.SIGINT, frame)  # Ray Tune's: ends the run gracefully
+            return
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _errored(result_grid) -> set[str]:
+    """Names of the trials Ray Tune reports as failed."""
+    names = set()
+    for i in range(len(result_grid)):
+        r = result_grid[i]
+        if r.error is not None:
+            names.add((r.config or {}).get("trial", {}).get("name", "?"))
+    return names
+
+
+def _mark_partial(folder: Path, total: int, missing: dict[str, str]) -> None:
+    """Say at the top of ``results.md`` (written with the finished trials, or alone when
+    none finished) that the table is partial, and which trials it lacks and why."""
+    md = folder / "results.md"
+    lines = md.read_text().splitlines() if md.is_file() else []
+    at = 1 if lines and lines[0].startswith("#") else 0  # after the title
+    note = ["", f"**Partial results: {len(missing)} of {total} trials are missing** (run the same "
+            "sweep command again to complete them):", ""]
+    note += [f"- {name}: {why}" for name, why in missing.items()]
+    md.write_text("\n".join(lines[:at] + note + ([""] if lines[at:] else []) + lines[at:]).strip() + "\n")
+
+
 def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
-    """Run (or resume) the sweep; write and return the results rows."""
+    """Run (or resume) the sweep; write and return the results rows. Interrupted (SIGINT,
+    SIGTERM): the running trials stop, the table of the finished ones is written and says
+    it is partial, and :class:`SweepInterrupted` is raised."""
     import ray
     from ray import tune
 
@@ -249,11 +322,18 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     wandb_mode = "online" if sc.train.get("wandb") == "online" else "offline"
     os.environ.setdefault("WANDB_MODE", wandb_mode)  # before ray.init: the workers inherit it
     started = False
+    signals = _Signals().__enter__()
+    errored: set[str] = set()
     if not ray.is_initialized():
-        ray.init(address=sc.address or "local", include_dashboard=False, log_to_driver=False,
-                 configure_logging=False,
-                 runtime_env={"env_vars": {"WANDB_MODE": os.environ["WANDB_MODE"],
-                                           "OMP_NUM_THREADS": "1"}})
+        kw = {"log_to_driver": False, "configure_logging": False,
+              "runtime_env": {"env_vars": {"WANDB_MODE": os.environ["WANDB_MODE"],
+                                           "OMP_NUM_THREADS": "1"}}}
+        if sc.address:
+            ray.init(address=sc.address, include_dashboard=False, **kw)
+        else:  # a single machine: Ray on loopback only
+            from hsdag_ray.local_ray import start_local_ray
+
+            start_local_ray(**kw)
         started = True
     try:
         first = sc.trial_config(grid[0], runs)
@@ -270,15 +350,19 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
                                             reuse_actors=True),  # imports paid once per slot
                 run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0,
                                           failure_config=tune.FailureConfig(max_failures=1)))
-        tuner.fit()
+        errored = _errored(tuner.fit())
     finally:
         if started:
             ray.shutdown()
-    rows, summaries, missing = [], [], []
+        signals.__exit__()
+    rows, summaries, missing, why = [], [], [], {}
     for t in grid:
         s = load_summary(runs / t["name"])
         if s is None:
             missing.append(t["name"])
+            why[t["name"]] = ("failed (its libraries.log says why)" if t["name"] in errored
+                              else "stopped before it finished; it continues from its last checkpoint"
+                              if Path(runs / t["name"] / "checkpoints").is_dir() else "not started")
             continue
         rows.append(rows_from_summary(s, t["variant"]))
         summaries.append(s)
@@ -286,7 +370,13 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     if rows:
         rows = write_all(rows, summaries, folder, title)
         say(f"results: {folder / 'results.md'}, results.csv, results.png")
+    # trials neither finished nor failed: the sweep was stopped (SIGINT/SIGTERM to Tune)
+    interrupted = signals.signum is not None or any(n not in errored for n in missing)
+    if missing and interrupted:
+        _mark_partial(folder, len(grid), why)
+        raise SweepInterrupted(signals.signum or 2, missing)
     if missing:
+        _mark_partial(folder, len(grid), why)
         say(f"{len(missing)} trial(s) failed ({', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}); "
             f"their libraries.log says why; run the same command again to retry them")
     return rows
@@ -369,7 +459,13 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     sc = config_from_args(argv)
-    run_sweep(sc)
+    try:
+        run_sweep(sc)
+    except SweepInterrupted as e:
+        args = list(sys.argv[1:] if argv is None else argv)
+        print(f"hsdag_ray.sweep: interrupted; {len(e.missing)} trial(s) not finished, the finished "
+              "ones are kept; resume with: python -m hsdag_ray.sweep " + " ".join(args), file=sys.stderr)
+        return e.code
     return 0
 
 

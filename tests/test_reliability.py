@@ -302,3 +302,66 @@ def test_metrics_cut_back_to_the_checkpoint_drop_a_torn_last_line(tmp_path):
         f.write('{"iteration": 4, "plac')  # killed mid-write
     run.truncate_metrics(2)
     assert [r["iteration"] for r in rows(run.dir)] == [1, 2]
+
+
+# interrupted sweeps ------------------------------------------------------------------------
+
+
+def sweep_cmd(tmp_path: Path, profile: Path, seeds: str) -> list[str]:
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(json.dumps({"train": {"backend": "simulator", "env_runners": 0, "wandb": "disabled",
+                                         "profile": str(profile), "devices": ["CPU_MODEL", "GPU_MODEL"],
+                                         "episode_len": 10, "checkpoint_every": 1}}))
+    return [sys.executable, "-m", "hsdag_ray.sweep", "--config", str(cfg), "--models", "tiny_cnn",
+            "--methods", "hsdag", "--seeds", seeds, "--budget", "60", "--max-concurrent", "1",
+            "--out", str(tmp_path), "--name", "sw"]
+
+
+def interrupt_sweep(tmp_path: Path, profile: Path, signum: int, seeds: str = "0,1,2"):
+    """Run a sweep of one trial at a time; send ``signum`` to it (its process only, as
+    ``kill`` does) once a trial finished and the next one has checkpointed."""
+    runs = tmp_path / "sw" / "runs"
+    cmd = sweep_cmd(tmp_path, profile, seeds)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 400
+        while time.time() < deadline and proc.poll() is None:
+            done = {p.parent.name for p in runs.glob("*/summary.json")}
+            going = {p.parent.parent.name for p in runs.glob("*/checkpoints/0*")} - done
+            if done and going:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        reap(proc)
+    return proc.returncode, out, err, done, cmd
+
+
+def test_a_sweep_stopped_by_sigint_keeps_its_finished_trials_and_says_how_to_resume(
+        tmp_path, tiny_profile_file):
+    code, out, err, done, cmd = interrupt_sweep(tmp_path, tiny_profile_file, signal.SIGINT)
+    assert code == 130, err[-3000:]
+    assert "resume with: python -m hsdag_ray.sweep" in err and "Traceback" not in err
+    assert "failed" not in out + err
+    runs = tmp_path / "sw" / "runs"
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
+    assert set(done) <= set(finished) and len(finished) < 3
+    md = (tmp_path / "sw" / "results.md").read_text()
+    assert "Partial results" in md and f"{3 - len(finished)} of 3 trials are missing" in md
+    for name in {"tiny_cnn-hsdag-s0", "tiny_cnn-hsdag-s1", "tiny_cnn-hsdag-s2"} - set(finished):
+        line = next(x for x in md.splitlines() if x.startswith(f"- {name}:"))
+        assert "failed" not in line
+    assert "not started" in md  # one trial at a time: the third never started
+    # resumed: the finished trials are not run again, the stopped one continues
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    after = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
+    assert len(after) == 3 and all(after[n] == t for n, t in finished.items())
+    md = (tmp_path / "sw" / "results.md").read_text()
+    assert "Partial" not in md
+    for name in after:
+        its = [x["iteration"] for x in rows(runs / name)]
+        assert its == list(range(1, len(its) + 1)), (name, its)
