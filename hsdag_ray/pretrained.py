@@ -19,6 +19,7 @@ found by the rule of :mod:`hsdag_ray.core.fit` (:func:`infer_placements`).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -42,8 +43,17 @@ def save_pretrained(folder: Path, module, meta: Mapping[str, Any]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     path = folder / CHECKPOINT_FILE
-    torch.save({"format": FORMAT, **meta, "state_dict": state}, path)
-    (folder / "pretrained.json").write_text(json.dumps(dict(meta), indent=1, default=str))
+    # whole or absent whenever the process dies: written aside, synced, renamed into place
+    # (a half-written pretrained.pt would fail fine-tuning runs long after)
+    tmp = folder / f".{CHECKPOINT_FILE}.tmp"
+    with tmp.open("wb") as f:
+        torch.save({"format": FORMAT, **meta, "state_dict": state}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    tmp = folder / ".pretrained.json.tmp"
+    tmp.write_text(json.dumps(dict(meta), indent=1, default=str))
+    tmp.replace(folder / "pretrained.json")
     return path
 
 

@@ -365,3 +365,18 @@ def test_a_sweep_stopped_by_sigint_keeps_its_finished_trials_and_says_how_to_res
     for name in after:
         its = [x["iteration"] for x in rows(runs / name)]
         assert its == list(range(1, len(its) + 1)), (name, its)
+
+
+def test_a_pretrained_checkpoint_is_written_whole_or_not_at_all(tmp_path):
+    """save_pretrained writes aside and renames: a folder holds the previous checkpoint
+    or the new one, never a half-written pretrained.pt (no temporary file left)."""
+    import torch
+
+    from hsdag_ray.pretrained import read_pretrained, save_pretrained
+
+    module = torch.nn.Linear(3, 2)
+    save_pretrained(tmp_path, module, {"method": "hsdag"})
+    save_pretrained(tmp_path, torch.nn.Linear(3, 2), {"method": "hsdag", "iterations": 2})
+    ckpt = read_pretrained(tmp_path)
+    assert ckpt["iterations"] == 2 and set(ckpt["state_dict"]) == {"weight", "bias"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pretrained.json", "pretrained.pt"]
