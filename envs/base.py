@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
@@ -108,15 +109,31 @@ def summarize_times(samples_s: list[float]) -> tuple[float, float]:
     return med, float((q3 - q1) / med) if med > 0 else 0.0
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """Anything that turns a placement into a :class:`Measurement`.
+class Backend(ABC):
+    """What a placement environment measures with: node placements of one graph turned
+    into :class:`Measurement` s, never an exception for a placement that cannot run.
 
-    ``placement`` maps every node name of the backend's graph to a device
-    name in ``devices``.
+    Each backend class declares what it can do:
+
+    * ``simulated``: a cost model computes its latencies (exact, and instant unless
+      delayed on purpose), so nothing is re-measured at the end;
+    * ``races``: ``measure(..., race=True)`` may stop timing a placement that is clearly
+      slower than the best so far (:mod:`envs.openvino.racing`); without it ``race`` is
+      ignored.
+
+    Kinds are registered by name in :mod:`envs.backends`.
     """
 
     name: str
     devices: list[str]
+    simulated: ClassVar[bool] = False
+    races: ClassVar[bool] = False
 
-    def measure(self, placement: Mapping[str, str]) -> Measurement: ...
+    @abstractmethod
+    def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
+        """Measure a placement given as node name -> device name."""
+
+    @abstractmethod
+    def measure_array(self, placement: np.ndarray, race: bool = False) -> Measurement:
+        """Measure a placement given as one device index (into ``devices``) per node, in
+        the graph's node order."""

@@ -12,15 +12,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from envs.base import Measurement, TimingConfig
+from envs.backends import BACKENDS, build
+from envs.base import Backend, Measurement, TimingConfig
 from hsdag_ray.core.graph import CompGraph, GraphError
 
-__all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "parse_placement"]
+__all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "openvino_backend",
+           "simulator_backend", "parse_placement"]
 
-BACKENDS = ("auto", "hetero", "pipeline", "simulator")
 
-
-class OpenVINOGraphBackend:
+class OpenVINOGraphBackend(Backend):
     """Node placements of ``graph`` measured on real devices by OpenVINO.
 
     The node placement is expanded to an affinity for every op of the model
@@ -37,7 +37,6 @@ class OpenVINOGraphBackend:
         self.name = self.ov.name
 
     races = True
-    """:meth:`measure` takes ``race`` (see :mod:`envs.openvino.racing`)."""
 
     def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
         try:
@@ -46,33 +45,44 @@ class OpenVINOGraphBackend:
             return Measurement.failure(self.name, "validate", str(e))
         return self.ov.measure_ops(affinity, race)
 
+    def measure_array(self, placement: np.ndarray, race: bool = False) -> Measurement:
+        return self.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, placement)},
+                            race=race)
+
 
 def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),
                  timing: TimingConfig = TimingConfig(), profile=None,
-                 objective: str = "sequential", sim_delay_s: float = 0.0):
-    """A backend measuring node placements of ``graph``.
-
-    ``kind`` is one of :data:`BACKENDS`: ``auto``/``hetero``/``pipeline``
-    need the ``model`` and real ``devices``; ``simulator`` needs a
-    :class:`~hsdag_ray.core.profile.Profile` (``devices`` then selects among its
-    devices, all of them by default; ``sim_delay_s`` > 0 makes every simulated
-    measurement take that long, see :class:`envs.simulator.TimedSimulatorBackend`).
-    """
-    if kind == "simulator":
-        from envs.simulator import SimulatorBackend
-        from hsdag_ray.core.profile import cost_graph
-
-        if profile is None:
-            raise GraphError("the simulator backend needs a profile (--profile FILE); "
-                             "record one with python -m hsdag_ray.profile")
-        cg = cost_graph(graph, profile, list(devices) or None)
-        if sim_delay_s > 0:
-            from envs.simulator import TimedSimulatorBackend
-
-            return TimedSimulatorBackend(cg, objective, sim_delay_s)
-        return SimulatorBackend(cg, objective)
+                 objective: str = "sequential", sim_delay_s: float = 0.0) -> Backend:
+    """A backend measuring node placements of ``graph``: the one registered as ``kind``
+    (:data:`envs.backends.BACKENDS`). The OpenVINO ones need the ``model`` and real
+    ``devices``; the simulator needs a :class:`~hsdag_ray.core.profile.Profile`
+    (``devices`` then selects among its devices, all of them by default; ``sim_delay_s``
+    > 0 makes every simulated measurement take that long, see
+    :class:`envs.simulator.TimedSimulatorBackend`)."""
     if kind not in BACKENDS:
         raise GraphError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
+    return build(kind, graph, model=model, devices=devices, timing=timing, profile=profile,
+                 objective=objective, sim_delay_s=sim_delay_s, kind=kind)
+
+
+def simulator_backend(graph: CompGraph, *, profile=None, devices: Sequence[str] = (),
+                      objective: str = "sequential", sim_delay_s: float = 0.0, **_) -> Backend:
+    """The simulator on ``profile``'s costs of ``graph`` (registered as ``simulator``)."""
+    from envs.simulator import SimulatorBackend, TimedSimulatorBackend
+    from hsdag_ray.core.profile import cost_graph
+
+    if profile is None:
+        raise GraphError("the simulator backend needs a profile (--profile FILE); "
+                         "record one with python -m hsdag_ray.profile")
+    cg = cost_graph(graph, profile, list(devices) or None)
+    if sim_delay_s > 0:
+        return TimedSimulatorBackend(cg, objective, sim_delay_s)
+    return SimulatorBackend(cg, objective)
+
+
+def openvino_backend(graph: CompGraph, *, model=None, devices: Sequence[str] = (),
+                     timing: TimingConfig = TimingConfig(), kind: str = "auto", **_) -> Backend:
+    """Real OpenVINO devices (registered as ``auto``, ``hetero`` and ``pipeline``, the mode)."""
     if model is None:
         raise GraphError(f"the {kind} backend measures a real model; name one with --model")
     return OpenVINOGraphBackend(graph, model, devices, kind, timing)

@@ -220,12 +220,7 @@ class PlacementEnv(gym.Env):
         """Measure on the backend; ``race`` lets a real backend time a clearly
         slower placement shorter (:mod:`envs.openvino.racing`)."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
-        if hasattr(self.backend, "measure_array"):
-            return self.backend.measure_array(p)
-        placement_map = {nm: self.devices[int(d)] for nm, d in zip(self.graph.names, p)}
-        if race and getattr(self.backend, "races", False):
-            return self.backend.measure(placement_map, race=True)
-        return self.backend.measure(placement_map)
+        return self.backend.measure_array(p, race=race and self.backend.races)
 
     def _reference(self) -> tuple[float, dict[str, float]]:
         """The reference latency of rewards and failures, and each device's latency.

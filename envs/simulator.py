@@ -35,7 +35,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from envs.base import Measurement
+from envs.base import Backend, Measurement
 from hsdag_ray.core.costgraph import CostGraph
 from hsdag_ray.core.fit import violation
 
@@ -276,8 +276,10 @@ class Simulator:
         return res
 
 
-class SimulatorBackend:
+class SimulatorBackend(Backend):
     """The simulator behind the :class:`envs.base.Backend` interface."""
+
+    simulated = True
 
     def __init__(self, graph: CostGraph, objective: str = "sequential") -> None:
         if objective not in OBJECTIVES:
@@ -287,7 +289,7 @@ class SimulatorBackend:
         self.devices = list(graph.devices)
         self.name = f"simulator/{objective}"
 
-    def measure_array(self, placement: np.ndarray) -> Measurement:
+    def measure_array(self, placement: np.ndarray, race: bool = False) -> Measurement:
         t0 = time.perf_counter()
         res = self.sim.evaluate(placement, self.objective)
         info = dict(res.breakdown)
@@ -309,7 +311,7 @@ class SimulatorBackend:
         limited = np.isfinite(cap) & (cap > 0)
         return float((np.maximum(use[limited] - cap[limited], 0.0) / cap[limited]).sum())
 
-    def measure(self, placement: Mapping[str, str]) -> Measurement:
+    def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
         try:
             p = self.sim.graph.placement_from_names(placement)
         except KeyError as e:
@@ -327,6 +329,6 @@ class TimedSimulatorBackend(SimulatorBackend):
         self.delay_s = float(delay_s)
         self.name = f"simulator/{objective}/timed"
 
-    def measure_array(self, placement: np.ndarray) -> Measurement:
+    def measure_array(self, placement: np.ndarray, race: bool = False) -> Measurement:
         time.sleep(self.delay_s)
         return super().measure_array(placement)

@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from envs.backends import BACKENDS
 from envs.base import Measurement, TimingConfig, summarize_times
 from envs.graph_backend import parse_placement
 from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
@@ -56,7 +57,8 @@ from hsdag_ray.core.models import MODEL_HELP
 
 __all__ = ["main", "apply", "TOLERANCE"]
 
-MODES = ("auto", "hetero", "pipeline")
+#: the real OpenVINO backends a placement is applied with
+MODES = tuple(name for name, kind in BACKENDS.items() if kind.real)
 
 
 def _parser() -> argparse.ArgumentParser:

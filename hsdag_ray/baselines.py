@@ -15,6 +15,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from envs.backends import is_real
+
 __all__ = ["Baselines", "single_devices", "profile_costs", "compute_baselines"]
 
 
@@ -97,7 +99,7 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     for k, (name, t) in enumerate(call(service, "single_devices").items()):
         b.latency_s[f"{name}_only"] = t
         b.candidates[f"{name}_only"] = [k] * n
-    if env.config.backend != "simulator":
+    if is_real(env.config.backend):
         m = call(service, "measure", AUTO)
         b.latency_s["openvino_auto"] = m["latency_s"] if m["ok"] else math.inf
         b.candidates["openvino_auto"] = AUTO

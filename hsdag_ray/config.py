@@ -12,12 +12,18 @@ from typing import Any
 
 from hsdag_ray.cli import UsageError, read_yaml_mapping
 
-__all__ = ["TrainConfig", "SECTIONS", "MEASURE_RESOURCE", "BACKEND_CHOICES", "ALGOS"]
+__all__ = ["TrainConfig", "SECTIONS", "MEASURE_RESOURCE", "backend_choices", "ALGOS"]
 
 
 #: the custom Ray resource a measuring machine advertises once (one measurement at a time)
 MEASURE_RESOURCE = "measure_slot"
-BACKEND_CHOICES = ("default", "simulator", "auto", "hetero", "pipeline")
+
+def backend_choices() -> tuple[str, ...]:
+    """``--backend``'s choices: ``default`` and every registered backend."""
+    from envs.backends import BACKENDS
+
+    return ("default",) + tuple(BACKENDS)
+
 ALGOS = ("reinforce", "ppo")
 
 
@@ -315,8 +321,8 @@ class TrainConfig:
              f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}"),
             (self.algo in ALGOS + ("",),
              f"unknown algo {self.algo!r}; choose {' or '.join(ALGOS)}"),
-            (self.backend in BACKEND_CHOICES,
-             f"unknown backend {self.backend!r}; choose one of {', '.join(BACKEND_CHOICES)}"),
+            (self.backend in backend_choices(),
+             f"unknown backend {self.backend!r}; choose one of {', '.join(backend_choices())}"),
             (self.objective in OBJECTIVES,
              f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}"),
             (self.coarsen in COARSENINGS,

@@ -154,13 +154,19 @@ def test_reference_without_any_feasible_single_device_or_split_is_estimated(prof
     assert env.reference_s == pytest.approx(expected) and env.reference_s < 0.5
 
 
-class _Flaky:
+from envs.base import Backend  # noqa: E402
+
+
+class _Flaky(Backend):
     """A backend that times out once per placement, then measures (a busy machine)."""
 
     def __init__(self, inner):
         self.inner, self.name, self.devices, self.seen = inner, inner.name, inner.devices, set()
 
-    def measure_array(self, p):
+    def measure(self, placement, race=False):
+        return self.measure_array(self.inner.sim.graph.placement_from_names(placement))
+
+    def measure_array(self, p, race=False):
         from envs.base import Measurement
 
         key = tuple(int(x) for x in p)
@@ -202,7 +208,7 @@ def test_errors_of_a_measuring_env_reach_the_run_store(profile):
         store.stats()  # registered before the environment connects
         env = make_env(profile, store="test_errors_store")
 
-        def broken(p):
+        def broken(p, race=False):
             raise ZeroDivisionError("a bug in the measuring code")
 
         env.backend.measure_array = broken

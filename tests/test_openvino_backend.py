@@ -166,7 +166,7 @@ def test_plugin_library_comes_from_the_openvino_package() -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_all_on_one_device(net: ov.Model, device: str) -> None:
     backend = OpenVINOBackend(net, DEVICES, timing=FAST)
-    assert isinstance(backend, Backend)
+    assert backend.races  # it can time a slower placement shorter
     m = backend.measure_ops(everything_on(net, device))
     assert m.ok, m.error
     assert m.info["path"] == "single" and m.info["stages"] == 1 and m.info["devices_used"] == [device]

@@ -1,0 +1,75 @@
+"""Every measuring backend, by name: what ``--backend`` chooses.
+
+A backend is a class behind :class:`envs.base.Backend`; its kind is registered here once
+with a factory that builds it for a graph, so the command line, the run's checks and the
+environment read one list. Adding a backend is its own module plus one :func:`register`
+call below. Factories are named as ``"package.module:function"`` and imported only when
+a backend is built, so listing the backends imports nothing heavy.
+
+A factory is called as ``factory(graph, model=..., devices=..., timing=..., profile=...,
+objective=..., sim_delay_s=...)`` and returns an :class:`envs.base.Backend`.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BackendKind", "BACKENDS", "register", "get", "is_real", "build"]
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """One ``--backend`` choice.
+
+    Attributes:
+        name: the ``--backend`` name.
+        factory: ``"pkg.mod:function"`` that builds the backend for a graph.
+        real: it measures on real devices (a measuring machine holds them; a run pins
+            its measuring actors there and re-measures its figures at the end); False:
+            a cost model computes the latency.
+        description: one line for ``--help`` and errors.
+    """
+
+    name: str
+    factory: str
+    real: bool
+    description: str
+
+
+BACKENDS: dict[str, BackendKind] = {}
+
+
+def register(kind: BackendKind) -> BackendKind:
+    if kind.name in BACKENDS:
+        raise ValueError(f"backend {kind.name!r} is registered twice")
+    BACKENDS[kind.name] = kind
+    return kind
+
+
+def get(name: str) -> BackendKind:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}") from None
+
+
+def is_real(name: str) -> bool:
+    """Whether the backend ``name`` measures on real devices."""
+    return get(name).real
+
+
+def build(name: str, graph, **kwargs: Any):
+    """The backend ``name`` for ``graph`` (see the module docstring for ``kwargs``)."""
+    mod, _, attr = get(name).factory.partition(":")
+    return getattr(importlib.import_module(mod), attr)(graph, **kwargs)
+
+
+register(BackendKind("auto", "envs.graph_backend:openvino_backend", True,
+                     "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails"))
+register(BackendKind("hetero", "envs.graph_backend:openvino_backend", True,
+                     "OpenVINO HETERO with an affinity on every op"))
+register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
+                     "OpenVINO: the model split into stages compiled per device"))
+register(BackendKind("simulator", "envs.graph_backend:simulator_backend", False,
+                     "the cost model of a profile (sequential, parallel or throughput objective)"))
