@@ -48,15 +48,15 @@ from policies.result import SolveResult
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT.parent / "shared" / "benchmarks" / "dnn-partitioning"
 CACHE = ROOT / "bench" / ".cache"
-PLAN = {"throughput": ["dp", "milp-contig", "milp", "single", "random"],
-        "sequential": ["milp", "alpha-expansion", "mincut", "single", "random"],
-        "parallel": ["heft", "single", "random"]}
+PLAN = {"throughput": ["dp", "milp-contig", "milp", "single", "random-best"],
+        "sequential": ["milp", "alpha-expansion", "mincut", "single", "random-best"],
+        "parallel": ["heft", "single", "random-best"]}
 PAPER_MODELS = ("resnet50", "inception_v3", "bert_base")
 DEVICE_SETS = ("CPU+GPU_MODEL", "CPU+GPU_SMALLMEM")
 MODELED = ("GPU_MODEL", "GPU_SMALLMEM")
-MODEL_PLAN = {"sequential": ["mincut", "alpha-expansion", "milp", "single", "random"],
-              "throughput": ["dp", "milp-contig", "milp", "single", "random"],
-              "parallel": ["heft", "milp", "single", "random"]}
+MODEL_PLAN = {"sequential": ["mincut", "alpha-expansion", "milp", "single", "random-best"],
+              "throughput": ["dp", "milp-contig", "milp", "single", "random-best"],
+              "parallel": ["heft", "milp", "single", "random-best"]}
 
 
 def _ms(x: float) -> str:

@@ -15,7 +15,7 @@ lower bound and gap, whether it is proven optimal, and the solve time.
 ``--out`` writes the result with the placement keyed by node name.
 
 Methods (``--list`` prints them): mincut, alpha-expansion, milp, milp-contig,
-dp, heft, single (``--device NAME`` for one device), random (``--seed``,
+dp, heft, single (``--device NAME`` for one device), random-best (``--seed``,
 ``--samples``).
 
 Exit codes: 0 a feasible placement was found; 1 none was (infeasible
@@ -142,10 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--method", help="method name (see --list)")
     ap.add_argument("--devices", help="keep the first N devices, or a comma-separated list")
     ap.add_argument("--time-limit", type=float, default=60.0,
-                    help="seconds for MILPs, DP, alpha-expansion, random (default 60)")
+                    help="seconds for MILPs, DP, alpha-expansion, random-best (default 60)")
     ap.add_argument("--device", help="for --method single: the device (default: the best)")
-    ap.add_argument("--seed", type=int, default=0, help="for --method random (default 0)")
-    ap.add_argument("--samples", type=int, default=100, help="for --method random (default 100)")
+    ap.add_argument("--seed", type=int, default=0, help="for --method random-best (default 0)")
+    ap.add_argument("--samples", type=int, default=100, help="for --method random-best (default 100)")
     ap.add_argument("--out", help="write the result and placement (keyed by node name) as JSON")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--list", action="store_true", help="list the methods and exit")
@@ -181,7 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError(f"--device {args.device}: not a device of this graph "
                              f"({', '.join(graph.devices)})")
         options["device"] = args.device
-    if args.method == "random":
+    if args.method == "random-best":
         options.update(seed=args.seed, samples=args.samples)
     try:
         result = solve(graph, args.objective, args.method, time_limit=args.time_limit, **options)

@@ -245,11 +245,6 @@ class GroupedPlacementDistribution(TorchDistribution):
 
     # -- group views -----------------------------------------------------------------
     @property
-    def is_representative(self) -> Tensor:
-        """``[..., N_max]`` bool, True at each group's first node."""
-        return self._is_rep
-
-    @property
     def num_groups(self) -> Tensor:
         """``[...]`` number of groups per graph."""
         return self._is_rep.sum(-1)

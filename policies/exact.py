@@ -16,7 +16,9 @@ method                    objectives                   what it is
 ``dp``                    throughput                   DP over ideals (contiguous splits)
 ``heft``                  parallel                     HEFT list scheduling
 ``single``                all                          best single device (``device=``)
-``random``                all                          best of seeded random placements
+``random-best``           all                          best of seeded random placements
+                                                       on the profile (``train --method
+                                                       random`` is random search, measured)
 ========================  ===========================  ===================================
 
 "Exact" means the returned placement is optimal for the simulator's
@@ -94,7 +96,7 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
     Solver("heft", solve_heft, ("parallel",), (), "all", "HEFT list scheduling"),
     Solver("single", solve_single, OBJECTIVES, (), "all",
            "everything on one device (the best one unless device= is given)"),
-    Solver("random", solve_random, OBJECTIVES, (), "all",
+    Solver("random-best", solve_random, OBJECTIVES, (), "all",
            "best of seeded random placements (samples=, seed=)"),
 )}
 
@@ -110,9 +112,9 @@ def solve(graph: CostGraph, objective: str, method: str, *,
 
     Args:
         time_limit: seconds for the methods that honour one (MILPs, DP,
-            alpha-expansion, random); None = no limit.
+            alpha-expansion, random-best); None = no limit.
         options: method options (``device=`` for ``single``, ``samples=`` /
-            ``seed=`` for ``random``, ``rel_gap=`` for the MILPs,
+            ``seed=`` for ``random-best``, ``rel_gap=`` for the MILPs,
             ``max_ideals=`` for ``dp``).
 
     Raises:
