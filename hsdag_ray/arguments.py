@@ -34,12 +34,14 @@ def shown_sections(method: Optional[str]) -> tuple[str, ...]:
 
 def build_parser(help_for: Optional[Mapping[str, str]] = None,
                  description: Optional[str] = None,
-                 sections: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+                 sections: Optional[Sequence[str]] = None,
+                 method: Optional[str] = None) -> argparse.ArgumentParser:
     """The command line of every TrainConfig field; ``help_for`` replaces the help of
     fields whose meaning another command changes (e.g. pretrain's ``budget``);
     ``description`` heads ``--help``; ``sections`` (of :data:`SECTIONS`): the settings
     ``--help`` lists in full, grouped by section (None: every section; the others are
-    parsed all the same)."""
+    parsed all the same); ``method``: the method whose description and departures from its
+    paper ``--help`` ends with."""
     help_for = dict(help_for or {})
     short = sections is not None and tuple(sections) == ("run",)
     if short and description:  # its first paragraph and its examples
@@ -53,6 +55,8 @@ def build_parser(help_for: Optional[Mapping[str, str]] = None,
     ap.add_argument("--verbose", action="store_true",
                     help="show the libraries' warnings and logs (torch, Ray, RLlib, W&B, "
                          "OpenVINO) on the console instead of the run's libraries.log")
+    if method is not None:
+        ap.epilog = _method_epilog(method)
     if short:
         ap.epilog = ("A learned method's settings (its network, REINFORCE or PPO, the guide's "
                      "details): python -m hsdag_ray.train --method METHOD --help. Methods: "
@@ -150,6 +154,24 @@ def _method_names() -> list[str]:
     return list(METHODS)
 
 
+def _method_epilog(method: Optional[str]) -> Optional[str]:
+    """What ``--method M --help`` ends with: the method's one line and where it departs
+    from its paper (:attr:`policies.registry.Method.departures`)."""
+    from policies.registry import METHODS
+
+    m = METHODS.get(method or "")
+    if m is None:
+        return None
+    lines = [f"{m.name}: {m.description}."]
+    if m.departures:
+        lines.append("Departures from the paper (each fixes a defect of the published method "
+                     "or its reference code):")
+        lines += [f"  - {d}" for d in m.departures]
+    elif m.kind == "rl":
+        lines.append("It runs as its paper specifies.")
+    return "\n".join(lines)
+
+
 def _named_method(argv: Sequence[str]) -> Optional[str]:
     """The ``--method`` an argument list names, if any (for what ``--help`` lists)."""
     for k, a in enumerate(argv):
@@ -164,8 +186,10 @@ def config_from_args(argv: Optional[Sequence[str]], description: Optional[str] =
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    sections = shown_sections(_named_method(argv)) if ("-h" in argv or "--help" in argv) else None
-    args = build_parser(description=description, sections=sections).parse_args(argv)
+    named = _named_method(argv)
+    sections = shown_sections(named) if ("-h" in argv or "--help" in argv) else None
+    args = build_parser(description=description, sections=sections,
+                        method=named if sections else None).parse_args(argv)
     values: dict[str, Any] = {}
     resume = Path(args.resume) if args.resume else None
     if resume is not None:

@@ -413,8 +413,25 @@ class TrainConfig:
 
     @classmethod
     def yaml_settings(cls, path: str) -> dict[str, Any]:
-        """The settings a YAML file (``--config``) names, checked to be fields of this class."""
+        """The settings a YAML file (``--config``) names, checked to be fields of this class.
+        The file lists them flat or nested by section (:data:`SECTIONS`: ``run:``,
+        ``run details:``, ``learning:``, ``guide:``, ``hsdag:``, ``rnn:``), e.g.::
+
+            run: {model: resnet50, method: hsdag, budget: 200}
+            hsdag: {grouping_noise: 0.5}
+        """
         data = read_yaml_mapping(path, "config file")
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in SECTIONS and isinstance(value, dict):
+                wrong = sorted(set(value) - set(SECTIONS[key]))
+                if wrong:
+                    raise UsageError(f"{wrong[0]!r} in section {key!r} of {path} is not a {key} "
+                                     f"setting; its settings are {', '.join(SECTIONS[key])}")
+                flat.update(value)
+            else:
+                flat[key] = value
+        data = flat
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

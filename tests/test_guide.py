@@ -127,3 +127,32 @@ def test_measurements_to_a_target_and_the_sweep_table():
     table = markdown(rows)
     assert "| m | hsdag | as published |" in table and "| m | hsdag | guided |" in table
     assert "| >3 (0/1 runs) |" in table  # never within 1.01x: its measurements, marked
+
+
+def test_method_help_lists_its_departures_from_the_paper(capsys):
+    from hsdag_ray.train import main
+    from policies.registry import METHODS
+
+    for name in ("hsdag", "rnn", "gdp"):
+        assert METHODS[name].departures, name
+        with pytest.raises(SystemExit):
+            main(["--method", name, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "Departures from the paper" in out
+        assert all(" ".join(d.split()) in out for d in METHODS[name].departures)
+
+
+def test_a_yaml_config_nests_its_settings_by_section(tmp_path):
+    from hsdag_ray.arguments import config_from_args
+    from hsdag_ray.cli import UsageError
+
+    good = tmp_path / "run.yaml"
+    good.write_text("run: {model: tiny_cnn, budget: 30, guide: true}\nhsdag: {grouping_noise: 0.5}\n"
+                    "learning: {lr: 0.002}\nseed: 3\n")
+    cfg = config_from_args(["--config", str(good)]).cfg
+    assert (cfg.model, cfg.budget, cfg.guide, cfg.grouping_noise, cfg.lr, cfg.seed) == \
+        ("tiny_cnn", 30, True, 0.5, 0.002, 3)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hsdag: {lr: 0.1}\n")
+    with pytest.raises(UsageError, match="'lr' in section 'hsdag' of .*bad.yaml is not a hsdag setting"):
+        config_from_args(["--config", str(bad)])
