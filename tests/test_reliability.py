@@ -103,7 +103,8 @@ def kill_and_resume(run: Path, log: Path, first: list[str], kills) -> tuple[list
     seen: set[str] = set()
     killed = []
     for i, (moment, condition) in enumerate(kills):
-        proc = start(first if i == 0 else resume, log)
+        # killed before it wrote config.json: not a run folder yet, its command is run again
+        proc = start(resume if (run / "config.json").is_file() else first, log)
         if kill_when(proc, run, condition()):
             killed.append(moment)
         else:
@@ -152,6 +153,12 @@ def after_row(run: Path):
 def after(seconds: float):
     t = time.time() + seconds
     return lambda r: time.time() >= t
+
+
+def printed(log: Path, text: bytes):
+    """True once the session started now prints ``text`` (the log holds earlier sessions')."""
+    size = log.stat().st_size if log.exists() else 0
+    return lambda r: text in log.read_bytes()[size:]
 
 
 def sim_run(profile: Path, out: Path, name: str, budget: int) -> list[str]:
@@ -380,3 +387,97 @@ def test_a_pretrained_checkpoint_is_written_whole_or_not_at_all(tmp_path):
     ckpt = read_pretrained(tmp_path)
     assert ckpt["iterations"] == 2 and set(ckpt["state_dict"]) == {"weight", "bias"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pretrained.json", "pretrained.pt"]
+
+
+# longer versions (pytest -m slow) -----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_killed_during_its_final_remeasurement_resumes_and_finishes(tmp_path,
+                                                                         tiny_profile_file):
+    """A simulator that stands for real devices (a measuring time per placement) times its
+    best placements again at the end: SIGKILL the driver while it does, and at seven
+    random moments before; resumed, the run's state is as consistent as ever."""
+    rng = random.Random(1)
+    run, log, budget = tmp_path / "final", tmp_path / "out.log", 100
+    first = sim_run(tiny_profile_file, tmp_path, "final", budget) + ["--sim-delay-s", "0.01",
+                                                                     "--remeasure-rounds", "3"]
+    kills = [(f"at a random moment ({i})", lambda: after(rng.uniform(3.0, 40.0))) for i in range(7)]
+    kills.append(("during the final re-measurement",
+                  lambda: printed(log, b"again next to")))
+    killed, seen = kill_and_resume(run, log, first, kills)
+    assert "during the final re-measurement" in killed, killed
+    check_consistent(run, log, seen, budget)
+    assert json.loads((run / "summary.json").read_text()).get("remeasured")
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_again_and_again_finishes_with_every_trial_consistent(tmp_path,
+                                                                            tiny_profile_file):
+    """SIGKILL a sweep (its trials and its Ray with it) at random moments, five times, and
+    run it again each time: every trial ends with each iteration once, its summary counting
+    what its store holds; a trial finished before a kill is never run again."""
+    rng = random.Random(2)
+    cmd = sweep_cmd(tmp_path, tiny_profile_file, "0,1,2")
+    runs = tmp_path / "sw" / "runs"
+    log = tmp_path / "sweep.log"
+    finished: dict[str, int] = {}
+    for _ in range(5):
+        proc = start(cmd, log)
+        kill_when(proc, runs, after(rng.uniform(15.0, 60.0)), timeout=400)
+        for p in runs.glob("*/summary.json"):
+            finished.setdefault(p.parent.name, p.stat().st_mtime_ns)
+    proc = start(cmd, log)
+    assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    reap(proc)
+    after_ = {p.parent.name: p.stat().st_mtime_ns for p in runs.glob("*/summary.json")}
+    assert len(after_) == 3 and all(after_[n] == t for n, t in finished.items())
+    for name in after_:
+        s = json.loads((runs / name / "summary.json").read_text())
+        store = json.loads((runs / name / "store.json").read_text())
+        its = [x["iteration"] for x in rows(runs / name)]
+        assert its == list(range(1, s["iterations"] + 1)), (name, its)
+        assert s["measurements"] == len(store["log"])
+    assert "Partial" not in (tmp_path / "sw" / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_on_two_measuring_nodes_survives_a_node_killed_and_a_driver_killed(tmp_path):
+    """Two measuring machines (raylets of a ray.cluster_utils.Cluster): one is killed hard
+    mid-run, then the driver is SIGKILLed; resumed on the cluster, the run finishes with
+    every iteration once and no measurement lost."""
+    from ray.cluster_utils import Cluster
+
+    from hsdag_ray.config import MEASURE_RESOURCE
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    nodes = [cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    run, log, budget = tmp_path / "two", tmp_path / "out.log", 60
+    base = [sys.executable, "-m", "hsdag_ray.train"]
+    first = base + ["--model", "tiny_cnn", "--backend", "auto", "--devices", "CPU,CPU_F32",
+                    "--env-runners", "2", "--episode-len", "10", "--repeats", "3",
+                    "--remeasure-rounds", "2", "--wandb", "disabled", "--checkpoint-every", "1",
+                    "--budget", str(budget), "--address", cluster.address, "--out", str(tmp_path),
+                    "--name", "two"]
+    resume = base + ["--resume", str(run), "--address", cluster.address]
+    seen: set[str] = set()
+    try:
+        proc = start(first, log)
+        t0 = time.time()
+        while iteration(run) < 1 and proc.poll() is None and time.time() - t0 < 300:
+            time.sleep(0.2)
+        cluster.remove_node(nodes[0], allow_graceful=False)  # a measuring machine dies
+        n = iteration(run)
+        kill_when(proc, run, lambda r: iteration(r) > n, timeout=300)
+        for s in stores(run):
+            seen.update(keys(s))
+        proc = start(resume, log)
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        cluster.shutdown()
+    summary = json.loads((run / "summary.json").read_text())
+    final = json.loads((run / "store.json").read_text())
+    its = [r["iteration"] for r in rows(run)]
+    assert its == list(range(1, summary["iterations"] + 1)), its
+    assert summary["measurements"] == len(final["log"]) and seen <= keys(final)
