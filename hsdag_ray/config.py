@@ -10,7 +10,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from envs.env_config import EnvConfig
 from hsdag_ray.cli import UsageError, read_yaml_mapping
+from policies.hsdag_config import HSDAGConfig
 
 __all__ = ["TrainConfig", "SECTIONS", "MEASURE_RESOURCE", "backend_choices", "ALGOS"]
 
@@ -243,11 +245,11 @@ class TrainConfig:
     devices: list[str] = field(default_factory=list)
     profile: str = ""
     sim_profile: str = ""
-    objective: str = "sequential"
-    coarsen: str = "colocation"
+    objective: str = EnvConfig.objective
+    coarsen: str = EnvConfig.coarsen
     budget: int = 500
     budget_unit: str = "placements"
-    episode_len: int = 20
+    episode_len: int = EnvConfig.episode_len
     episodes_per_iteration: int = 1
     env_runners: int = 1
     lr: float = 1e-3
@@ -260,24 +262,24 @@ class TrainConfig:
     stall_entropy: float = 0.1
     stall_shrink: float = 1.0
     reward: str = ""
-    hidden_dim: int = 64
-    gcn_layers: int = 2
-    node_state_update: bool = True
-    grouping_noise: float = 0.3
+    hidden_dim: int = HSDAGConfig.hidden_dim
+    gcn_layers: int = HSDAGConfig.num_gcn_layers
+    node_state_update: bool = HSDAGConfig.node_state_update
+    grouping_noise: float = HSDAGConfig.grouping_noise
     rnn_groups: int = 0
-    self_loops: bool = False
-    node_moves: bool = False
+    self_loops: bool = HSDAGConfig.self_loops
+    node_moves: bool = HSDAGConfig.node_moves
     segment_moves: bool = False
-    move_floor: float = 0.0
+    move_floor: float = HSDAGConfig.move_floor
     incumbent_prior: float = -1.0
-    incumbent_flips: float = 0.0
-    incumbent_share: float = 1.0
+    incumbent_flips: float = HSDAGConfig.incumbent_flips
+    incumbent_share: float = EnvConfig.incumbent_share
     exact_start: str = "auto"
-    sampled_grouping: bool = False
-    graph_norm: bool = True
-    incumbent: bool = False
+    sampled_grouping: bool = HSDAGConfig.sampled_grouping
+    graph_norm: bool = HSDAGConfig.graph_norm
+    incumbent: bool = EnvConfig.incumbent
     start: str = "uniform"
-    start_logit: float = 2.0
+    start_logit: float = HSDAGConfig.prior_logit
     no_fractal: bool = False
     no_shape: bool = False
     no_op_type: bool = False
@@ -295,16 +297,16 @@ class TrainConfig:
     repeats: int = 5
     threads: int = 1
     timeout: float = 120.0
-    failure_factor: float = 10.0
-    memory_penalty: str = "repair"
+    failure_factor: float = EnvConfig.failure_factor
+    memory_penalty: str = EnvConfig.memory_penalty
     remeasure_rounds: int = 5
     solver_time_limit: float = 120.0
     torch_threads: int = 1
-    sim_delay_s: float = 0.0
+    sim_delay_s: float = EnvConfig.sim_delay_s
     init: str = ""
     init_soften: float = 0.0
     zero_shot_samples: int = 1
-    screen: float = 0.0
+    screen: float = EnvConfig.screen
     refit_every: int = 0
     neighbour_every: int = -1
     neighbour_order: str = "profile"

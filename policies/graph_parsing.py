@@ -19,12 +19,12 @@ from torch import Tensor, nn
 from torch_geometric.utils import coalesce, scatter
 
 from policies.edge_draws import partner_logp, sample_partners
+from policies.hsdag_config import POOLINGS
 from policies.layers import mlp, reset_sequential, unique_ids
 
 __all__ = ["POOLINGS", "Grouping", "PooledGraph", "GraphParsingPool", "dominant_edges",
            "parse_groups"]
 
-POOLINGS = ("mean", "sum")
 
 
 class Grouping(NamedTuple):

@@ -3,11 +3,13 @@ RLModule's ``model_config``; the reasons behind the defaults are in :mod:`polici
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal, get_args
 
-from policies.graph_parsing import POOLINGS
+__all__ = ["HSDAGConfig", "Pooling", "POOLINGS"]
 
-__all__ = ["HSDAGConfig"]
+#: how a group's embedding pools its nodes' (:class:`policies.graph_parsing.GraphParsingPool`)
+Pooling = Literal["mean", "sum"]
+POOLINGS: tuple[str, ...] = get_args(Pooling)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +87,7 @@ class HSDAGConfig:
     pooled_gcn: bool = False
     node_state_update: bool = True
     reuse_sampled_grouping: bool = True
-    pooling: str = "mean"
+    pooling: Pooling = "mean"
     graph_norm: bool = True
     group_norm: bool = True
     grouping_noise: float = 0.3
