@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hsdag_ray.cli import UsageError, read_yaml_mapping, run
+from hsdag_ray.cli import UsageError, read_yaml_mapping, run, writable_dir
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.rundir import model_label, slug
 
@@ -178,7 +178,9 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
 
     from hsdag_ray.nodes import measuring_resources
 
-    real = cfg.backend != "simulator" or cfg.sim_delay_s > 0
+    from envs.backends import is_real
+
+    real = is_real(cfg.backend) or cfg.sim_delay_s > 0
     runners = cfg.env_runners
     if real:
         slot = measuring_resources(cfg.devices) if cfg.devices else {MEASURE_RESOURCE: 1}
@@ -302,8 +304,7 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
 
     grid = _check(sc)
     folder = absolute(Path(sc.out) / sc.name)
-    runs = folder / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
+    runs = writable_dir(folder / "runs")
     spec_file = folder / "sweep.json"
     spec = asdict(sc) | {"out": str(absolute(sc.out)), "address": ""}
     if spec_file.is_file():

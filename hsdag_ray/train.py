@@ -1,19 +1,22 @@
 """Learn a placement: ``python -m hsdag_ray.train``.
 
-With no arguments: a local Ray, HSDAG trained with REINFORCE on ResNet-50 for
-500 placements (a placement proposed again is answered from the cache, not
-measured again; one per 10 proposed, an untried neighbour of the run's best is
-measured too, ``--neighbour-every``), W&B offline. On a machine with two or more real
-OpenVINO devices (e.g. CPU and GPU) placements are measured on them; with
-only a CPU the simulator is used, with the local CPU profiled by OpenVINO and
-a modeled accelerator with 64 MB of memory (``GPU_SMALLMEM``: ResNet-50 does
-not fit on it, so the optimum is a real split), and the run says so.
-Modeled devices can be named like real ones (``--devices CPU,GPU_MODEL``).
+With no arguments: a local Ray, HSDAG as its paper specifies (REINFORCE, 1/latency,
+episodes of 20 placements, grouped placement) on ResNet-50 for 500 placements (a
+placement proposed again is answered from the cache, not measured again), W&B
+offline; the summary compares the best placement found with the exact optimum and
+the best single device. On a machine with two or more real OpenVINO devices (e.g. CPU
+and GPU) placements are measured on them; with only a CPU the simulator is used, with
+the local CPU profiled by OpenVINO and a modeled accelerator with 64 MB of memory
+(``GPU_SMALLMEM``: ResNet-50 does not fit on it, so the optimum is a real split), and
+the run says so. ``--guide`` adds the project's search aids to any method (the
+exact-solver start, HSDAG's incumbent prior, untried neighbours of the best);
+``--method refit --guide`` is the quickest way to the best placement.
 Examples::
 
     python -m hsdag_ray.train
+    python -m hsdag_ray.train --method refit --guide --budget 100   # the best placement, fast
     python -m hsdag_ray.train --model bert_base --budget 1000 --env-runners 2
-    python -m hsdag_ray.train --backend simulator --devices CPU,GPU_MODEL
+    python -m hsdag_ray.train --backend simulator --devices CPU,GPU_MODEL --method gdp
     python -m hsdag_ray.train --backend auto --devices CPU,CPU_F32 --model tiny_cnn --budget 60
     python -m hsdag_ray.train --config sweep/run.yaml --seed 3
     python -m hsdag_ray.train --address auto --backend auto --devices CPU,GPU   # on a cluster
@@ -42,11 +45,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from hsdag_ray import console
 from hsdag_ray.baselines import compute_baselines
+from envs.backends import is_real
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.resolve import (check_method_inputs, env_config, exact_start_applies, guide_of,
-                                neighbour_every, resolve_backend)
+                                guided_by, neighbour_every, resolve_backend, resolved)
 from hsdag_ray.rundir import Run
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
@@ -180,7 +184,8 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
         # checkpoint are cut back when resumed (Run.truncate_metrics)
         _checkpoint(driver, store, run_dir, state)
     cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
-    while (stats := store.stats())[cfg.budget_unit] < target and _within_caps(stats, cap, target):
+    while ((stats := store.stats())[cfg.budget_unit] < target and _within_caps(stats, cap, target)
+           and not driver.done):
         t_it = time.time()
         before = stats  # the loop test's count: the store is not asked twice per iteration
         method_metrics = driver.iterate()
@@ -251,7 +256,7 @@ def _measure_exact(baselines, service, say) -> None:
         say("--exact-start: no solver's placement for this run (it needs a profile of "
             "every device and a solver for the objective); the run starts as it would without")
         return
-    [latency] = call(service, "measure_batch", [placement])
+    [latency] = call(service, "measure_batch", [placement], suggested=True)
     solver = "exact solver's" if "optimum" in baselines.candidates else "HEFT's"
     say(f"the {solver} placement on the profile, the run's first: {latency * 1e3:.4g} ms")
 
@@ -296,11 +301,12 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         check_method(ckpt, cfg.method)
         cfg = adopt_settings(cfg, ckpt)  # its features, network and reward unless the run sets them
         init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
+    cfg = resolved(cfg)  # what --guide decides, written out
     torch.set_num_threads(cfg.torch_threads)
     backend, devices, profile = resolve_backend(cfg, say)
     check_method_inputs(cfg, devices, profile)
     # a simulator with a measuring time stands for real devices: measured on measuring machines
-    real = backend != "simulator" or cfg.sim_delay_s > 0
+    real = is_real(backend) or cfg.sim_delay_s > 0
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
     # resumed: the latest checkpoint that verifies, with its state and store, checked before
     # Ray starts; the metrics rows after it are cut (their iterations run again)
@@ -325,9 +331,6 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
             f"devices {', '.join(env.devices)}; backend {env.backend.name}")
         known = "latency_s" in (state.get("baselines") or {})
         exact = exact_start_applies(cfg, backend)
-        if cfg.exact_start == "on" and not exact and not method.costs:
-            say(f"--exact-start: {cfg.method} does not start from a placement, so the exact "
-                "solver's placement is not measured as one of its own")
         # fine-tuning measures the pre-trained policy's greedy placement first and an exact
         # start the exact solver's placement, counted in the budget, before the EnvRunners
         # hold the measuring slots (not again when resumed)
@@ -350,6 +353,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         state["baselines"] = baselines.to_json()
         # a run that measured the profile's solution as its own says so in its summary
         state["exact_start"] = exact and baselines.profile_solution() is not None
+        state["guided_by"] = guided_by(cfg, backend)
         singles = baselines.single_devices()
         (run_dir.dir / "config.json").write_text(json.dumps(
             {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,
@@ -379,7 +383,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         finally:
             progress.close()
         stats = store.stats()
-        if stats[cfg.budget_unit] < cfg.budget:
+        if stats[cfg.budget_unit] < cfg.budget and not driver.done:
             screened = stats.get("screened", 0)
             say(f"stopped at {stats['placements']} placements proposed"
                 + (f" ({screened} screened)" if screened else "")
