@@ -25,9 +25,9 @@ from scipy.stats import spearmanr
 from envs.base import TimingConfig
 from envs.graph_backend import OpenVINOGraphBackend
 from envs.simulator import Simulator
-from hsdag_ray.core.coarsening import build_graph
+from hsdag_core.coarsening import build_graph
 from envs.profiling import fit_link_costs
-from hsdag_ray.core.profile import Profile, cost_graph, split_placements
+from hsdag_core.device_profile import Profile, cost_graph, split_placements
 
 
 def kinds(n: int, count: int, seed: int) -> list[tuple[str, np.ndarray]]:

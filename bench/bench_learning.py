@@ -57,7 +57,7 @@ import numpy as np
 def load_or_record(model: str, folder: Path, jitter: str = "") -> Path:
     """The profile file bench_solvers.py uses (recorded there when missing), or,
     with ``jitter`` = ``SIGMA:SEED``, a variant of it written beside it."""
-    from bench_solvers import model_profile
+    from bench.bench_solvers import model_profile
 
     _, how = model_profile(model, folder)
     print(f"{model}: profile {how}", flush=True)
@@ -111,9 +111,9 @@ def measured_reference(model: str, profile: Path, devices: list[str], coarsen: s
     (``parallel``), HEFT's placement on them. Solved here because a run with
     ``--estimate`` solves its own wrong profile, and a parallel run has no optimum."""
     from envs.simulator import Simulator
-    from policies.exact import exact_method, heuristic_method, solve
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from policies.solvers.exact import exact_method, heuristic_method, solve
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     _, _, graph, _ = build_graph(model, coarsen)
     cg = cost_graph(graph, Profile.load(profile), devices)
@@ -125,7 +125,7 @@ def measured_reference(model: str, profile: Path, devices: list[str], coarsen: s
 def over_what(objective: str) -> tuple[str, str]:
     """What a run's best is divided by, as (its baselines' key, its name in the tables):
     the exact optimum, or HEFT's placement where no exact solver applies to ``objective``."""
-    from policies.exact import heuristic_method
+    from policies.solvers.exact import heuristic_method
 
     heuristic = heuristic_method(objective)  # what runs are given where no exact solver applies
     return ("optimum", "optimum") if heuristic is None else (heuristic, heuristic.upper())

@@ -41,7 +41,7 @@ import numpy as np
 
 from envs.base import TimingConfig, summarize_times
 from envs.graph_backend import OpenVINOGraphBackend
-from hsdag_ray.core.coarsening import build_graph
+from hsdag_core.coarsening import build_graph
 
 #: the settings compared; the last is today's default (TimingConfig())
 SETTINGS = {

@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from bench_learning import best_at, parse, run_grid
+from bench.bench_learning import best_at, parse, run_grid
 
 from hsdag_ray.results import cell
 

@@ -39,11 +39,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from bench_measure import cold_stream, converging_stream
+from bench.bench_measure import cold_stream, converging_stream
 from envs.base import TimingConfig
 from envs.graph_backend import OpenVINOGraphBackend
 from envs.openvino.racing import far_slower, race_step
-from hsdag_ray.core.coarsening import build_graph
+from hsdag_core.coarsening import build_graph
 
 #: the settings replayed; the first is the yardstick, the last today's default
 SETTINGS = {

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_learning import jittered, load_or_record
+from bench.bench_learning import jittered, load_or_record
 
 
 def run_case(truth, known, budget: int, seed: int, budgets: list[int], noise: float,
@@ -34,8 +34,8 @@ def run_case(truth, known, budget: int, seed: int, budgets: list[int], noise: fl
     """One search: best/optimum of the true costs at each budget; ``singles``: told each
     single device's measurement first, as a ``train`` run tells it."""
     from envs.simulator import Simulator
-    from policies.exact import exact_method, solve
-    from policies.refit import ProfileThompson
+    from policies.solvers.exact import exact_method, solve
+    from policies.search.refit import ProfileThompson
 
     machine = Simulator(truth)
     optimum = machine.evaluate(np.asarray(solve(truth, objective, exact_method(
@@ -81,8 +81,8 @@ def main() -> None:
                     help="tell the search each single device's measurement first, as a run does")
     ap.add_argument("--json", default="", help="write every run's curve here")
     args = ap.parse_args()
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     budgets = [int(b) for b in args.budgets.split(",")]
     folder = Path(args.profiles)

@@ -7,7 +7,7 @@ For each model and profile (the one recorded here, and its ``--jitter`` copies,
 as ``bench_learning.py`` makes them, in the same ``--profiles`` folder): the
 start a run samples around before anything is measured
 (:func:`envs.incumbent.start_placement`: each single device repaired to fit
-memory by :func:`hsdag_ray.core.fit.repair`, the one the profile estimates
+memory by :func:`hsdag_core.fit.repair`, the one the profile estimates
 fastest) over the exact optimum (MILP with the memory limit), and the mean
 time of one repair over random overflowing placements. Prints a markdown table.
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_learning import load_or_record
+from bench.bench_learning import load_or_record
 from envs.incumbent import start_placement
 from envs.simulator import Simulator
-from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.fit import feasible, repair
-from hsdag_ray.core.profile import Profile, cost_graph
-from policies.exact import solve
+from hsdag_core.coarsening import build_graph
+from hsdag_core.fit import feasible, repair
+from hsdag_core.device_profile import Profile, cost_graph
+from policies.solvers.exact import solve
 
 MODELS = "resnet50,bert_base,hf:gpt2,tv:efficientnet_v2_s,tv:swin_t,hf:bart"
 

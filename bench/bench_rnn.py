@@ -48,7 +48,7 @@ def main() -> None:
     from ray.rllib.core.columns import Columns
 
     from envs.observation import pad_graph_observation, placement_spaces
-    from policies.rnn_module import RNNPlacerRLModule
+    from policies.rnn.module import RNNPlacerRLModule
 
     print(f"| ops | sample one placement (s) | update over {args.batch} (s) | saved for backward (MB) |")
     print("|---|---|---|---|")

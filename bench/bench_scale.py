@@ -3,7 +3,7 @@
     python bench/bench_scale.py                          # 50,000 nodes, gdp and hsdag
     python bench/bench_scale.py --nodes 3000,50000 --methods gdp --json
 
-A synthetic DAG (:func:`hsdag_ray.core.synthetic.random_cost_graph`: long and
+A synthetic DAG (:func:`hsdag_core.synthetic.random_cost_graph`: long and
 narrow with skip connections, like a deep network's graph) of ``--nodes``
 nodes and two devices is given to each method's RLModule as the padded
 placement observation every environment produces. Each (method, size) runs in
@@ -120,8 +120,8 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
 
     from envs.observation import pad_graph_observation, placement_spaces
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.synthetic import random_cost_graph
-    from policies.hsdag_module import GATE_PARTNER
+    from hsdag_core.synthetic import random_cost_graph
+    from policies.hsdag.module import GATE_PARTNER
     from policies.registry import get, load
 
     torch.manual_seed(seed)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from envs.simulator import OBJECTIVES, Simulator
-from hsdag_ray.core.synthetic import random_cost_graph
+from hsdag_core.synthetic import random_cost_graph
 
 
 def time_eval(sim: Simulator, objective: str, reps: int, seed: int = 0) -> float:
@@ -28,8 +28,8 @@ def time_eval(sim: Simulator, objective: str, reps: int, seed: int = 0) -> float
 
 
 def bert_cost_graph():
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, add_modeled_device, cost_graph
 
     _, fine, _, _ = build_graph("bert_base", "none")
     prof = Profile("bert_base", {}, {})

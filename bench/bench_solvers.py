@@ -19,7 +19,7 @@ inference input within 60 s: the table flags any that does not.
 Paper models (``--models``, default resnet50, inception_v3, bert_base; ``none``
 skips them): the model's placement graph (``--coarsen``, default colocation as
 in ``python -m hsdag_ray.solve``) with the costs of a profile of the local CPU
-(OpenVINO per-op times, ``hsdag_ray.core.profile.record``) plus the modeled
+(OpenVINO per-op times, ``hsdag_core.device_profile.record``) plus the modeled
 accelerators GPU_MODEL and GPU_SMALLMEM (64 MB for weights: every paper model
 must split). Each ``--device-sets`` entry (default ``CPU+GPU_MODEL`` and
 ``CPU+GPU_SMALLMEM``) is solved for the three objectives: sequential (min cut,
@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 
 from envs.simulator import Simulator
-from hsdag_ray.core.costgraph import CostGraph
-from hsdag_ray.core.dnnpart import load_dnnpart, load_expert_split
+from hsdag_core.costgraph import CostGraph
+from hsdag_core.dnnpart import load_dnnpart, load_expert_split
 from hsdag_ray.solve import restrict_devices
-from policies.exact import solve
-from policies.result import SolveResult
+from policies.solvers.exact import solve
+from policies.solvers.result import SolveResult
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT.parent / "shared" / "benchmarks" / "dnn-partitioning"
@@ -87,7 +87,7 @@ def model_profile(model: str, cache: Path, refresh: bool = False):
     there otherwise (or with ``refresh``).
     """
     from envs.profiling import record
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
 
     path = cache / f"profile_{model}.json"
     if path.is_file() and not refresh:
@@ -117,8 +117,8 @@ def solve_rows(name: str, graph: CostGraph, plan: dict, objectives, keep: set, l
 
 def run_models(args, keep: set, limit: float, out: list) -> None:
     """Rows of the paper models on each device set (see the module doc)."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import cost_graph
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import cost_graph
 
     models = [] if args.models.strip().lower() == "none" else \
         [m for m in args.models.split(",") if m]

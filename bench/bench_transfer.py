@@ -55,11 +55,11 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
                    accelerator: str = "GPU_PARTMEM", graphs: Sequence[str] = ()) -> list[dict]:
     """Zero-shot figures on ``family``'s held-out graphs, or on ``graphs`` (model specs) when given."""
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.families import FamilyGraph, get_family
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.families import FamilyGraph, get_family
+    from hsdag_core.device_profile import Profile, cost_graph
     from hsdag_ray.pretrain import graph_configs
     from hsdag_ray.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
-    from policies.exact import solve
+    from policies.solvers.exact import solve
     from policies.registry import get, load
 
     m = get(method)
@@ -109,8 +109,8 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     ``init_soften`` below 1 also pre-trained with the policy spread once after loading
     (``"softened"``). ``reuse``: a run whose folder in ``out`` is complete is read, not run again."""
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.families import family_devices
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.families import family_devices
+    from hsdag_core.device_profile import Profile
     from hsdag_ray.train import train
 
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional
 
 from envs.base import TimingConfig
-from hsdag_ray.core.features import FeatureConfig
+from hsdag_core.features import FeatureConfig
 
 __all__ = ["EnvConfig", "REWARDS", "MEMORY_PENALTIES", "TRANSIENT_STAGES", "reward_of"]
 

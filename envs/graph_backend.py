@@ -1,6 +1,6 @@
 """Measuring placements of a placement graph, on any backend.
 
-A placement here maps every *node* of a :class:`~hsdag_ray.core.graph.CompGraph`
+A placement here maps every *node* of a :class:`~hsdag_core.compgraph.CompGraph`
 to a device. :func:`make_backend` returns a :class:`~envs.base.Backend` that
 takes such placements and measures them with real OpenVINO (HETERO, stage
 pipeline, or HETERO with the pipeline as fallback) or with the simulator on a
@@ -14,7 +14,7 @@ import numpy as np
 
 from envs.backends import BACKENDS, build
 from envs.base import Backend, Measurement, TimingConfig
-from hsdag_ray.core.graph import CompGraph, GraphError
+from hsdag_core.compgraph import CompGraph, GraphError
 
 __all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "openvino_backend",
            "simulator_backend", "parse_placement"]
@@ -55,7 +55,7 @@ def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str]
                  objective: str = "sequential", sim_delay_s: float = 0.0) -> Backend:
     """A backend measuring node placements of ``graph``: the one registered as ``kind``
     (:data:`envs.backends.BACKENDS`). The OpenVINO ones need the ``model`` and real
-    ``devices``; the simulator needs a :class:`~hsdag_ray.core.profile.Profile`
+    ``devices``; the simulator needs a :class:`~hsdag_core.device_profile.Profile`
     (``devices`` then selects among its devices, all of them by default; ``sim_delay_s``
     > 0 makes every simulated measurement take that long, see
     :class:`envs.simulator.TimedSimulatorBackend`)."""
@@ -69,7 +69,7 @@ def simulator_backend(graph: CompGraph, *, profile=None, devices: Sequence[str] 
                       objective: str = "sequential", sim_delay_s: float = 0.0, **_) -> Backend:
     """The simulator on ``profile``'s costs of ``graph`` (registered as ``simulator``)."""
     from envs.simulator import SimulatorBackend, TimedSimulatorBackend
-    from hsdag_ray.core.profile import cost_graph
+    from hsdag_core.device_profile import cost_graph
 
     if profile is None:
         raise GraphError("the simulator backend needs a profile (--profile FILE); "

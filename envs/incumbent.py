@@ -47,13 +47,13 @@ def start_placement(num_nodes: int, devices: Sequence[str], single_device_s: Map
 
     ``limits``: the cost graph of the run's devices under a profile (memory sizes and
     op times), when every device is profiled and over-memory placements are repaired:
-    then each single-device placement is repaired (:func:`hsdag_ray.core.fit.repair`,
+    then each single-device placement is repaired (:func:`hsdag_core.fit.repair`,
     given :data:`START_REPAIR_S` to search) and the one the simulator estimates
     fastest is the start. Otherwise the fastest
     single device measured, or None when none ran."""
     if limits is not None:
         from envs.simulator import Simulator
-        from hsdag_ray.core.fit import repair
+        from hsdag_core.fit import repair
 
         sim, fits = Simulator(limits), []
         for d in range(len(devices)):

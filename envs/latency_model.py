@@ -30,7 +30,7 @@ Judged by the fit that includes it, a measurement would keep its first
 reading, and the exact solver's proposals are balanced under the model, so
 every reading starts as a near tie.
 
-Two users: ``--method refit`` (:mod:`policies.refit`) solves the refitted
+Two users: ``--method refit`` (:mod:`policies.search.refit`) solves the refitted
 profile exactly, and the measurement screen (``--screen``,
 :class:`envs.screen.Screen`) predicts a proposed placement's latency and
 its uncertainty, and leaves unmeasured one that is clearly slower than the
@@ -46,7 +46,7 @@ from scipy.linalg import solve_triangular
 from scipy.stats import norm
 
 from envs.simulator import Simulator
-from hsdag_ray.core.costgraph import CostGraph
+from hsdag_core.costgraph import CostGraph
 
 __all__ = ["LatencyModel", "NOISE_LEVELS", "NOISE_FIT_AFTER", "MODELED_OBJECTIVES"]
 

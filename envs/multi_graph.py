@@ -40,8 +40,8 @@ def _load(target: str):
 
 def padding_of(graph_configs: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     """``(max_nodes, max_edges)`` over the graphs of ``graph_configs`` (built once)."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.graph import parse_input_shapes
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.compgraph import parse_input_shapes
 
     n = e = 1
     for c in graph_configs:

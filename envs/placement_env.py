@@ -17,7 +17,7 @@ memory): when a whole batch overflows, the placements closer to fitting still
 rank higher and the policy moves toward feasibility instead of learning
 nothing. With ``memory_penalty="repair"`` (the default) and a profile of every device, a
 placement the profile says breaks a limit is not measured: its repair
-(:func:`hsdag_ray.core.fit.repair`, the nodes that overflow a device moved to
+(:func:`hsdag_core.fit.repair`, the nodes that overflow a device moved to
 one with room) is measured and rewarded instead, so no measurement is spent
 on a placement known not to fit. With ``screen`` above 0 and a profile of
 every device, a new placement the run's latency model says is clearly slower
@@ -90,10 +90,10 @@ class PlacementEnv(gym.Env):
 
     def _setup(self, cfg: EnvConfig) -> None:
         from envs.graph_backend import make_backend
-        from hsdag_ray.core.coarsening import build_graph
-        from hsdag_ray.core.graph import parse_input_shapes
-        from hsdag_ray.core.features import node_features
-        from hsdag_ray.core.profile import Profile, cost_graph
+        from hsdag_core.coarsening import build_graph
+        from hsdag_core.compgraph import parse_input_shapes
+        from hsdag_core.features import node_features
+        from hsdag_core.device_profile import Profile, cost_graph
         from envs.observation import pad_graph_observation, placement_spaces
 
         model, _, graph, _ = build_graph(cfg.model, cfg.coarsen, parse_input_shapes(cfg.input_shape))
@@ -105,7 +105,7 @@ class PlacementEnv(gym.Env):
                                     cfg.objective, cfg.sim_delay_s)
         self.devices = list(self.backend.devices)
         #: the cost graph of the run's devices under the profile, which says without
-        #: measuring whether a placement fits (hsdag_ray.core.fit; memory_penalty "repair"
+        #: measuring whether a placement fits (hsdag_core.fit; memory_penalty "repair"
         #: repairs to it), or None without a profile of every device
         self.limits = None
         if profile is not None and all(d in profile.devices for d in self.devices):
@@ -169,7 +169,7 @@ class PlacementEnv(gym.Env):
         driver's suggestion (:meth:`_measure_suggested`), never screened."""
         p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
         if self.repair_limits is not None:
-            from hsdag_ray.core.fit import repair
+            from hsdag_core.fit import repair
 
             fixed = repair(self.repair_limits, p)
             p = p if fixed is None else fixed
@@ -259,7 +259,7 @@ class PlacementEnv(gym.Env):
             self.reference_kind = "estimate_without_memory_limits"
             n = self.graph.num_nodes
             return min(sim.sequential(np.full(n, d)).value for d in range(len(self.devices))), singles
-        from hsdag_ray.core.errors import GraphError
+        from hsdag_core.errors import GraphError
 
         first = next(iter(errors.items()), ("", m.error))
         raise GraphError(f"neither a single device nor a balanced split of {self.graph.name} runs on "

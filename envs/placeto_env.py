@@ -28,7 +28,7 @@ Initial placement: a random one, as the paper does (its code draws one random
 placement with a fixed seed and starts every episode from it). It is the same
 for every episode and every EnvRunner (``initial_seed``), so the returns at one
 step index of different episodes compare like with like (the per-step
-baseline of :mod:`policies.placeto_learner` averages them), and a random start
+baseline of :mod:`policies.placeto.learner` averages them), and a random start
 shows the policy every node on every device about equally often from the first
 episode on. It is measured once when the environment is built, outside the
 run's placements, like the single-device references.
@@ -44,7 +44,7 @@ per node ``x`` holds
 * output size and weight size: ``log1p`` of the bytes in MB (static properties
   of the graph, never profiled);
 * with ``relative_features``, the scale-free costs of
-  :func:`hsdag_ray.core.features.relative_features`;
+  :func:`hsdag_core.features.relative_features`;
 * the current device, one-hot over ``D``;
 * visited (the node was placed in this episode) and current (the node placed
   now) flags;
@@ -57,7 +57,7 @@ per node ``x`` holds
 plus ``current`` (the current node's index) and the current node's
 ``ancestors`` and ``descendants`` as masks over the nodes. The DAG's
 transitive closure is computed once per environment as packed bit rows
-(:class:`hsdag_ray.core.reach.Reachability`, ``n * n / 4`` bytes) and each
+(:class:`hsdag_core.reach.Reachability`, ``n * n / 4`` bytes) and each
 step carries only the current node's two rows (``2 * N_max`` bytes), so the
 memory of an observation stays linear in the graph's size.
 """
@@ -128,7 +128,7 @@ class PlacetoEnv(PlacementEnv):
     """
 
     def __init__(self, config: Optional[Mapping[str, Any] | EnvConfig] = None) -> None:
-        from hsdag_ray.core.reach import Reachability, topological_order
+        from hsdag_core.reach import Reachability, topological_order
 
         config = config or {}
         own = {f.name for f in fields(PlacetoSettings)}
@@ -174,7 +174,7 @@ class PlacetoEnv(PlacementEnv):
     # ------------------------------------------------------------- features
     def _static_features(self) -> tuple[np.ndarray, list[str]]:
         """``[n, F_s]`` runtime, output size and weight size (see the module docstring)."""
-        from hsdag_ray.core.profile import Profile, cost_graph
+        from hsdag_core.device_profile import Profile, cost_graph
 
         g, cfg = self.graph, self.config
         cols: list[np.ndarray] = []
@@ -195,7 +195,7 @@ class PlacetoEnv(PlacementEnv):
                                        for nd in g.nodes])))
         names += ["log_mb_out", "log_mb_weights"]
         if cfg.features.relative and cg is not None:
-            from hsdag_ray.core.features import relative_features
+            from hsdag_core.features import relative_features
 
             rel, rel_names = relative_features(cg.compute_s, cg.mem_bytes, cg.mem_capacity)
             cols.append(rel)

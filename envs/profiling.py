@@ -3,7 +3,7 @@
 :func:`record` times every op of a model on each real device with OpenVINO's
 own profiling, adds modeled devices from their specs, and with two real
 devices fits the transfer and stage-boundary costs to real split placements
-(:func:`fit_link_costs`). The result is a :class:`~hsdag_ray.core.profile.Profile`.
+(:func:`fit_link_costs`). The result is a :class:`~hsdag_core.device_profile.Profile`.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from hsdag_ray.core.graph import CompGraph
-from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph, split_placements
+from hsdag_core.compgraph import CompGraph
+from hsdag_core.device_profile import Profile, add_modeled_device, cost_graph, split_placements
 
 __all__ = ["record", "fit_link_costs", "busy_note"]
 
@@ -86,7 +86,7 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
 
     from envs.base import TimingConfig
     from envs.graph_backend import OpenVINOGraphBackend
-    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_core.coarsening import build_graph
 
     model, fine, _, _ = build_graph(model_spec, "none", input_shapes)
     timing = timing or TimingConfig()

@@ -28,7 +28,7 @@ import numpy as np
 
 from envs.latency_model import LatencyModel
 from envs.store import graph_log
-from hsdag_ray.core.costgraph import CostGraph
+from hsdag_core.costgraph import CostGraph
 
 __all__ = ["Screen"]
 

@@ -36,8 +36,8 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from envs.base import Backend, Measurement
-from hsdag_ray.core.costgraph import CostGraph
-from hsdag_ray.core.fit import violation
+from hsdag_core.costgraph import CostGraph
+from hsdag_core.fit import violation
 
 __all__ = ["OBJECTIVES", "SimResult", "Schedule", "Simulator", "SimulatorBackend"]
 
@@ -97,7 +97,7 @@ class Simulator:
     # ----------------------------------------------------------- feasibility
     def check(self, placement: np.ndarray) -> str | None:
         """One sentence on the first limit ``placement`` breaks, or None
-        (:func:`hsdag_ray.core.fit.violation`)."""
+        (:func:`hsdag_core.fit.violation`)."""
         return violation(self.graph, placement)
 
     # ------------------------------------------------------------ transfers

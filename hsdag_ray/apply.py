@@ -51,9 +51,9 @@ from envs.graph_backend import parse_placement
 from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
 from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
                            run, timing_from_args, writable_file)
-from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.graph import parse_input_shapes
-from hsdag_ray.core.models import MODEL_HELP
+from hsdag_core.coarsening import build_graph
+from hsdag_core.compgraph import parse_input_shapes
+from hsdag_core.models import MODEL_HELP
 
 __all__ = ["main", "apply", "TOLERANCE"]
 

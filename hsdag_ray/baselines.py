@@ -73,7 +73,7 @@ class Baselines:
 def profile_costs(env):
     """The run's profile as a cost graph of the environment's graph and devices, or None
     when the run has no profile of every one of its devices."""
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     if env.config.profile is None:
         return None
@@ -92,7 +92,7 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
     from envs.measuring import AUTO, call
-    from policies.exact import exact_method, solve
+    from policies.solvers.exact import exact_method, solve
 
     n = env.graph.num_nodes
     b = Baselines(measured_on=call(service, "node"), **call(service, "reference"))
@@ -132,7 +132,7 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
 def _heuristic(b: Baselines, service, cg, objective: str, say, time_limit: float) -> None:
     """Add the heuristic's placement on the profile to ``b``, measured, where one applies."""
     from envs.measuring import call
-    from policies.exact import heuristic_method, solve
+    from policies.solvers.exact import heuristic_method, solve
 
     method = heuristic_method(objective)
     if method is None:

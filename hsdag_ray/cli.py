@@ -7,8 +7,8 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from envs.base import TimingConfig
-from hsdag_ray.core.costgraph import InvalidCostGraph
-from hsdag_ray.core.errors import GraphError
+from hsdag_core.costgraph import InvalidCostGraph
+from hsdag_core.errors import GraphError
 
 __all__ = ["UsageError", "RunError", "USER_ERRORS", "run", "add_timing_args", "timing_from_args",
            "resolve_devices", "describe_devices", "writable_dir", "writable_file"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from envs.env_config import EnvConfig
 from hsdag_ray.cli import UsageError, read_yaml_mapping
-from policies.hsdag_config import HSDAGConfig
+from policies.hsdag.config import HSDAGConfig
 
 __all__ = ["TrainConfig", "SECTIONS", "MEASURE_RESOURCE", "backend_choices", "ALGOS"]
 
@@ -125,10 +125,10 @@ class TrainConfig:
             (0 = the deterministic parsing of inference).
         node_moves: HSDAG: after the groups' devices are drawn, each node may move off
             its group's device with a learned probability, so placements with a node
-            alone can be sampled (off: the paper's grouped placement; policies/move_distribution.py).
+            alone can be sampled (off: the paper's grouped placement; policies/hsdag/move_distribution.py).
         segment_moves: with node moves, each placement may also set a short run of
             nodes (2-8 in topological order, from a learned start) to one device at
-            once, so changes that pay only together can be sampled (policies/segment_moves.py).
+            once, so changes that pay only together can be sampled (policies/hsdag/segment_moves.py).
         move_floor: with node moves, each node of an n-node graph moves with probability
             at least move_floor / n, so a policy that has settled still proposes its
             placement with about move_floor nodes changed, the neighbours a local search
@@ -171,7 +171,7 @@ class TrainConfig:
             time per device, which device is faster for it, its and the whole graph's
             memory as fractions of each device's capacity) so one policy reads graphs of
             very different sizes alike; python -m hsdag_ray.pretrain turns it on (see
-            hsdag_ray/core/features.py).
+            hsdag_core/features.py).
         position: node position feature: id, sin or none.
         seed: random seed.
         wandb: offline, online or disabled.
@@ -184,7 +184,7 @@ class TrainConfig:
         failure_factor: a failed placement counts as this many times the reference latency.
         memory_penalty: repair (the default: a placement the profile says overflows is
             not measured; its repair, the cheapest set of nodes moved off the full device
-            to one with room, is measured and rewarded instead, see hsdag_ray/core/fit.py;
+            to one with room, is measured and rewarded instead, see hsdag_core/fit.py;
             without a profile of every device, graded), graded (a placement over a device's memory counts as
             failure_factor x (1 + the fraction it is over) times the reference, so a batch
             that all overflows still says which placements are closer to fitting), or flat.
@@ -203,7 +203,7 @@ class TrainConfig:
             fastest single device (fitted) unless that is the same, so the run never ends
             worse than either. With a profile of the devices, the greedy and zero-shot
             placements are repaired before they are measured when they overflow a
-            device's memory (hsdag_ray/core/fit.py).
+            device's memory (hsdag_core/fit.py).
         init_soften: below 1, a run with --init spreads the pre-trained policy's
             distribution once after loading it (the placer's output layers scaled by this
             factor, preferences kept in order), so a settled policy samples more than its
@@ -314,7 +314,7 @@ class TrainConfig:
     def validate(self) -> None:
         from envs.env_config import MEMORY_PENALTIES, REWARDS
         from envs.simulator import OBJECTIVES
-        from hsdag_ray.core.coarsening import COARSENINGS
+        from hsdag_core.coarsening import COARSENINGS
         from policies.registry import METHODS
         from policies.reinforce import ADVANTAGES
 
@@ -406,7 +406,7 @@ class TrainConfig:
         return self.exact_start == "on"
 
     def features(self):
-        from hsdag_ray.core.features import FeatureConfig
+        from hsdag_core.features import FeatureConfig
 
         return FeatureConfig(op_type=not self.no_op_type, shape=not self.no_shape,
                              degree=not self.no_degree, fractal=not self.no_fractal,

@@ -65,14 +65,22 @@ class RLDriver:
         self.algo.save_to_path(str(Path(folder).resolve()))
 
     def restore(self, folder: Path) -> None:
-        self.algo.restore_from_path(str(Path(folder).resolve()))
+        try:
+            self.algo.restore_from_path(str(Path(folder).resolve()))
+        except (ModuleNotFoundError, AttributeError) as e:
+            # RLlib's checkpoint names the classes it pickled: those of an earlier layout
+            from hsdag_ray.cli import UsageError
+
+            raise UsageError(f"the checkpoint in {folder} names code this version does not have "
+                             f"({e}); it was written by an earlier version: start the run afresh "
+                             "(its outputs so far stay in the folder)") from None
 
     def stop(self) -> None:
         self.algo.stop()
 
 
 class SearchDriver:
-    """A search without learning (:mod:`policies.search`): ``episode_len``
+    """A search without learning (:mod:`policies.search.local`): ``episode_len``
     placements per iteration, proposed one at a time and measured through the
     run's store on a measuring machine (a Ray actor holding a measuring slot
     with a real backend)."""
@@ -172,7 +180,7 @@ class SearchDriver:
 
 
 class SolverDriver:
-    """An exact or algorithmic solver (:mod:`policies.solver_methods`): its placement of
+    """An exact or algorithmic solver (:mod:`policies.solvers.methods`): its placement of
     the run's profile, measured once through the run's store; then the run is done."""
 
     #: whether the method has nothing more to propose (the run then stops)

@@ -13,9 +13,9 @@ import sys
 from typing import Optional, Sequence
 
 from hsdag_ray.cli import run
-from hsdag_ray.core.coarsening import COARSENINGS, build_graph
-from hsdag_ray.core.graph import parse_input_shapes
-from hsdag_ray.core.models import MODEL_HELP
+from hsdag_core.coarsening import COARSENINGS, build_graph
+from hsdag_core.compgraph import parse_input_shapes
+from hsdag_core.models import MODEL_HELP
 
 __all__ = ["main"]
 

@@ -1,7 +1,7 @@
 """Pre-training by imitation: a policy learns the exact optima of the training graphs.
 
 On a family's training graphs the simulator's costs are known, so the exact
-solver (:func:`policies.exact.solve`, the MILP of the sequential objective)
+solver (:func:`policies.solvers.exact.solve`, the MILP of the sequential objective)
 gives each graph's optimal placement without a single measurement. Before
 (or instead of) reinforcement learning, :func:`imitate` trains the policy's
 RLModule to give these placements a high probability: the loss is the mean
@@ -41,8 +41,8 @@ __all__ = ["optimum_of", "demonstrations", "imitate", "IMITATION_ENTROPY"]
 
 def optimum_of(env, time_limit: float = 30.0) -> np.ndarray:
     """The exact optimum of ``env``'s graph on its profile (sequential objective)."""
-    from hsdag_ray.core.profile import Profile, cost_graph
-    from policies.exact import solve
+    from hsdag_core.device_profile import Profile, cost_graph
+    from policies.solvers.exact import solve
 
     cg = cost_graph(env.graph, Profile.from_json(env.config.profile), env.devices)
     return np.asarray(solve(cg, "sequential", "milp", time_limit=time_limit).placement, dtype=np.int64)

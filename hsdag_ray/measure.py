@@ -32,9 +32,9 @@ from typing import Optional, Sequence
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
-from hsdag_ray.core.coarsening import COARSENINGS, build_graph
-from hsdag_ray.core.graph import parse_input_shapes
-from hsdag_ray.core.models import MODEL_HELP
+from hsdag_core.coarsening import COARSENINGS, build_graph
+from hsdag_core.compgraph import parse_input_shapes
+from hsdag_core.models import MODEL_HELP
 
 __all__ = ["main"]
 
@@ -77,7 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     profile = None
     described: list[str] = []
     if args.backend == "simulator":
-        from hsdag_ray.core.profile import Profile
+        from hsdag_core.device_profile import Profile
 
         if not args.profile:
             raise UsageError("--backend simulator needs --profile FILE (record one with "

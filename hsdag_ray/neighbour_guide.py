@@ -36,8 +36,8 @@ import numpy as np
 from envs.latency_model import MODELED_OBJECTIVES, LatencyModel
 from envs.simulator import Simulator
 from envs.store import graph_log, placement_key
-from hsdag_ray.core.costgraph import CostGraph
-from policies.exact import exact_method, solve
+from hsdag_core.costgraph import CostGraph
+from policies.solvers.exact import exact_method, solve
 
 __all__ = ["NeighbourGuide", "RANK_WORK"]
 

@@ -39,7 +39,7 @@ import openvino as ov
 
 from envs.openvino.runners import PipelineRunner, RequestRunner, Runner, StageFailure
 from envs.openvino_backend import DeviceSet, DeviceSpec, split_stages
-from hsdag_ray.core.models import openvino_error_text
+from hsdag_core.models import openvino_error_text
 
 __all__ = ["FORMAT", "MANIFEST", "PlacedModel", "save_placed", "load_placed"]
 

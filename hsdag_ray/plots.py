@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hsdag_ray.core.graph import CompGraph  # noqa: E402
+from hsdag_core.compgraph import CompGraph  # noqa: E402
 
 __all__ = ["learning_curve", "placed_graph"]
 

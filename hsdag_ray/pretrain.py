@@ -2,7 +2,7 @@
 
 The policy (``--method``: any learned method whose environment observes the
 padded graph: ``hsdag``, ``placeto``, ``gdp``) is trained with RLlib on the
-family's training graphs (:mod:`hsdag_ray.core.families`), a graph drawn per
+family's training graphs (:mod:`hsdag_core.families`), a graph drawn per
 episode (:class:`envs.multi_graph.MultiGraphEnv`), on the simulator with
 devices modeled from specs (``CPU_MODEL`` and ``--family-accelerator``: by
 default ``GPU_PARTMEM``, holding half of each graph's weights; ``NPU_MODEL``,
@@ -57,7 +57,7 @@ from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run, writable_dir
 from hsdag_ray.arguments import build_parser
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.core.families import ACCELERATOR
+from hsdag_core.families import ACCELERATOR
 
 __all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "file_slug", "default_budget", "PRETRAIN_DEFAULTS"]
 
@@ -85,7 +85,7 @@ def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Opti
     """One environment config per graph of ``family``'s ``split``, each with its own
     profile from device specs, ``CPU_MODEL`` and ``accelerator`` (written under
     ``folder/profiles`` when ``folder`` is set)."""
-    from hsdag_ray.core.families import get_family
+    from hsdag_core.families import get_family
 
     return graph_configs(cfg, get_family(family).graphs(split), folder, say, accelerator)
 
@@ -93,8 +93,8 @@ def family_graph_configs(cfg: TrainConfig, family: str, split: str, folder: Opti
 def graph_configs(cfg: TrainConfig, graphs, folder: Optional[Path], say=lambda s: None,
                   accelerator: str = ACCELERATOR) -> list[dict[str, Any]]:
     """:func:`family_graph_configs` for the given graphs (:class:`FamilyGraph` s)."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.families import family_devices, family_profile
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.families import family_devices, family_profile
     from hsdag_ray.resolve import env_config
 
     out = []
@@ -129,14 +129,14 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
     optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement.
     Every graph is placed on ``CPU_MODEL`` and ``accelerator``
-    (:data:`hsdag_ray.core.families.FAMILY_ACCELERATORS`)."""
+    (:data:`hsdag_core.families.FAMILY_ACCELERATORS`)."""
     import ray
     import torch
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     from envs.multi_graph import MultiGraphEnv, padding_of
     from hsdag_ray.algos import algo_config
-    from hsdag_ray.core.families import family_devices, get_family
+    from hsdag_core.families import family_devices, get_family
     from hsdag_ray.local_ray import start_local_ray
     from hsdag_ray.pretrained import save_pretrained
     from policies.registry import get
@@ -237,7 +237,7 @@ def default_budget(method: str, imitate_steps: int, fallback: int = DEFAULT_BUDG
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from hsdag_ray.core.families import FAMILIES, FAMILY_ACCELERATORS
+    from hsdag_core.families import FAMILIES, FAMILY_ACCELERATORS
     from policies.registry import METHODS
 
     budget_help = (

@@ -14,7 +14,7 @@ a budget) measures the greedy placement first (:func:`first_placement`), then
 the run's start (the fastest single device, fitted), so its best is never
 worse than zero-shot's nor than the best single device's. Neither ever
 measures a placement that breaks a device's memory when a feasible one is
-found by the rule of :mod:`hsdag_ray.core.fit` (:func:`infer_placements`).
+found by the rule of :mod:`hsdag_core.fit` (:func:`infer_placements`).
 """
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
     schedule).
 
     With ``fit`` (and a profile of the run's devices, the environment's ``limits``) no
-    placement breaks a device's limits when the rule of :mod:`hsdag_ray.core.fit`
+    placement breaks a device's limits when the rule of :mod:`hsdag_core.fit`
     finds one that does not: an infeasible greedy placement is repaired (the
     cheapest set of nodes moves off the overflowing device); sampled
     placements that do not fit are drawn again, up to ``DRAWS`` draws per
@@ -217,7 +217,7 @@ def infer_placements(module, env, count: int, seed: int = 0, fit: bool = True) -
     """
     import torch
 
-    from hsdag_ray.core.fit import feasible, repair
+    from hsdag_core.fit import feasible, repair
 
     torch.manual_seed(seed)
     limits = env.limits if fit else None

@@ -17,9 +17,9 @@ from typing import Optional, Sequence
 from envs.profiling import record
 from hsdag_ray.cli import (UsageError, add_timing_args, resolve_devices, run,
                            timing_from_args, writable_file)
-from hsdag_ray.core.graph import parse_input_shapes
-from hsdag_ray.core.models import MODEL_HELP
-from hsdag_ray.core.profile import MODELED_DEVICES
+from hsdag_core.compgraph import parse_input_shapes
+from hsdag_core.models import MODEL_HELP
+from hsdag_core.device_profile import MODELED_DEVICES
 
 __all__ = ["main"]
 

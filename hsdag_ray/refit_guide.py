@@ -1,6 +1,6 @@
 """Refit's proposals for a learned policy to sample around (``--refit-every K``).
 
-``--method refit`` (:mod:`policies.refit`) corrects the run's profile with every
+``--method refit`` (:mod:`policies.search.refit`) corrects the run's profile with every
 measured latency and proposes the exact solver's placement on the corrected
 profile; on the wrong-profile cases of docs/results/search-aids.md it reaches 1.01x the optimum where
 HSDAG and annealing do not. HSDAG samples around the run's best placement (its
@@ -40,7 +40,7 @@ class RefitGuide:
 
     def __init__(self, env, store, every: int, seed: int = 0, objective: str = "sequential") -> None:
         from hsdag_ray.baselines import profile_costs
-        from policies.refit import ProfileThompson
+        from policies.search.refit import ProfileThompson
 
         costs = profile_costs(env)
         if costs is None:

@@ -61,9 +61,9 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
     recorded again by the first run that finds the machine idle.
     """
     from envs.profiling import busy_note, record
-    from hsdag_ray.core.graph import parse_input_shapes
-    from hsdag_ray.core.models import cache_dir, load_model
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, default_boundary_s
+    from hsdag_core.compgraph import parse_input_shapes
+    from hsdag_core.models import cache_dir, load_model
+    from hsdag_core.device_profile import MODELED_DEVICES, Profile, default_boundary_s
 
     devices = list(devices) or ["CPU", DEFAULT_ACCELERATOR]
     modeled = [d for d in devices if d in MODELED_DEVICES]
@@ -105,7 +105,7 @@ def default_profile(model: str, devices: Sequence[str], input_shape: str, thread
 
 def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dict]]:
     """Backend kind, device names and profile (as a dict) for the run."""
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
 
     backend, devices = cfg.backend, list(cfg.devices)
     if backend == "default":
@@ -216,7 +216,7 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
 
 def _profile_lacks(devices: Sequence[str], profile: Optional[dict]) -> str:
     """"" when ``profile`` has every device, else what the run has: "no DEVICE" or "none"."""
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
 
     known = Profile.from_json(profile).devices if profile else {}
     missing = [d for d in devices if d not in known]
@@ -335,7 +335,7 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
 
 
 def _profile_json(path: str) -> Optional[dict]:
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
 
     return Profile.load(path).to_json() if path else None
 

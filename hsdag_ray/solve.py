@@ -5,8 +5,8 @@
         --devices CPU0,ACC0,ACC1 --time-limit 30 --out placement.json --json
 
 ``--graph`` takes an input of the public dnn-partitioning benchmark
-(:mod:`hsdag_ray.core.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
-model's graph with the costs of a profile (:mod:`hsdag_ray.core.profile`), and
+(:mod:`hsdag_core.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
+model's graph with the costs of a profile (:mod:`hsdag_core.device_profile`), and
 ``--out`` then keys the placement by OpenVINO op name, ready for
 ``python -m hsdag_ray.measure --placement``. ``--devices N`` keeps the graph's first ``N``
 devices (CPUs first, then accelerators), ``--devices A,B`` keeps the named
@@ -35,11 +35,11 @@ import numpy as np
 
 from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
-from hsdag_ray.core.costgraph import CostGraph
-from hsdag_ray.core.dnnpart import load_dnnpart
-from hsdag_ray.core.models import MODEL_HELP
-from policies.exact import SOLVERS, solve
-from policies.result import SolveResult
+from hsdag_core.costgraph import CostGraph
+from hsdag_core.dnnpart import load_dnnpart
+from hsdag_core.models import MODEL_HELP
+from policies.solvers.exact import SOLVERS, solve
+from policies.solvers.result import SolveResult
 
 __all__ = ["main", "restrict_devices", "load_graph", "format_result"]
 
@@ -94,8 +94,8 @@ def load_graph(args: argparse.Namespace) -> CostGraph:
 
 def model_cost_graph(args: argparse.Namespace):
     """``(placement graph, cost graph)`` of ``--model`` under ``--profile``."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     if not args.profile:
         raise UsageError("--model needs --profile FILE (record one with python -m hsdag_ray.profile)")

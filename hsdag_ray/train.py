@@ -26,7 +26,7 @@ Examples::
 
 Outputs go to a run folder (``--out``, default ``runs/``): ``config.json``,
 ``metrics.jsonl``, ``best_placement.json`` (OpenVINO op name -> device),
-``summary.json``, ``learning_curve.png``, ``placement.png``, ``checkpoint/``
+``summary.json``, ``learning_curve.png``, ``placement.png``, ``checkpoints/<iteration>/``
 and ``libraries.log`` (what the libraries underneath printed; ``--verbose``
 shows it on the console instead).
 """

@@ -28,7 +28,7 @@ Rules:
 
 * The *representative* of a group is its first (lowest-index) node. Every
   quantity of a group (its logits, its action in ``logp``) is read at the
-  representative. For distribution inputs built by :mod:`policies.hsdag` all
+  representative. For distribution inputs built by :mod:`policies.hsdag.policy` all
   nodes of a group carry the same logits, so this is only a convention; for an
   action that is not constant within a group (e.g. one not sampled from this
   distribution), ``logp`` scores the representative's device, i.e. the action is
@@ -37,7 +37,7 @@ Rules:
   categorical quantity (the sampled group decisions are independent given the
   inputs). ``kl(other)`` is evaluated under *this* distribution's grouping,
   which is exact when both share the grouping (as RLlib's PPO does with
-  :class:`policies.hsdag_module.HSDAGRLModule`, which re-uses the sampled grouping in
+  :class:`policies.hsdag.module.HSDAGRLModule`, which re-uses the sampled grouping in
   ``forward_train``).
 * Padded nodes (group id ``-1``) take the fixed dummy action ``0`` and add
   nothing to ``logp``, ``entropy`` or ``kl``.

@@ -143,7 +143,7 @@ def _batch_advantages(s: Mapping[str, Any]) -> dict:
 register(Method(
     name="hsdag", kind="rl",
     description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
-    module="policies.hsdag_module:HSDAGRLModule", model_config=_hsdag_model_config,
+    module="policies.hsdag.module:HSDAGRLModule", model_config=_hsdag_model_config,
     learner_config=_batch_advantages, incumbent_prior=True,
     departures=(
         "placements are applied to ops by name, not by get_ops() order (the reference code "
@@ -173,7 +173,7 @@ register(Method(
     name="placeto", kind="rl",
     description="Placeto (Addanki et al., NeurIPS 2019): one node per step, DAG message passing, "
                 "REINFORCE on runtime improvements",
-    module="policies.placeto_module:PlacetoRLModule", learner="policies.placeto_learner:PlacetoTorchLearner",
+    module="policies.placeto.module:PlacetoRLModule", learner="policies.placeto.learner:PlacetoTorchLearner",
     env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
     learner_config=_placeto_learner_config,
     departures=("an entropy bonus keeps the policy sampling when a whole batch fails to run",),
@@ -193,7 +193,7 @@ register(Method(
     description="RNN placer (Mirhoseini et al., ICML 2017): seq2seq over ops in topological order, "
                 "bidirectional LSTM encoder, attentional LSTM decoder; --rnn-groups G adds the "
                 "learned grouper of the 2018 paper",
-    module="policies.rnn_module:RNNPlacerRLModule", learner="policies.rnn_learner:RNNPlacerTorchLearner",
+    module="policies.rnn.module:RNNPlacerRLModule", learner="policies.rnn.learner:RNNPlacerTorchLearner",
     model_config=_rnn_model_config, reward="neg_sqrt",
     departures=("the loss is -advantage x log-probability with reward -sqrt(runtime), "
                 "so faster placements are reinforced (the reference code's sign rewarded "
@@ -201,15 +201,15 @@ register(Method(
 
 
 register(Method(
-    name="random", kind="search", run="policies.search:RandomSearch",
+    name="random", kind="search", run="policies.search.local:RandomSearch",
     description="random search: uniform random placements, the best measured wins"))
 
 register(Method(
-    name="anneal", kind="search", run="policies.search:SimulatedAnnealing", starts=True,
+    name="anneal", kind="search", run="policies.search.local:SimulatedAnnealing", starts=True,
     description="simulated annealing from the run's start over node and block moves"))
 
 register(Method(
-    name="refit", kind="search", run="policies.refit:ProfileThompson", costs=True,
+    name="refit", kind="search", run="policies.search.refit:ProfileThompson", costs=True,
     description="the exact solver on the run's profile, refitted to every measurement "
                 "(Bayesian linear regression) and sampled (Thompson sampling); sequential or "
                 "throughput objective"))
@@ -231,7 +231,7 @@ register(Method(
     name="gdp", kind="rl", algo="ppo",
     description="GDP (Zhou et al., 2019): GraphSAGE, segment-recurrent attention placer "
                 "conditioned on the graph (superposition), all nodes in one shot, PPO",
-    module="policies.gdp_module:GDPRLModule", model_config=_gdp_model_config,
+    module="policies.gdp.module:GDPRLModule", model_config=_gdp_model_config,
     ppo_config=_gdp_ppo_config,
     departures=("no PPO KL penalty: the KL of a placement sums over every node, so the "
                 "adaptive coefficient grows until the policy freezes; the clipped ratio "
@@ -242,10 +242,10 @@ register(Method(
 
 
 register(Method(
-    name="exact", kind="solver", run="policies.solver_methods:exact_placement", costs=True,
+    name="exact", kind="solver", run="policies.solvers.methods:exact_placement", costs=True,
     description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
                 "else MILP; Tarnawski et al., NeurIPS 2020), measured"))
 
 register(Method(
-    name="heft", kind="solver", run="policies.solver_methods:heft_placement", costs=True,
+    name="heft", kind="solver", run="policies.solvers.methods:heft_placement", costs=True,
     description="HEFT list scheduling (Topcuoglu et al., 2002) on the run's profile, measured"))

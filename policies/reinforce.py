@@ -175,7 +175,7 @@ class REINFORCEConfig(AlgorithmConfig):
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
-        from policies.hsdag_module import HSDAGRLModule
+        from policies.hsdag.module import HSDAGRLModule
 
         return RLModuleSpec(module_class=HSDAGRLModule)
 

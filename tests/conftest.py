@@ -22,8 +22,8 @@ def benchmarks_dir() -> Path:
 def modeled_profile(model: str, devices=("CPU_MODEL", "GPU_MODEL"), boundary_s: float = 5e-4):
     """A profile of ``model`` on modeled devices only: the same costs on every machine,
     unlike a recorded one, so learning tests do not depend on the host or its load."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import Profile, add_modeled_device
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, add_modeled_device
 
     _, fine, _, _ = build_graph(model, "none")
     prof = Profile(model=model, devices={}, op_time_s={})
@@ -49,8 +49,8 @@ def tiny_recording(tmp_path):
     exp(N(0, 1)), a 10 us stage boundary), written to ``tmp_path/name.json``; two seeds
     are two recordings that disagree op by op."""
     import numpy as np
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import MODELED_DEVICES, Profile, add_modeled_device
 
     _, fine, _, _ = build_graph("tiny_cnn", "none")
 

@@ -10,7 +10,7 @@ import pytest
 
 from hsdag_ray.apply import main
 from hsdag_ray.cli import run
-from hsdag_ray.core.coarsening import build_graph
+from hsdag_core.coarsening import build_graph
 from tests.test_cli import assert_user_error
 from hsdag_ray.placed import load_placed
 

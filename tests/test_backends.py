@@ -67,7 +67,7 @@ def test_a_backend_missing_part_of_the_interface_cannot_be_made():
 @pytest.fixture
 def tiny_graph_and_profile():
     from conftest import modeled_profile
-    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_core.coarsening import build_graph
 
     _, _, graph, _ = build_graph("tiny_cnn", "colocation")
     return graph, modeled_profile("tiny_cnn")

@@ -20,7 +20,7 @@ MODELED = ("CPU_MODEL", "GPU_MODEL")
 
 @pytest.fixture(scope="module")
 def graph():
-    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_core.coarsening import build_graph
 
     _, fine, _, _ = build_graph("tiny_cnn", "none")
     return fine
@@ -28,7 +28,7 @@ def graph():
 
 @pytest.fixture(scope="module")
 def good_profile(graph) -> dict:
-    from hsdag_ray.core.profile import Profile, add_modeled_device
+    from hsdag_core.device_profile import Profile, add_modeled_device
 
     prof = Profile(model="tiny_cnn", devices={}, op_time_s={})
     for name in MODELED:
@@ -109,7 +109,7 @@ def test_a_bad_profile_names_the_file_the_field_and_the_op(capsys, tmp_path, goo
 
 
 def test_a_good_profile_is_accepted(tmp_path, good_profile):
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
 
     path = tmp_path / "good.json"
     path.write_text(json.dumps(good_profile))

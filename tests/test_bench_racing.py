@@ -5,9 +5,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from bench_racing import replay  # noqa: E402
+from bench.bench_racing import replay  # noqa: E402
 from envs.base import TimingConfig  # noqa: E402
 
 T = TimingConfig()  # 2 warm-up + 7 blocks of 3

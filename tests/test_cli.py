@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hsdag_ray.core.coarsening import build_graph
+from hsdag_core.coarsening import build_graph
 
 
 def cli(*args, cwd=None):
@@ -103,7 +103,7 @@ def test_measure_openvino_auto_device():
     assert_user_error(code, err, "NPU9")
 
 def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path):
-    from hsdag_ray.core.profile import Profile, add_modeled_device
+    from hsdag_core.device_profile import Profile, add_modeled_device
 
     _, fine, _, _ = build_graph("tiny_cnn", "none")
     prof = Profile("tiny_cnn", {}, {})

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.core.dnnpart import (MS, dnnpart_from_dict, expert_split_from_dict, load_dnnpart,
+from hsdag_core.dnnpart import (MS, dnnpart_from_dict, expert_split_from_dict, load_dnnpart,
                                load_expert_split, node_ids)
-from policies.exact import solve
+from policies.solvers.exact import solve
 
 # (input, accelerators): one CPU and few accelerators keep the contiguous IP to
 # seconds (with two accelerators it takes more than 10 minutes on gnmt and

@@ -6,8 +6,8 @@ import pytest
 
 from envs.placement_env import EnvConfig, PlacementEnv, reward_of
 from envs.store import MeasurementStore, placement_key
-from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device
+from hsdag_core.coarsening import build_graph
+from hsdag_core.device_profile import DeviceSpec, Profile, add_modeled_device
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_env_api_rewards_cache_and_failures(profile):
 
 
 def test_repair_measures_the_repaired_placement_of_one_that_overflows(profile):
-    from hsdag_ray.core.fit import feasible, repair
+    from hsdag_core.fit import feasible, repair
 
     env = make_env(profile, reward="speedup", memory_penalty="repair")
     env.reset(seed=0)
@@ -94,7 +94,7 @@ def test_a_sim_profile_is_what_is_measured_and_the_profile_what_the_run_knows(pr
     assert np.array_equal(env.reset(seed=0)[0]["x"], known.reset(seed=0)[0]["x"])
     # all on FAST fits the machine, but the run's profile says it does not: it is repaired
     n = env.graph.num_nodes
-    from hsdag_ray.core.fit import repair
+    from hsdag_core.fit import repair
 
     fixed = repair(env.limits, np.ones(n, dtype=np.int64))
     assert (fixed == 0).any()

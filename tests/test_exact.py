@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.core.costgraph import CostGraph
+from hsdag_core.costgraph import CostGraph
 from hsdag_ray.solve import main as solve_main
-from policies.bounds import lower_bound
-from policies.exact import SOLVERS, solve
-from policies.ideals import contiguity, solve_dp
-from policies.mincut import expansion_move
+from policies.solvers.bounds import lower_bound
+from policies.solvers.exact import SOLVERS, solve
+from policies.solvers.ideals import contiguity, solve_dp
+from policies.solvers.mincut import expansion_move
 
 OBJ = ("sequential", "throughput", "parallel")
 

@@ -1,9 +1,9 @@
 """The min cut and the MILP agree on the paper models' graphs with a modeled profile."""
 import pytest
 
-from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.profile import Profile, add_modeled_device, cost_graph
-from policies.exact import solve
+from hsdag_core.coarsening import build_graph
+from hsdag_core.device_profile import Profile, add_modeled_device, cost_graph
+from policies.solvers.exact import solve
 
 
 @pytest.mark.parametrize("model", ["resnet50", "inception_v3", "bert_base"])

@@ -8,8 +8,8 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from envs.observation import pad_graph_observation, placement_spaces
-from policies.edge_draws import partner_logp, sample_partners
-from policies.hsdag_module import GROUPING_LOGP, GROUPING_PARTNER, HSDAGRLModule
+from policies.hsdag.edge_draws import partner_logp, sample_partners
+from policies.hsdag.module import GROUPING_LOGP, GROUPING_PARTNER, HSDAGRLModule
 
 # 0-1, 1-2, 1-3, 2-3 and a parallel 0->1: node 1 has four incident edges, two to node 0
 EDGES = torch.tensor([[0, 1, 1, 2, 0], [1, 2, 3, 3, 1]])
@@ -144,7 +144,7 @@ def test_a_real_run_gives_the_learner_each_steps_gate_edges(tmp_path, monkeypatc
     """The gate edges the sampler keeps (extra model output) reach the learner's batch
     in a real RLlib run, one per node and step, so the learner skips scoring every edge."""
     from hsdag_ray.train import TrainConfig, train
-    from policies.hsdag_module import GATE_PARTNER
+    from policies.hsdag.module import GATE_PARTNER
 
     seen = []
     forward_train = HSDAGRLModule._forward_train

@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 from envs.multi_graph import MultiGraphEnv
-from hsdag_ray.core.errors import GraphError
-from hsdag_ray.core.families import (FAMILIES, FAMILY_DEVICES, Family, FamilyGraph, family_devices,
+from hsdag_core.errors import GraphError
+from hsdag_core.families import (FAMILIES, FAMILY_DEVICES, Family, FamilyGraph, family_devices,
                                      family_profile, get_family)
-from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.profile import cost_graph
+from hsdag_core.coarsening import build_graph
+from hsdag_core.device_profile import cost_graph
 
 
 def test_generated_graphs_are_deterministic():
@@ -56,7 +56,7 @@ def test_bad_specs_are_one_sentence():
 
 
 def test_family_profile_makes_the_optimum_a_split():
-    from policies.exact import solve
+    from policies.solvers.exact import solve
 
     _, _, g, _ = build_graph("gen:layered:n=20:c=32:w=8:seed=0", "colocation")
     cg = cost_graph(g, family_profile(g), list(FAMILY_DEVICES))
@@ -69,7 +69,7 @@ def test_the_npu_like_accelerator_splits_a_graph_by_its_ops_without_a_memory_lim
     """NPU_MODEL: no memory limit, yet on a held-out layered graph the optimum runs some
     nodes on the CPU and is faster than either device alone (no repair decides it)."""
     from envs.simulator import Simulator
-    from policies.exact import solve
+    from policies.solvers.exact import solve
 
     _, _, g, _ = build_graph("gen:layered:n=30:c=32:w=3:seed=100", "colocation")
     cg = cost_graph(g, family_profile(g, accelerator="NPU_MODEL"), family_devices("NPU_MODEL"))

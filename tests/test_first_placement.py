@@ -7,7 +7,7 @@ import pytest
 
 from envs.store import placement_key
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.core.fit import feasible
+from hsdag_core.fit import feasible
 from hsdag_ray.pretrain import pretrain
 from hsdag_ray.pretrained import (build_module, first_placement, infer_placements, read_pretrained,
                                   save_pretrained)
@@ -153,7 +153,7 @@ def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_firs
     import subprocess
     import sys
 
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
     from hsdag_ray.train import train
 
     pre, _, _ = checkpoints

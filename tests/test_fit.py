@@ -1,11 +1,11 @@
-"""Whether a placement fits the devices, and the repair rule (hsdag_ray.core.fit)."""
+"""Whether a placement fits the devices, and the repair rule (hsdag_core.fit)."""
 import itertools
 
 import numpy as np
 import pytest
 
-from hsdag_ray.core.costgraph import CostGraph
-from hsdag_ray.core.fit import feasible, repair, violation
+from hsdag_core.costgraph import CostGraph
+from hsdag_core.fit import feasible, repair, violation
 
 
 def chain(compute, mem, cap, boundary_s=0.0, colocate=None) -> CostGraph:
@@ -164,7 +164,7 @@ def test_a_repair_given_no_time_to_search_still_fits_and_the_start_gets_longer(m
     placement fit. The start of a run (once per run) is given START_REPAIR_S, not the 2 s of
     a proposal's repair."""
     import envs.incumbent as inc
-    from hsdag_ray.core.synthetic import random_cost_graph
+    from hsdag_core.synthetic import random_cost_graph
 
     g = random_cost_graph(400, seed=3)
     g.mem_bytes = np.random.default_rng(3).uniform(1, 10, g.num_nodes)
@@ -173,7 +173,7 @@ def test_a_repair_given_no_time_to_search_still_fits_and_the_start_gets_longer(m
     assert not feasible(g, p)
     assert feasible(g, repair(g, p, time_limit=1e-4)) and feasible(g, repair(g, p))
     limits = []
-    import hsdag_ray.core.fit as fit
+    import hsdag_core.fit as fit
 
     monkeypatch.setattr(fit, "repair", lambda graph, q, time_limit=2.0: limits.append(time_limit) or repair(graph, q))
     start = inc.start_placement(g.num_nodes, g.devices, {}, g)

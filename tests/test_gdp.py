@@ -6,8 +6,8 @@ import torch
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
 from envs.observation import pad_graph_observation, placement_spaces
-from policies.gdp import GDPConfig, GDPNet, SegmentRecurrentPlacer
-from policies.gdp_module import GDPRLModule, unique_observations
+from policies.gdp.policy import GDPConfig, GDPNet, SegmentRecurrentPlacer
+from policies.gdp.module import GDPRLModule, unique_observations
 
 #: a 7-node DAG in topological order: a diamond 0->{1,2}->3, then a chain 3->4->5->6
 EDGES = np.array([[0, 0, 1, 2, 3, 4, 5], [1, 2, 3, 3, 4, 5, 6]])

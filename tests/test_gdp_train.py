@@ -24,7 +24,7 @@ def test_gdp_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     test passes with seeds 0-4)."""
     from envs.placement_env import PlacementEnv
     from envs.simulator import Simulator
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     prof = Profile.load(tiny_profile_file)
     probe = PlacementEnv({"model": "tiny_cnn", "backend": "simulator", "profile": prof.to_json(),

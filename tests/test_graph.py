@@ -6,9 +6,9 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from hsdag_ray.core.features import FeatureConfig, OP_VOCAB, fractal_dimension, node_features, to_data
-from hsdag_ray.core.coarsening import coarsen_colocation, contract
-from hsdag_ray.core.graph import CompGraph, GraphError, from_ov_model
+from hsdag_core.features import FeatureConfig, OP_VOCAB, fractal_dimension, node_features, to_data
+from hsdag_core.coarsening import coarsen_colocation, contract
+from hsdag_core.compgraph import CompGraph, GraphError, from_ov_model
 
 
 def small_model() -> ov.Model:
@@ -137,7 +137,7 @@ def test_fractal_dimension():
 
 
 def test_openvino_fusion_coarsening_follows_the_runtime_model():
-    from hsdag_ray.core.coarsening import build_graph
+    from hsdag_core.coarsening import build_graph
 
     model, fine, coarse, mapping = build_graph("tiny_cnn", "openvino")
     members = [n.members for n in coarse.nodes]

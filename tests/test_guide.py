@@ -34,7 +34,7 @@ def test_methods_are_published_by_default_and_guided_on_request():
 def test_no_two_places_disagree_on_a_default():
     """The run's settings and the method and environment configs they fill share defaults."""
     from envs.env_config import EnvConfig
-    from policies.hsdag_config import HSDAGConfig
+    from policies.hsdag.config import HSDAGConfig
 
     train_defaults = TrainConfig()
     run = resolved(train_defaults)

@@ -22,8 +22,8 @@ from policies.distributions import (
     representatives,
 )
 from envs.observation import pad_graph_observation, placement_spaces, unpad_graphs
-from policies.hsdag import GraphParsingPool, HSDAGConfig, HSDAGNet, dominant_edges
-from policies.hsdag_module import HSDAGRLModule
+from policies.hsdag.policy import GraphParsingPool, HSDAGConfig, HSDAGNet, dominant_edges
+from policies.hsdag.module import HSDAGRLModule
 
 # ----------------------------------------------------------------------------------
 # Helpers
@@ -282,7 +282,7 @@ def test_group_terms_read_at_the_representatives_equal_the_per_node_ones(moves):
     """logp, entropy and kl evaluate each group's categorical once, at its
     representative; values and gradients equal the per-node evaluation (every node's
     categorical, summed at the representatives), with padding, D = 3, a [2, 3] batch."""
-    from policies.move_distribution import GroupedMoveDistribution
+    from policies.hsdag.move_distribution import GroupedMoveDistribution
 
     gen = torch.Generator().manual_seed(0)
     shape, n, d = (2, 3), 30, 3
@@ -885,7 +885,7 @@ def test_one_ppo_iteration_through_rllib():
 
 @pytest.mark.parametrize("config", [{}, {"self_loops": True, "node_moves": True}])
 def test_the_learner_scores_only_the_sampled_gate_edges_with_the_same_values_and_gradients(config):
-    from policies.hsdag_module import GATE_PARTNER
+    from policies.hsdag.module import GATE_PARTNER
 
     torch.manual_seed(0)
     module = make_module(devices=3, **config)

@@ -4,9 +4,9 @@ import numpy as np
 from envs.placement_env import EnvConfig, PlacementEnv
 from envs.store import placement_key
 from envs.simulator import Simulator
-from hsdag_ray.core.coarsening import build_graph
-from hsdag_ray.core.fit import feasible
-from hsdag_ray.core.profile import DeviceSpec, Profile, add_modeled_device, cost_graph
+from hsdag_core.coarsening import build_graph
+from hsdag_core.fit import feasible
+from hsdag_core.device_profile import DeviceSpec, Profile, add_modeled_device, cost_graph
 
 
 def make_env(crossed: bool = False, fast_memory: float = 0.0, **kw) -> PlacementEnv:

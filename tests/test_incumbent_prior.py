@@ -9,8 +9,8 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from envs.observation import pad_graph_observation, placement_spaces
-from policies.hsdag import HSDAGConfig, HSDAGNet, incumbent_majority
-from policies.hsdag_module import HSDAGRLModule
+from policies.hsdag.policy import HSDAGConfig, HSDAGNet, incumbent_majority
+from policies.hsdag.module import HSDAGRLModule
 
 SIX_NODE_EDGES = np.array([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
 

@@ -47,7 +47,7 @@ hard:
   Graph Parsing has at least two connected nodes, so such a placement cannot
   be sampled; the best expressible placement HSDAG found is 1.036x the
   optimum, with 1500 placements (``self_loops=True`` lifts the limit but
-  learns worse, see :mod:`policies.hsdag`).
+  learns worse, see :mod:`policies.hsdag.policy`).
 * Inception-V3's optimum is a knapsack at the memory edge (63.9 of 64 MB with
   a dozen nodes scattered on the CPU).
 

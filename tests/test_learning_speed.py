@@ -13,9 +13,9 @@ from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 
 from envs.observation import pad_graph_observation, placement_spaces
 from policies.distributions import pack_dist_inputs
-from policies.hsdag import HSDAGConfig, HSDAGNet
-from policies.hsdag_module import HSDAGRLModule
-from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs
+from policies.hsdag.policy import HSDAGConfig, HSDAGNet
+from policies.hsdag.module import HSDAGRLModule
+from policies.hsdag.move_distribution import GroupedMoveDistribution, pack_move_inputs
 from policies.reinforce import REINFORCE, REINFORCEConfig
 
 SIX_NODE_EDGES = np.array([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
@@ -113,7 +113,7 @@ def test_module_with_node_moves_keeps_the_sampled_grouping_and_logp():
 
 
 def test_floored_logits_are_the_exact_mixture_and_stay_finite():
-    from policies.move_distribution import floored_logits
+    from policies.hsdag.move_distribution import floored_logits
 
     m = torch.tensor([-80.0, -3.0, 0.0, 3.0, 80.0], requires_grad=True)
     q = torch.sigmoid(floored_logits(m, 0.05))
@@ -125,7 +125,7 @@ def test_floored_logits_are_the_exact_mixture_and_stay_finite():
 
 @pytest.mark.parametrize("floor", [0.0, 1.0])
 def test_move_floor_bounds_every_nodes_move_probability(floor):
-    from policies.move_distribution import split_move_inputs
+    from policies.hsdag.move_distribution import split_move_inputs
 
     module, obs, _ = sampled_module(node_moves=True, move_floor=floor)
     with torch.no_grad():  # a policy that has all but stopped moving nodes

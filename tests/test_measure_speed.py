@@ -17,8 +17,8 @@ from envs.base import TimingConfig
 from envs.openvino.racing import far_slower, race_step
 from envs.openvino.runners import RequestRunner, StageFailure, ov_errors, random_inputs, time_runs
 from envs.openvino_backend import STRUCTURAL_OPS, OpenVINOBackend, complete_affinity, plan_stages
-from hsdag_ray.core.errors import GraphError
-from hsdag_ray.core.models import tiny_cnn
+from hsdag_core.errors import GraphError
+from hsdag_core.models import tiny_cnn
 
 DEVICES = ["CPU", "CPU_F32"]
 FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1)

@@ -11,7 +11,7 @@ import pytest
 
 from envs.placement_env import EnvConfig, PlacementEnv
 from envs.store import placement_key
-from hsdag_ray.core.profile import Profile
+from hsdag_core.device_profile import Profile
 from hsdag_ray.neighbour_guide import NeighbourGuide
 
 
@@ -139,7 +139,7 @@ def test_with_a_profile_the_neighbours_come_in_the_order_of_its_estimate(tiny_re
 def test_the_refitted_profiles_own_optimum_comes_first_unless_measured(tiny_recording, tmp_path):
     from envs.simulator import Simulator
     from hsdag_ray.baselines import profile_costs
-    from policies.exact import exact_method, solve
+    from policies.solvers.exact import exact_method, solve
 
     prof = Profile.load(tiny_recording("known", 3))
     env = make_env(tiny_recording("known", 3), measure_reference=False)
@@ -181,7 +181,7 @@ def test_a_single_change_that_does_not_fit_gives_way_to_its_swaps(tiny_recording
     """The accelerator holds one node of two: moving the other on overflows, exchanging them
     fits; the guide queues the exchanges, ranked with the single changes that fit."""
     from hsdag_ray.baselines import profile_costs
-    from hsdag_ray.core.fit import feasible
+    from hsdag_core.fit import feasible
 
     prof = Profile.load(tiny_recording("known", 3))
     env = make_env(tiny_recording("known", 3), measure_reference=False)
@@ -211,7 +211,7 @@ def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_
         tiny_recording, tmp_path, monkeypatch):
     import hsdag_ray.neighbour_guide as ng
     from hsdag_ray.baselines import profile_costs
-    from hsdag_ray.core.fit import feasible
+    from hsdag_core.fit import feasible
 
     prof = Profile.load(tiny_recording("known", 3))
     env = make_env(tiny_recording("known", 3), measure_reference=False)

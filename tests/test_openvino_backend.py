@@ -33,7 +33,7 @@ from envs.openvino_backend import (
     plan_stages,
     split_stages,
 )
-from hsdag_ray.core.models import load_model
+from hsdag_core.models import load_model
 
 FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1)
 CHECKED = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, validate_outputs=True)

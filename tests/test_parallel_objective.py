@@ -12,8 +12,8 @@ from hsdag_ray.train import TrainConfig, train
 def _profiles(tmp_path):
     """Two modeled profiles of tiny_cnn: the one the run knows, and the machine's, whose
     accelerator has 50x the per-op overhead, so HEFT solves them differently."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import MODELED_DEVICES, Profile, add_modeled_device
 
     _, fine, _, _ = build_graph("tiny_cnn", "none")
     paths = {}
@@ -31,9 +31,9 @@ def _profiles(tmp_path):
 def _heft(path, coarsen="colocation"):
     """HEFT on the profile at ``path``: (placement, its parallel latency there, the cost graph)."""
     from envs.simulator import Simulator
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import Profile, cost_graph
-    from policies.exact import solve
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, cost_graph
+    from policies.solvers.exact import solve
 
     _, _, graph, _ = build_graph("tiny_cnn", coarsen)
     cg = cost_graph(graph, Profile.load(path), ["CPU_MODEL", "GPU_X"])

@@ -5,8 +5,8 @@ import torch
 
 from envs.observation import pad_graph_observation
 from envs.placeto_env import placeto_spaces
-from hsdag_ray.core.reach import Reachability
-from policies.placeto import PlacetoConfig, PlacetoNet, split_around
+from hsdag_core.reach import Reachability
+from policies.placeto.policy import PlacetoConfig, PlacetoNet, split_around
 
 # 0 -> 1 -> 3 -> 4 -> 5, 0 -> 2 -> 3, 2 -> 6 (7 nodes)
 EDGES = np.array([[0, 0, 1, 2, 3, 4, 2],
@@ -41,7 +41,7 @@ def observation(x: np.ndarray, current: int, max_nodes: int, max_edges: int) -> 
 def module(max_nodes: int, max_edges: int, seed: int = 0, rounds: int = 2):
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from policies.placeto_module import PlacetoRLModule
+    from policies.placeto.module import PlacetoRLModule
 
     obs_space, act_space = placeto_spaces(max_nodes, max_edges, F, D)
     torch.manual_seed(seed)

@@ -7,7 +7,7 @@ import pytest
 
 from envs.placeto_env import PlacetoEnv
 from envs.simulator import Simulator
-from hsdag_ray.core.profile import Profile, cost_graph
+from hsdag_core.device_profile import Profile, cost_graph
 
 
 @pytest.fixture(scope="module")

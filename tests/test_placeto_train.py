@@ -33,7 +33,7 @@ def test_placeto_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     on every machine; the test passes with seeds 0-4."""
     from envs.placeto_env import PlacetoEnv
     from envs.simulator import Simulator
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     prof = Profile.load(tiny_profile_file)
     probe = PlacetoEnv({"model": "tiny_cnn", "backend": "simulator", "profile": prof.to_json()})

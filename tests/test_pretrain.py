@@ -238,7 +238,7 @@ def test_a_family_can_be_placed_on_the_npu_like_accelerator(tmp_path):
     """--family-accelerator NPU_MODEL: every profile has CPU_MODEL and NPU_MODEL with no memory
     limit, graphs.json and the checkpoint name those devices, and a held-out graph is placed
     zero-shot on them from the command line; an unknown accelerator is one sentence, exit 2."""
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
     from hsdag_ray.pretrain import main
 
     common = ["--method", "placeto", "--family", "tiny", "--hidden-dim", "16", "--imitate-steps", "5",
@@ -268,8 +268,7 @@ def test_a_family_can_be_placed_on_the_npu_like_accelerator(tmp_path):
 def test_bench_transfer_places_named_graphs_outside_the_family(pretrained):
     """``bench_transfer.py --graphs``: zero-shot on any model specs instead of the family's
     held-out graphs, each against its own exact optimum."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_transfer import zero_shot_rows
+    from bench.bench_transfer import zero_shot_rows
 
     out, _ = pretrained
     named = ["gen:layered:n=9:c=16:w=2:seed=7", "gen:cell:cells=1:b=3:c=16:seed=5"]
@@ -286,8 +285,7 @@ def test_bench_transfer_places_named_graphs_outside_the_family(pretrained):
 def test_bench_transfer_names_fine_tuning_runs_by_their_settings():
     """``--reuse`` reads back a fine-tuning run by its folder name: runs with other
     ``--finetune-set`` settings must not share it."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench_transfer import run_name
+    from bench.bench_transfer import run_name
 
     plain = run_name("hsdag", "scratch", 1.0, "hf:gpt_neo:num_layers=4", 0)
     assert plain == "hsdag-scratch-hf_gpt_neo_num_layers=4-0"  # as before the settings joined it

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator
-from hsdag_ray.core.graph import GraphError, from_ov_model
-from hsdag_ray.core.models import tiny_cnn
+from hsdag_core.compgraph import GraphError, from_ov_model
+from hsdag_core.models import tiny_cnn
 from envs.profiling import fit_link_costs, record
-from hsdag_ray.core.profile import (MODELED_DEVICES, REFERENCE_BOUNDARY_S, DeviceSpec, Profile,
+from hsdag_core.device_profile import (MODELED_DEVICES, REFERENCE_BOUNDARY_S, DeviceSpec, Profile,
                                     add_modeled_device, cost_graph, default_boundary_s,
                                     modeled_op_times, split_placements)
 from tests.test_graph import small_model

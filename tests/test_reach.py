@@ -3,8 +3,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from hsdag_ray.core.errors import GraphError
-from hsdag_ray.core.reach import Reachability, topological_order
+from hsdag_core.errors import GraphError
+from hsdag_core.reach import Reachability, topological_order
 
 # 0 -> 1 -> 3 -> 4 -> 5, 0 -> 2 -> 3, 2 -> 6, and 7 on its own
 #

@@ -89,7 +89,7 @@ def test_main_command_console_reads_like_a_tool(default_run):
 def test_main_command_shows_learning(default_run):
     """The default demo is a problem whose optimum is a real split, not a single
     device, and the run's own proposals reach it. (Its first iteration may reach it
-    already: the repair of an overflowing proposal, hsdag_ray/core/fit.py, takes the
+    already: the repair of an overflowing proposal, hsdag_core/fit.py, takes the
     cheapest set of moves, and from a proposal close to the optimum that can be it.)"""
     _, r, run = default_run
     s = json.loads((run / "summary.json").read_text())

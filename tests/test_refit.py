@@ -11,10 +11,10 @@ import pytest
 
 from envs.latency_model import LatencyModel
 from envs.simulator import Simulator
-from policies.exact import exact_method
-from hsdag_ray.core.synthetic import random_cost_graph
-from policies.exact import solve
-from policies.refit import ProfileThompson
+from policies.solvers.exact import exact_method
+from hsdag_core.synthetic import random_cost_graph
+from policies.solvers.exact import solve
+from policies.search.refit import ProfileThompson
 
 
 def wrong_profile(limited: bool):
@@ -187,7 +187,7 @@ def test_refit_refuses_what_it_cannot_model(tmp_path, args, says):
 
 def test_the_noise_level_is_fitted_to_the_measurements():
     """A deterministic machine is fitted closely, a noisy one loosely."""
-    from policies.refit import NOISE_LEVELS
+    from policies.search.refit import NOISE_LEVELS
 
     truth, known = wrong_profile(False)
     machine = Simulator(truth)

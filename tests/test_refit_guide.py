@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from envs.placement_env import EnvConfig, PlacementEnv
-from hsdag_ray.core.profile import Profile
+from hsdag_core.device_profile import Profile
 
 
 def make_env(profile_path, **kw) -> PlacementEnv:
@@ -57,7 +57,7 @@ def test_the_guide_proposes_refits_next_placement_every_k_placements(tiny_record
     from envs.store import placement_key
     from hsdag_ray.baselines import profile_costs
     from hsdag_ray.refit_guide import RefitGuide
-    from policies.refit import ProfileThompson
+    from policies.search.refit import ProfileThompson
 
     env = make_env(tiny_recording("known", 3), measure_reference=False)
     n, rng = env.graph.num_nodes, np.random.default_rng(0)

@@ -8,9 +8,9 @@ from ray.rllib.core.columns import Columns
 
 from envs.observation import pad_graph_observation, placement_spaces
 from envs.placement_env import reward_of
-from policies.rnn import neighbour_means
-from policies.rnn_learner import EMABaseline
-from policies.rnn_module import RNNPlacerRLModule
+from policies.rnn.policy import neighbour_means
+from policies.rnn.learner import EMABaseline
+from policies.rnn.module import RNNPlacerRLModule
 
 N, E, F, D = 12, 20, 5, 3
 ITERATIONS = 5

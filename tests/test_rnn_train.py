@@ -16,7 +16,7 @@ def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     the test passes with seeds 0-4)."""
     from envs.placement_env import PlacementEnv
     from envs.simulator import Simulator
-    from hsdag_ray.core.profile import Profile, cost_graph
+    from hsdag_core.device_profile import Profile, cost_graph
 
     import torch
     from ray.rllib.core.columns import Columns

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from bench_scale import run_isolated  # noqa: E402
+from bench.bench_scale import run_isolated  # noqa: E402
 
 NODES = 3000
 

@@ -14,7 +14,7 @@ from envs.latency_model import LatencyModel
 from envs.screen import Screen
 from envs.simulator import Simulator
 from envs.store import MeasurementStore, placement_key
-from hsdag_ray.core.synthetic import random_cost_graph
+from hsdag_core.synthetic import random_cost_graph
 
 
 def wrong_profile():
@@ -126,7 +126,7 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
 ])
 def test_the_screen_says_what_it_cannot_predict(tiny_recording, change, says):
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
     from hsdag_ray.resolve import screen_needs
 
     run = TrainConfig(model="tiny_cnn", screen=1.0, profile=str(tiny_recording("known", 3)))

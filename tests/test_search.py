@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hsdag_ray.train import TrainConfig, train
-from policies.search import RandomSearch, SimulatedAnnealing
+from policies.search.local import RandomSearch, SimulatedAnnealing
 
 
 def test_annealing_accepts_better_always_and_worse_less_as_it_cools():

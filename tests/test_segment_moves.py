@@ -1,4 +1,4 @@
-"""Segment moves (policies/segment_moves.py): an exact distribution that reaches what node moves cannot."""
+"""Segment moves (policies/hsdag/segment_moves.py): an exact distribution that reaches what node moves cannot."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,8 @@ import torch
 from ray.rllib.core.columns import Columns
 
 from policies.distributions import pack_dist_inputs
-from policies.move_distribution import GroupedMoveDistribution, pack_move_inputs
-from policies.segment_moves import SEGMENT_SHARE, SegmentMoveDistribution, pack_segment_inputs
+from policies.hsdag.move_distribution import GroupedMoveDistribution, pack_move_inputs
+from policies.hsdag.segment_moves import SEGMENT_SHARE, SegmentMoveDistribution, pack_segment_inputs
 from tests.test_learning_speed import all_actions, sampled_module
 
 

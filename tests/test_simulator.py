@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from envs.simulator import Simulator, SimulatorBackend
-from hsdag_ray.core.costgraph import CostGraph, InvalidCostGraph
+from hsdag_core.costgraph import CostGraph, InvalidCostGraph
 
 
 def diamond(**kw) -> CostGraph:
@@ -123,7 +123,7 @@ def test_start_times_by_hand():
 
 
 def test_start_times_end_at_the_objective_on_random_graphs():
-    from hsdag_ray.core.synthetic import random_cost_graph
+    from hsdag_core.synthetic import random_cost_graph
 
     g = random_cost_graph(60, devices=3, seed=4)
     sim = Simulator(g)

@@ -42,7 +42,7 @@ def test_simulator_run_writes_every_output(tmp_path):
     assert rows[-1]["placements"] >= 60 and s["measurements"] == rows[-1]["measurements"]
     assert all(r["num_groups"] and r["num_groups"] >= 1 for r in rows)
     # the best placement names every op of the model, on the run's devices
-    from hsdag_ray.core.models import load_model
+    from hsdag_core.models import load_model
 
     ops = {op.get_friendly_name() for op in load_model("resnet50").get_ordered_ops()}
     best = json.loads((run / "best_placement.json").read_text())
@@ -180,8 +180,8 @@ def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
 def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     """--sim-profile: single devices and the exact solver's placement are measured on the
     simulated machine; that placement is solved on the run's own (wrong) profile."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import MODELED_DEVICES, Profile, add_modeled_device
 
     _, fine, _, _ = build_graph("tiny_cnn", "none")
     paths = []
@@ -241,8 +241,8 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
 def small_memory_profile(path: Path, model: str, capacity_fraction: float) -> Path:
     """A modeled CPU and an accelerator that holds ``capacity_fraction`` of the
     model's weights, so almost every random split overflows it."""
-    from hsdag_ray.core.coarsening import build_graph
-    from hsdag_ray.core.profile import MODELED_DEVICES, Profile, add_modeled_device
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import MODELED_DEVICES, Profile, add_modeled_device
 
     _, fine, _, _ = build_graph(model, "none")
     prof = Profile(model, {}, {})
@@ -257,7 +257,7 @@ def small_memory_profile(path: Path, model: str, capacity_fraction: float) -> Pa
 
 def test_memory_failures_are_graded_by_how_far_over_the_limit():
     from envs.placement_env import EnvConfig, PlacementEnv
-    from hsdag_ray.core.profile import Profile
+    from hsdag_core.device_profile import Profile
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
@@ -336,7 +336,7 @@ def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
     and the run stops with the workers' error instead of looping forever."""
     import shutil
 
-    from hsdag_ray.core.models import load_model
+    from hsdag_core.models import load_model
 
     import openvino as ov
 

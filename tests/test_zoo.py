@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hsdag_ray.core.coarsening import build_graph
+from hsdag_core.coarsening import build_graph
 
 # (placeable nodes, edges, nodes after co-location coarsening)
 SIZES = {"resnet50": (123, 138, 37), "inception_v3": (216, 250, 62), "bert_base": (269, 327, 88)}
@@ -50,7 +50,7 @@ def test_an_encoder_decoder_transformer_builds():
 
 
 def test_hf_specs_set_config_fields_and_the_sequence_length():
-    from hsdag_ray.core.hf_models import parse_hf_spec
+    from hsdag_core.hf_models import parse_hf_spec
 
     assert parse_hf_spec("gpt2") == ("gpt2", {}, 128)
     assert parse_hf_spec("llama:num_hidden_layers=2:rms_norm_eps=1e-5:tie_word_embeddings=false:seq=64") \
@@ -110,8 +110,8 @@ def test_a_speech_model_reads_a_second_of_waveform():
 def test_a_sequence_longer_than_the_models_positions_is_refused():
     from transformers import AutoConfig
 
-    from hsdag_ray.core.errors import GraphError
-    from hsdag_ray.core.hf_models import _fit_positions
+    from hsdag_core.errors import GraphError
+    from hsdag_core.hf_models import _fit_positions
 
     clip = AutoConfig.for_model("clip")
     assert _fit_positions("hf:clip", clip, 128, explicit=False) == 77
@@ -124,8 +124,8 @@ def test_a_model_transformers_auto_class_cannot_build_is_built_from_its_mapping_
     import torch
     from transformers import AutoConfig, FunnelModel, PretrainedConfig
 
-    from hsdag_ray.core.errors import GraphError
-    from hsdag_ray.core.hf_models import _base_model
+    from hsdag_core.errors import GraphError
+    from hsdag_core.hf_models import _base_model
 
     with torch.device("meta"):  # no weights allocated
         # AutoModel.from_config fails on Funnel's default config (no architectures)

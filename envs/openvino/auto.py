@@ -90,7 +90,7 @@ def measure_auto(model: Union[ov.Model, str, Path], devices: Sequence[str],
 
     Args:
         model: an ``openvino.Model`` with static input shapes, or a zoo name /
-            ``.xml`` / ``.onnx`` path for :func:`hsdag_ray.core.models.load_model`.
+            ``.xml`` / ``.onnx`` path for :func:`hsdag_core.models.load_model`.
         devices: the run's device specs (module doc).
         timing: warm-up, repeats, block, time budget and threads per device.
         seed: seed of the random input data.
@@ -108,7 +108,7 @@ def measure_auto(model: Union[ov.Model, str, Path], devices: Sequence[str],
     deadline = start + timing.timeout_s
     info: dict[str, object] = {"path": "auto"}
     if not isinstance(model, ov.Model):
-        from hsdag_ray.core.models import load_model
+        from hsdag_core.models import load_model
 
         try:
             model = load_model(str(model))

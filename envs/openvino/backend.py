@@ -50,7 +50,7 @@ from envs.openvino.runners import (
 )
 from envs.openvino.pipeline import Compiler
 from envs.openvino.stages import plan_stages
-from hsdag_ray.core.models import openvino_error_text
+from hsdag_core.models import openvino_error_text
 
 __all__ = ["Mode", "OpenVINOBackend"]
 

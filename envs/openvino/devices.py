@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 
 import openvino as ov
 
-from hsdag_ray.core.models import openvino_error_text
+from hsdag_core.models import openvino_error_text
 
 __all__ = ['DEVICE_ALIASES', 'PRECISIONS', 'RESERVED_NAMES', 'DeviceInfo', 'DeviceSet', 'DeviceSpec', 'check_devices', 'find_plugin_library']
 

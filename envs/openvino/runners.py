@@ -17,7 +17,7 @@ from envs.base import TimingConfig
 from envs.openvino.racing import far_slower, race_step
 from envs.openvino.stage_cache import CachedStage
 from envs.openvino.stages import Stage, TensorKey
-from hsdag_ray.core.models import openvino_error_text
+from hsdag_core.models import openvino_error_text
 
 __all__ = ['OVERSUBSCRIPTION', 'OV_ERRORS', 'THREAD_PROBE_RUNS', 'TOLERANCE', 'PipelineRunner', 'RequestRunner', 'Runner', 'StageFailure', 'busy_threads', 'cpu_per_wall', 'ov_errors', 'random_inputs', 'time_runs', 'timeout_text']
 

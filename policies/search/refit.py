@@ -1,0 +1,159 @@
+"""The exact solver on a profile refitted to the run's measurements (Thompson sampling).
+
+A profile is an estimate of the machine: ops timed alone run at other speeds
+inside a compiled graph, and a profile recorded on one machine or under one
+load is off on another. Solving it exactly gives a placement that is optimal
+for the profile, not for the machine (``bench/bench_learning.py --estimate``
+measures how far off). This search keeps the profile as a *prior* and
+corrects it with every latency the run measures, then solves again.
+
+The model (:class:`envs.latency_model.LatencyModel`): under the
+``sequential`` objective a placement's latency is linear in the profile's
+costs (node times, transfers, stage boundaries and a constant), under
+``throughput`` it is the bottleneck device's load, linear in them; the profile is
+a Gaussian prior over them, and every measurement refits them by Bayesian
+linear regression, with the measurements' noise level fitted by marginal
+likelihood.
+
+Each proposal is the exact solver's placement (min cut, or the MILP with the
+memory limits, or the throughput MILP, :func:`policies.solvers.exact.solve`) on a refitted profile: the
+posterior mean while it gives a placement not measured yet (the first one is
+the profile's own optimum), otherwise a posterior sample (Thompson sampling,
+Thompson 1933; for combinatorial choices Russo et al., "A Tutorial on
+Thompson Sampling", 2018), drawn again with a wider spread while it repeats a
+measured placement, and a change of the best measured placement (one node,
+then more) when every draw does. Memory is known exactly, so every proposal fits.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from envs.latency_model import MODELED_OBJECTIVES, NOISE_FIT_AFTER, NOISE_LEVELS, LatencyModel
+from hsdag_core.costgraph import CostGraph
+
+__all__ = ["ProfileThompson", "NOISE_LEVELS", "NOISE_FIT_AFTER"]
+
+#: random changes of the best placement tried when every posterior draw repeats one
+#: (20 of one node, then 20 of two nodes, and so on)
+LOCAL_TRIES = 200
+
+
+class ProfileThompson:
+    """Thompson sampling over the exact solver (see the module docstring).
+
+    Args:
+        num_nodes / num_devices: the problem's size (those of ``costs``).
+        budget: placements the search may propose (unused: every proposal is chosen alike).
+        seed: random seed of the posterior samples.
+        start: unused (the first proposal is the profile's own optimum).
+        costs: the run's profile as a cost graph of its (coarsened) graph.
+        objective: ``sequential`` (linear in the costs) or ``throughput`` (the largest
+            of the devices' loads, each linear in them; :mod:`envs.latency_model`).
+        sigma: the prior's relative spread of each cost (0.5: a node's time is
+            trusted to about half its value).
+        noise: a measurement's noise, relative to its latency, until the search fits
+            its own from :data:`NOISE_FIT_AFTER` measurements on.
+        time_limit: seconds for each exact solve (a MILP stopped early gives its best).
+        retries: posterior samples drawn per proposal before changing the best measured placement instead.
+    """
+
+    def __init__(self, num_nodes: int, num_devices: int, budget: int, seed: int = 0,
+                 start: Optional[np.ndarray] = None, *, costs: CostGraph,
+                 objective: str = "sequential", sigma: float = 0.5, noise: float = 0.02,
+                 time_limit: float = 10.0, retries: int = 4) -> None:
+        from policies.solvers.exact import exact_method
+
+        if objective not in MODELED_OBJECTIVES:
+            raise ValueError(f"the profile refit models the {' and '.join(MODELED_OBJECTIVES)} "
+                             f"objectives, not {objective!r}")
+        if costs.num_nodes != num_nodes or costs.num_devices != num_devices:
+            raise ValueError(f"the cost graph has {costs.num_nodes} nodes on {costs.num_devices} "
+                             f"devices, the run {num_nodes} on {num_devices}")
+        self.costs, self.objective = costs, objective
+        self.solver = exact_method(costs, objective)
+        self.model = LatencyModel(costs, sigma=sigma, noise=noise, objective=objective)
+        self.sim, self.free = self.model.sim, self.model.free
+        self.rng = np.random.default_rng(seed)
+        self.time_limit, self.retries = time_limit, retries
+        self.seen: set[bytes] = set()
+        self.proposals = {"mean": 0, "sample": 0, "local": 0}
+
+    @property
+    def placements(self) -> list[np.ndarray]:
+        return self.model.placements
+
+    @property
+    def latencies(self) -> list[float]:
+        return self.model.latencies
+
+    def noise_level(self) -> float:
+        """The measurements' relative noise the model fitted (:meth:`LatencyModel.noise_level`)."""
+        return self.model.noise_level()
+
+    def _placement(self, theta: np.ndarray) -> Optional[np.ndarray]:
+        from policies.solvers.exact import solve
+
+        res = solve(self.model.refitted(theta), self.objective, self.solver, time_limit=self.time_limit)
+        return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
+
+    def _new(self, p: Optional[np.ndarray]) -> bool:
+        return p is not None and p.tobytes() not in self.seen
+
+    # --------------------------------------------------------------- protocol
+    def propose(self) -> np.ndarray:
+        p = self._placement(self.model.posterior_mean())
+        kind = "mean"
+        spread = 1.0
+        for _ in range(self.retries if not self._new(p) else 0):
+            prior = self.model.prior_sample(self.rng, spread)
+            p = self._placement(self.model.condition(prior, self.rng.standard_normal(len(self.latencies))))
+            kind, spread = "sample", spread * 1.5
+            if self._new(p):
+                break
+        if not self._new(p):
+            p, kind = self._local(), "local"
+        self.proposals[kind] += 1
+        self.seen.add(p.tobytes())
+        return p
+
+    def _local(self) -> np.ndarray:
+        """A change of the best measured placement, not proposed yet and within the memory
+        limits: one node moved, or more once the one-node changes are used up."""
+        best = (self.placements[int(np.argmin(self.latencies))] if self.latencies
+                else np.zeros(self.costs.num_nodes, dtype=np.int64))
+        p = best
+        for attempt in range(LOCAL_TRIES):
+            p = best.copy()
+            for i in self.rng.choice(p.size, size=min(p.size, 1 + attempt // 20), replace=False):
+                choices = [d for d in np.flatnonzero(self.free[i]) if d != p[i]]
+                if choices:
+                    p[i] = int(self.rng.choice(choices))
+            if self._new(p) and self.sim.check(p) is None:
+                return p
+        return p
+
+    def observe(self, placement: np.ndarray, latency_s: float, proposed: bool = True) -> None:
+        """A measured latency. A failed measurement (``inf``) teaches the model nothing, nor
+        does one of a placement over a memory limit (what was measured is its repair).
+        ``proposed=False``: a measurement the run made before the search (a single device),
+        learned from, and still proposed as the search's own when it looks best."""
+        p = np.asarray(placement, dtype=np.int64)
+        if proposed:
+            self.seen.add(p.tobytes())
+        self.model.add(p, latency_s)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state,
+                "placements": [p.tolist() for p in self.placements],
+                "latencies": self.latencies, "bottlenecks": self.model.bottlenecks(),
+                "seen": [np.frombuffer(k, dtype=np.int64).tolist()
+                                                      for k in self.seen],
+                "proposals": self.proposals}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.model.replace(state["placements"], state["latencies"], state.get("bottlenecks"))
+        self.seen = {np.asarray(p, dtype=np.int64).tobytes() for p in state["seen"]}
+        self.proposals = dict(state["proposals"])

@@ -1,0 +1,148 @@
+"""Registry of the exact and algorithmic placement methods, called uniformly.
+
+``solve(graph, objective, method, time_limit=...)`` runs one method and returns
+a :class:`~policies.solvers.result.SolveResult` (placement, simulator value, bound,
+gap, optimality). ``SOLVERS`` maps each method name to a :class:`Solver`
+saying which objectives it accepts and for which it is exact.
+
+========================  ===========================  ===================================
+method                    objectives                   what it is
+========================  ===========================  ===================================
+``mincut``                sequential (2 devices)       exact s-t minimum cut
+``alpha-expansion``       sequential                   heuristic: min-cut expansion moves
+``milp``                  sequential, throughput,      exact MILP (HiGHS, time limit);
+                          parallel                     parallel: bound + placement only
+``milp-contig``           throughput                   exact MILP over contiguous splits
+``dp``                    throughput                   DP over ideals (contiguous splits)
+``heft``                  parallel                     HEFT list scheduling
+``single``                all                          best single device (``device=``)
+``random-best``           all                          best of seeded random placements
+                                                       on the profile (``train --method
+                                                       random`` is random search, measured)
+========================  ===========================  ===================================
+
+"Exact" means the returned placement is optimal for the simulator's
+objective over ``scope`` when the method finishes within its time limit
+(``result.optimal`` says whether it did). The DP optimises the paper's load
+model, which can under-count a sender's transfers (:mod:`policies.solvers.ideals`):
+it states ``optimal`` only when the simulator agrees with its bound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from envs.simulator import OBJECTIVES
+from hsdag_core.costgraph import CostGraph
+from policies.solvers.simple import solve_random, solve_single
+from policies.solvers.heft import solve_heft
+from policies.solvers.ideals import solve_dp
+from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
+from policies.solvers.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
+from policies.solvers.result import SolveResult
+
+__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for", "exact_method",
+           "heuristic_method"]
+
+
+@dataclass(frozen=True)
+class Solver:
+    """A method of the registry.
+
+    Attributes:
+        name: registry key.
+        fn: ``fn(graph, objective, *, time_limit, **options) -> SolveResult``.
+        objectives: objectives it accepts.
+        exact: objectives for which a finished run is a proven optimum.
+        scope: ``"all"`` or ``"contiguous"`` (the splits it searches).
+        summary: one line for listings.
+    """
+
+    name: str
+    fn: Callable[..., SolveResult]
+    objectives: tuple[str, ...]
+    exact: tuple[str, ...]
+    scope: str
+    summary: str
+
+
+def _milp(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.0,
+          **kw: Any) -> SolveResult:
+    if objective == "sequential":
+        return solve_milp_sequential(graph, objective, time_limit=time_limit, **kw)
+    if objective == "throughput":
+        return solve_milp_throughput(graph, objective, time_limit=time_limit, **kw)
+    return solve_milp_parallel(graph, objective, time_limit=time_limit, **kw)
+
+
+def _milp_contig(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.0,
+                 **kw: Any) -> SolveResult:
+    return solve_milp_throughput(graph, objective, contiguous=True, time_limit=time_limit, **kw)
+
+
+SOLVERS: dict[str, Solver] = {s.name: s for s in (
+    Solver("mincut", solve_mincut, ("sequential",), ("sequential",), "all",
+           "exact sequential optimum on two devices (s-t minimum cut)"),
+    Solver("alpha-expansion", solve_alpha_expansion, ("sequential",), (), "all",
+           "sequential heuristic on any number of devices (min-cut expansion moves)"),
+    Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput"), "all",
+           "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs"),
+    Solver("milp-contig", _milp_contig, ("throughput",), ("throughput",), "contiguous",
+           "exact throughput MILP over contiguous splits"),
+    Solver("dp", solve_dp, ("throughput",), (), "contiguous",
+           "throughput DP over ideals (Tarnawski et al.), contiguous splits"),
+    Solver("heft", solve_heft, ("parallel",), (), "all", "HEFT list scheduling"),
+    Solver("single", solve_single, OBJECTIVES, (), "all",
+           "everything on one device (the best one unless device= is given)"),
+    Solver("random-best", solve_random, OBJECTIVES, (), "all",
+           "best of seeded random placements (samples=, seed=)"),
+)}
+
+
+def methods_for(objective: str) -> list[str]:
+    """Names of the methods that accept ``objective``."""
+    return [n for n, s in SOLVERS.items() if objective in s.objectives]
+
+
+def solve(graph: CostGraph, objective: str, method: str, *,
+          time_limit: Optional[float] = 60.0, **options: Any) -> SolveResult:
+    """Run ``method`` on ``graph`` for ``objective``.
+
+    Args:
+        time_limit: seconds for the methods that honour one (MILPs, DP,
+            alpha-expansion, random-best); None = no limit.
+        options: method options (``device=`` for ``single``, ``samples=`` /
+            ``seed=`` for ``random-best``, ``rel_gap=`` for the MILPs,
+            ``max_ideals=`` for ``dp``).
+
+    Raises:
+        ValueError: unknown objective or method, or a method that does not
+            accept this objective or graph (the message says what to use).
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    if method not in SOLVERS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(SOLVERS)}")
+    spec = SOLVERS[method]
+    if objective not in spec.objectives:
+        raise ValueError(f"method {method!r} does not solve the {objective} objective; "
+                         f"methods for it: {', '.join(methods_for(objective))}")
+    return spec.fn(graph, objective, time_limit=time_limit, **options)
+
+
+def exact_method(graph, objective: str) -> Optional[str]:
+    """The exact solver that applies to ``objective`` on ``graph``, if any."""
+    if objective == "sequential":
+        limited = bool(np.isfinite(graph.mem_capacity).any())
+        return "mincut" if graph.num_devices == 2 and not limited else "milp"
+    if objective == "throughput":
+        return "milp"
+    return None
+
+
+def heuristic_method(objective: str) -> Optional[str]:
+    """The heuristic a run solves its profile with where no exact solver applies to
+    ``objective`` (HEFT for ``parallel``), if any."""
+    return "heft" if objective == "parallel" else None

@@ -1,0 +1,41 @@
+"""The exact and algorithmic solvers as ``train --method`` rows (``exact``, ``heft``).
+
+Each computes one placement from the run's profile (a cost graph of the run's graph
+and devices) and the run measures it like any other placement, so a sweep lists the
+solvers beside the learned methods and the searches, on the same backend. The profile
+is what the solver knows: where it is off the machine (a real backend, ``--sim-profile``),
+the measured latency says how far that matters.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from hsdag_core.costgraph import CostGraph
+
+__all__ = ["exact_placement", "heft_placement"]
+
+
+def exact_placement(costs: CostGraph, objective: str,
+                    time_limit: Optional[float] = 120.0) -> Optional[np.ndarray]:
+    """The exact optimum of ``objective`` on ``costs`` (s-t minimum cut for two devices
+    without memory limits, else the MILP; :func:`policies.solvers.exact.exact_method`), or None
+    where no exact solver applies (``parallel``) or none is feasible."""
+    from policies.solvers.exact import exact_method, solve
+
+    method = exact_method(costs, objective)
+    if method is None:
+        return None
+    res = solve(costs, objective, method, time_limit=time_limit)
+    return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
+
+
+def heft_placement(costs: CostGraph, objective: str,
+                   time_limit: Optional[float] = 120.0) -> Optional[np.ndarray]:
+    """HEFT's list schedule of ``costs`` (Topcuoglu et al., 2002): its placement, measured
+    under the run's objective whichever it is (HEFT itself schedules for the parallel one)."""
+    from policies.solvers.heft import solve_heft
+
+    res = solve_heft(costs, "parallel", time_limit=time_limit)
+    return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
