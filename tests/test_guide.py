@@ -156,3 +156,15 @@ def test_a_yaml_config_nests_its_settings_by_section(tmp_path):
     bad.write_text("hsdag: {lr: 0.1}\n")
     with pytest.raises(UsageError, match="'lr' in section 'hsdag' of .*bad.yaml is not a hsdag setting"):
         config_from_args(["--config", str(bad)])
+
+
+def test_the_methods_page_lists_every_method_and_departure():
+    from pathlib import Path
+
+    from policies.registry import METHODS
+
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text().split())
+    for m in METHODS.values():
+        assert f"## `{m.name}` ({m.kind})" in page and " ".join(m.description.split()) in page
+        for d in m.departures:
+            assert " ".join(d.split()) in page, d
