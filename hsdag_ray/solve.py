@@ -15,7 +15,7 @@ lower bound and gap, whether it is proven optimal, and the solve time.
 ``--out`` writes the result with the placement keyed by node name.
 
 Methods (``--list`` prints them): mincut, alpha-expansion, milp, milp-contig,
-dp, heft, single (``--device NAME`` for one device), random-best (``--seed``,
+dp, heft, m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for one device), random-best (``--seed``,
 ``--samples``).
 
 Exit codes: 0 a feasible placement was found; 1 none was (infeasible
@@ -119,7 +119,7 @@ def format_result(graph: CostGraph, r: SolveResult) -> str:
         f"{graph.subgraph_summary()}",
         f"method {r.method}, objective {r.objective}: value {_ms(r.value)}, "
         f"bound {_ms(r.bound)}, gap {gap}, {verdict}",
-        f"solved in {r.solve_s:.3f} s; {r.status}",
+        f"solved in {r.solve_s:.3f} s (planning time); {r.status}",
         f"nodes per device: {used}" if r.feasible or np.isfinite(r.value) else ""]).rstrip()
 
 

@@ -249,3 +249,22 @@ register(Method(
 register(Method(
     name="heft", kind="solver", run="policies.solvers.methods:heft_placement", costs=True,
     description="HEFT list scheduling (Topcuoglu et al., 2002) on the run's profile, measured"))
+
+register(Method(
+    name="m-topo", kind="solver", run="policies.solvers.methods:m_topo_placement", costs=True,
+    description="Baechi m-TOPO (Jeon et al., SoCC 2020): topological order filling the "
+                "devices in turn within memory, on the run's profile, measured"))
+
+register(Method(
+    name="m-etf", kind="solver", run="policies.solvers.methods:m_etf_placement", costs=True,
+    description="Baechi m-ETF (Jeon et al., SoCC 2020): earliest-start list scheduling "
+                "within memory, on the run's profile, measured"))
+
+register(Method(
+    name="m-sct", kind="solver", run="policies.solvers.methods:m_sct_placement", costs=True,
+    description="Baechi m-SCT (Jeon et al., SoCC 2020): m-ETF keeping each favourite child "
+                "with its parent, on the run's profile, measured",
+    departures=("favourite children by a greedy rule (edges by decreasing transfer time, at "
+                "most one favourite child and one favourite parent per node) instead of the "
+                "paper's LP relaxation: no LP solve in the planning time, and the same pairs "
+                "wherever one tensor clearly dominates each node's outputs",)))

@@ -100,7 +100,7 @@ def test_every_method_by_default_leaves_out_those_the_settings_cannot_run():
 
     real = SweepConfig(models=["tiny_cnn"], seeds=[0], train={**TINY, "backend": "auto"})
     grid = _check(real)
-    reads_profile = {"refit", "exact", "heft"}
+    reads_profile = {"refit", "exact", "heft", "m-topo", "m-etf", "m-sct"}
     assert reads_profile <= set(METHODS) and not reads_profile & set(real.methods)
     assert {t["method"] for t in grid} == set(METHODS) - reads_profile
     sim = SweepConfig(models=["tiny_cnn"], seeds=[0], train=TINY)

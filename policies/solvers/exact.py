@@ -15,6 +15,12 @@ method                    objectives                   what it is
 ``milp-contig``           throughput                   exact MILP over contiguous splits
 ``dp``                    throughput                   DP over ideals (contiguous splits)
 ``heft``                  parallel                     HEFT list scheduling
+``m-topo``                all                          Baechi m-TOPO: topological fill
+                                                       of the devices within memory
+``m-etf``                 all                          Baechi m-ETF: earliest-start list
+                                                       scheduling within memory
+``m-sct``                 all                          Baechi m-SCT: m-ETF keeping each
+                                                       favourite child with its parent
 ``single``                all                          best single device (``device=``)
 ``random-best``           all                          best of seeded random placements
                                                        on the profile (``train --method
@@ -37,6 +43,7 @@ import numpy as np
 from envs.simulator import OBJECTIVES
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.simple import solve_random, solve_single
+from policies.solvers.baechi import solve_m_etf, solve_m_sct, solve_m_topo
 from policies.solvers.heft import solve_heft
 from policies.solvers.ideals import solve_dp
 from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
@@ -94,6 +101,12 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
     Solver("dp", solve_dp, ("throughput",), (), "contiguous",
            "throughput DP over ideals (Tarnawski et al.), contiguous splits"),
     Solver("heft", solve_heft, ("parallel",), (), "all", "HEFT list scheduling"),
+    Solver("m-topo", solve_m_topo, OBJECTIVES, (), "all",
+           "Baechi m-TOPO: topological order filling the devices in turn within memory"),
+    Solver("m-etf", solve_m_etf, OBJECTIVES, (), "all",
+           "Baechi m-ETF: earliest-start list scheduling within memory"),
+    Solver("m-sct", solve_m_sct, OBJECTIVES, (), "all",
+           "Baechi m-SCT: m-ETF keeping favourite children with their parents (greedy)"),
     Solver("single", solve_single, OBJECTIVES, (), "all",
            "everything on one device (the best one unless device= is given)"),
     Solver("random-best", solve_random, OBJECTIVES, (), "all",

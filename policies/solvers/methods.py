@@ -1,4 +1,5 @@
-"""The exact and algorithmic solvers as ``train --method`` rows (``exact``, ``heft``).
+"""The exact and algorithmic solvers as ``train --method`` rows (``exact``, ``heft``,
+Baechi's ``m-topo``, ``m-etf``, ``m-sct``).
 
 Each computes one placement from the run's profile (a cost graph of the run's graph
 and devices) and the run measures it like any other placement, so a sweep lists the
@@ -14,7 +15,8 @@ import numpy as np
 
 from hsdag_core.costgraph import CostGraph
 
-__all__ = ["exact_placement", "heft_placement"]
+__all__ = ["exact_placement", "heft_placement", "m_topo_placement", "m_etf_placement",
+           "m_sct_placement"]
 
 
 def exact_placement(costs: CostGraph, objective: str,
@@ -39,3 +41,30 @@ def heft_placement(costs: CostGraph, objective: str,
 
     res = solve_heft(costs, "parallel", time_limit=time_limit)
     return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
+
+
+def _baechi(method: str, costs: CostGraph, objective: str) -> Optional[np.ndarray]:
+    from policies.solvers.exact import solve
+
+    res = solve(costs, objective, method)
+    return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
+
+
+def m_topo_placement(costs: CostGraph, objective: str,
+                     time_limit: Optional[float] = 120.0) -> Optional[np.ndarray]:
+    """Baechi's m-TOPO placement of ``costs`` (:mod:`policies.solvers.baechi`), None when
+    no device holds some node."""
+    return _baechi("m-topo", costs, objective)
+
+
+def m_etf_placement(costs: CostGraph, objective: str,
+                    time_limit: Optional[float] = 120.0) -> Optional[np.ndarray]:
+    """Baechi's m-ETF placement of ``costs`` (:mod:`policies.solvers.baechi`)."""
+    return _baechi("m-etf", costs, objective)
+
+
+def m_sct_placement(costs: CostGraph, objective: str,
+                    time_limit: Optional[float] = 120.0) -> Optional[np.ndarray]:
+    """Baechi's m-SCT placement of ``costs`` (:mod:`policies.solvers.baechi`, greedy
+    favourite children)."""
+    return _baechi("m-sct", costs, objective)
