@@ -248,8 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         + f", the others {DEFAULT_BUDGET}); 0 with --imitate-steps: imitation only")
     ap = build_parser(help_for={"budget": budget_help, "incumbent_prior": (
         "HSDAG samples around each graph's best placement so far by this logit (default in "
-        f"pre-training: {PRETRAIN_DEFAULTS['incumbent_prior']:g}, off; train's default is "
-        f"{TrainConfig.incumbent_prior:g})")})
+        f"pre-training: {PRETRAIN_DEFAULTS['incumbent_prior']:g}, off; in train it is on "
+        "with --guide only)")})
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
     ap.add_argument("--family", required=True,
                     help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
