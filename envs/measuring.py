@@ -34,10 +34,15 @@ import numpy as np
 
 from envs.base import summarize_times
 
-__all__ = ["MeasuringService", "measuring_service", "AUTO"]
+__all__ = ["MeasuringService", "measuring_service", "AUTO", "HETERO_AUTO", "HETERO_PIPELINE"]
 
 #: the candidate name that stands for "the whole model on OpenVINO's AUTO device"
 AUTO = "auto"
+#: the candidate names that stand for "the whole model on HETERO over the run's devices,
+#: split by OpenVINO": its default per-op fallback, and MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL
+#: (:func:`envs.openvino.auto.measure_hetero_mode`)
+HETERO_AUTO = "hetero_auto"
+HETERO_PIPELINE = "hetero_pipeline"
 
 Candidate = Union[Sequence[int], str]
 
@@ -90,13 +95,20 @@ class MeasuringService:
         return {"reference_s": self.env.reference_s, "reference_kind": self.env.reference_kind}
 
     def measure(self, candidate: Candidate) -> dict[str, Any]:
-        """One timing of a placement (device index per node) or of :data:`AUTO`."""
+        """One timing of a placement (device index per node), of :data:`AUTO`, or of one
+        of OpenVINO's own HETERO splits (:data:`HETERO_AUTO`, :data:`HETERO_PIPELINE`)."""
         if isinstance(candidate, str):
-            if candidate != AUTO:
-                raise ValueError(f"unknown candidate {candidate!r}; a placement or {AUTO!r}")
-            from envs.openvino_backend import measure_auto
+            if candidate not in (AUTO, HETERO_AUTO, HETERO_PIPELINE):
+                raise ValueError(f"unknown candidate {candidate!r}; a placement, {AUTO!r}, "
+                                 f"{HETERO_AUTO!r} or {HETERO_PIPELINE!r}")
+            from envs.openvino_backend import measure_auto, measure_hetero_mode
 
-            m = measure_auto(self.env.model, self.env.devices, self.env.config.timing)
+            if candidate == AUTO:
+                m = measure_auto(self.env.model, self.env.devices, self.env.config.timing)
+            else:
+                # the run's device specs (a virtual device's settings), else its names
+                specs = list(self.env.config.devices) or list(self.env.devices)
+                m = measure_hetero_mode(self.env.model, specs, candidate, self.env.config.timing)
         else:
             m = self.env.measure_untracked(np.asarray(candidate, dtype=np.int64))
         return m.to_dict() | {"node": _node_id()}

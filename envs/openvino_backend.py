@@ -8,7 +8,7 @@ failures become measurements.
 """
 from __future__ import annotations
 
-from envs.openvino.auto import AUTO_BACKEND, auto_candidates, measure_auto
+from envs.openvino.auto import AUTO_BACKEND, HETERO_MODES, auto_candidates, measure_auto, measure_hetero_mode
 from envs.openvino.backend import Mode, OpenVINOBackend
 from envs.openvino.devices import (
     DEVICE_ALIASES, PRECISIONS, DeviceInfo, DeviceSet, DeviceSpec, check_devices, find_plugin_library,
@@ -24,6 +24,7 @@ __all__ = [
     "PRECISIONS",
     "STRUCTURAL_OPS",
     "TOLERANCE",
+    "HETERO_MODES",
     "DeviceInfo",
     "DeviceSet",
     "DeviceSpec",
@@ -37,6 +38,7 @@ __all__ = [
     "complete_affinity",
     "find_plugin_library",
     "measure_auto",
+    "measure_hetero_mode",
     "plan_stages",
     "random_inputs",
     "split_stages",

@@ -1,8 +1,11 @@
 """Deploy a placement: ``python -m hsdag_ray.apply``.
 
 Compiles the model with a placement on real devices, checks its outputs
-against the unsplit model, times it next to every single device and
-OpenVINO's AUTO device, prints the table and writes ``apply.json``; with
+against the unsplit model, times it next to every single device,
+OpenVINO's AUTO device and OpenVINO's own HETERO splits over the devices (``hetero_auto``:
+HETERO's default, each op on the first device in ``--devices`` order that supports it;
+``hetero_pipeline``: ``MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL``, split by memory; a
+mode that cannot run on the devices is a failed row saying why), prints the table and writes ``apply.json``; with
 ``--save DIR`` also writes the placed model, which
 :func:`hsdag_ray.placed.load_placed` loads and runs (see that module).
 
@@ -48,7 +51,10 @@ import numpy as np
 from envs.backends import BACKENDS
 from envs.base import Measurement, TimingConfig, summarize_times
 from envs.graph_backend import parse_placement
-from envs.openvino_backend import TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, random_inputs
+from envs.openvino_backend import (
+    HETERO_MODES, TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, measure_hetero_mode,
+    random_inputs,
+)
 from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
                            run, timing_from_args, writable_file)
 from hsdag_core.coarsening import build_graph
@@ -154,7 +160,8 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
         "nodes_per_device": {d: counts[d] for d in names if counts[d]},
         "timing": {"warmup": timing.warmup, "repeats": timing.repeats, "block": timing.block,
                    "threads": timing.threads, "rounds": args.rounds}, "seed": args.seed,
-        "placed": _row("placement", placed), "single": {}, "auto": None, "saved": None,
+        "placed": _row("placement", placed), "single": {}, "auto": None, "hetero": {},
+        "saved": None,
     }
     if not placed.ok:
         result["error"] = f"the placement failed at {placed.stage}: {placed.error}"
@@ -165,6 +172,9 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     for name in names:
         jobs[name] = partial(whole.measure_ops, {op: name for op in affinity})
     jobs["auto"] = partial(measure_auto, model, specs, replace(timing, validate_outputs=False), seed=args.seed)
+    for mode in HETERO_MODES:
+        jobs[mode] = partial(measure_hetero_mode, model, specs, mode,
+                             replace(timing, validate_outputs=False), seed=args.seed)
     rounds: dict[str, list[Measurement]] = {key: [] for key in jobs}
     rounds["placement"].append(placed)
     for r in range(args.rounds):  # interleaved, so a slow spell of the machine hits every run alike
@@ -175,8 +185,9 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     result["placed"] = _row("placement", placed)
     result["single"] = {name: _row(f"{name} only", _combine(rounds[name])) for name in names}
     result["auto"] = _row("OpenVINO AUTO", _combine(rounds["auto"]))
+    result["hetero"] = {mode: _row(HETERO_ROWS[mode], _combine(rounds[mode])) for mode in HETERO_MODES}
     t = placed.latency_s
-    for row in [*result["single"].values(), result["auto"]]:
+    for row in [*result["single"].values(), result["auto"], *result["hetero"].values()]:
         row["placement_speedup"] = (row["latency_s"] / t) if row["ok"] else None
     if args.save:
         result["saved"] = _save_and_check(args.save, model, affinity, specs, timing, placed,
@@ -204,20 +215,26 @@ def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig
             "ok": max_rel <= tolerance}
 
 
+#: the table's name of each of OpenVINO's own HETERO splits
+HETERO_ROWS = {"hetero_auto": "OpenVINO HETERO (default)",
+               "hetero_pipeline": "OpenVINO HETERO pipeline"}
+
+
 def _ms(v: Optional[float]) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.3f}ms"
 
 
 def table(result: dict[str, Any]):
-    """The result as a rich table: the placement, each single device, AUTO."""
+    """The result as a rich table: the placement, each single device, AUTO, HETERO's own splits."""
     from rich.table import Table
 
     tab = Table(title=f"{result['model']}: placement {result['placement_file']} (÷ placed: latency "
                       "over the placement's)", title_justify="left", show_edge=False)
     for col, justify in (("run", "left"), ("latency", "right"), ("spread", "right"), ("runs", "right"),
                          ("÷ placed", "right"), ("rel err", "right"), ("how", "left")):
-        tab.add_column(col, justify=justify)
-    rows = [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else [])
+        tab.add_column(col, justify=justify, no_wrap=col == "run")
+    rows = [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else []) \
+        + list((result.get("hetero") or {}).values())
     for row in rows:
         info = row["info"]
         if not row["ok"]:

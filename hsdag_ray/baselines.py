@@ -1,4 +1,5 @@
-"""The figures a run is compared with: single devices, OpenVINO AUTO, the exact optimum
+"""The figures a run is compared with: single devices, OpenVINO AUTO and HETERO's own splits
+(default and pipeline-parallel), the exact optimum
 (or, where no exact solver applies, a heuristic's placement on the profile).
 
 They are measured by a :class:`~envs.measuring.MeasuringService`, on a
@@ -31,13 +32,15 @@ class Baselines:
     """What a run is compared with.
 
     Attributes:
-        latency_s: name (``<DEVICE>_only``, ``openvino_auto``, ``optimum``, or
-            ``heft`` for the parallel objective) -> seconds (``inf`` when it did not run).
+        latency_s: name (``<DEVICE>_only``, ``openvino_auto``, ``hetero_auto``,
+            ``hetero_pipeline``, ``optimum``, or ``heft`` for the parallel objective) -> seconds (``inf`` when it did not run).
         candidates: name -> the placement (device index per node) or ``"auto"``
             it was measured with, for re-measurement.
         optimum: ``method``, ``proven``, ``gap`` and ``profile_value_s`` (the
             solver's value on the profile) of the exact placement; empty when
             no exact solver applies.
+        failed: name -> why it did not run (``stage: error``), for the figures that
+            are ``inf`` because OpenVINO could not run them (AUTO, HETERO's own splits).
         measured_on: the Ray node that measured them (None for the simulator).
         reference_s / reference_kind: the reference latency of rewards and how
             it was obtained (see :class:`envs.placement_env.PlacementEnv`).
@@ -46,6 +49,7 @@ class Baselines:
     latency_s: dict[str, float] = field(default_factory=dict)
     candidates: dict[str, Any] = field(default_factory=dict)
     optimum: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
     measured_on: Optional[str] = None
     reference_s: float = math.nan
     reference_kind: str = ""
@@ -85,13 +89,16 @@ def profile_costs(env):
 
 def compute_baselines(service, env, objective: str, say, time_limit: float = 120.0) -> Baselines:
     """Single-device latencies; with a real backend, OpenVINO AUTO's
-    (``openvino_auto``: the whole model on the device AUTO picks); and, where an
+    (``openvino_auto``: the whole model on the device AUTO picks) and HETERO's own splits
+    over the run's devices (``hetero_auto``: its default per-op fallback in device order;
+    ``hetero_pipeline``: MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL; ``inf`` with the
+    reason in ``failed`` where one cannot run there); and, where an
     exact solver applies to the profile, its placement's latency (``optimum``),
     or, where none applies but a heuristic does (HEFT for ``parallel``), the heuristic's
     placement's (named after it), all measured by ``service`` (the run's backend on a
     measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
-    from envs.measuring import AUTO, call
+    from envs.measuring import AUTO, HETERO_AUTO, HETERO_PIPELINE, call
     from policies.solvers.exact import exact_method, solve
 
     n = env.graph.num_nodes
@@ -103,9 +110,20 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
         m = call(service, "measure", AUTO)
         b.latency_s["openvino_auto"] = m["latency_s"] if m["ok"] else math.inf
         b.candidates["openvino_auto"] = AUTO
+        if not m["ok"]:
+            b.failed["openvino_auto"] = f"{m['stage']}: {m['error']}"
         ran_on = ",".join(m["info"].get("execution_devices") or []) or "?"
         say(f"OpenVINO AUTO ({m['info'].get('auto_device', 'AUTO')}, ran on {ran_on}): "
             + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
+        for mode in (HETERO_AUTO, HETERO_PIPELINE):
+            m = call(service, "measure", mode)
+            b.latency_s[mode] = m["latency_s"] if m["ok"] else math.inf
+            b.candidates[mode] = mode
+            if not m["ok"]:
+                b.failed[mode] = f"{m['stage']}: {m['error']}"
+            ran_on = ",".join(m["info"].get("execution_devices") or []) or "?"
+            say(f"OpenVINO {m['info'].get('hetero_device', 'HETERO')} {mode} (ran on {ran_on}): "
+                + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
     cg = profile_costs(env)
     if cg is None:
         return b

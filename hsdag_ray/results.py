@@ -4,8 +4,9 @@ Every figure is read from the runs' ``summary.json`` (written by
 :func:`hsdag_ray.train.train`); nothing is measured or solved again here.
 
 One row per run (``kind: run``) and, per model, one row per baseline the runs
-were compared with (``kind: baseline``: each single device, OpenVINO AUTO when
-real devices were used, the exact optimum). A run's ``best_latency_s`` is its
+were compared with (``kind: baseline``: each single device, OpenVINO AUTO and HETERO's
+own splits (``hetero_auto``, ``hetero_pipeline``) when real devices were used, the
+exact optimum; a baseline OpenVINO could not run has ``best_source`` ``failed: why``). A run's ``best_latency_s`` is its
 method's own best (``method_best_latency_s`` of the summary: re-measured with a
 real backend), not the fastest single device the run falls back to when the
 method did not beat it; that one stays in ``run_best_latency_s``.
@@ -94,11 +95,15 @@ def baseline_rows(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
             if not vals:
                 continue
             t = statistics.median(vals)
+            why = next((s["baselines_failed"][name] for _, s in pairs
+                        if name in (s.get("baselines_failed") or {})), None)
             cpu = statistics.median([r["cpu_only_s"] for r, _ in pairs if r["cpu_only_s"]] or [math.nan])
             opt = statistics.median([r["optimum_s"] for r, _ in pairs if r["optimum_s"]] or [math.nan])
             proven = all(r["optimum_proven"] is not False for r, _ in pairs)
             method = {"optimum": f"optimum ({pairs[0][1].get('optimum_method', 'exact')})",
-                      "openvino_auto": "OpenVINO AUTO"}.get(name, name.replace("_only", " only"))
+                      "openvino_auto": "OpenVINO AUTO",
+                      "hetero_auto": "OpenVINO HETERO (default)",
+                      "hetero_pipeline": "OpenVINO HETERO pipeline"}.get(name, name.replace("_only", " only"))
             out.append({c: None for c in COLUMNS} | {
                 "kind": "baseline", "model": model, "method": method, "variant": "",
                 "backend": pairs[0][0]["backend"], "devices": pairs[0][0]["devices"],
@@ -107,7 +112,9 @@ def baseline_rows(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
                 "optimum_s": opt if math.isfinite(opt) else None,
                 "optimum_proven": proven if math.isfinite(opt) else None,
                 "ratio_to_optimum": _ratio(t, opt if math.isfinite(opt) else None),
-                "measurements": 0})
+                "measurements": 0}
+                | ({"best_latency_s": None, "speedup_vs_cpu": None, "ratio_to_optimum": None,
+                    "best_source": f"failed: {why}"} if why and not math.isfinite(t) else {}))
     return out
 
 
@@ -212,8 +219,13 @@ def markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
         ratio = cell([r["ratio_to_optimum"] for r in rs])
         runs = [r for r in rs if r["kind"] == "run"]
         method = rs[0]["method"] + (f" [{rs[0]['variant']}]" if rs[0].get("variant") else "")
+        latency = cell([r['best_latency_s'] * 1e3 if r['best_latency_s'] is not None else None for r in rs])
+        why = next((r["best_source"] for r in rs if r["kind"] == "baseline"
+                    and str(r.get("best_source") or "").startswith("failed: ")), None)
+        if why and latency == "-":   # a baseline OpenVINO could not run here, and why
+            latency = " ".join(why.replace("|", "/").split())
         lines.append(
-            f"| {model} | {method} | {runs[0].get('guide') or '-' if runs else '-'} | {cell([r['best_latency_s'] * 1e3 if r['best_latency_s'] is not None else None for r in rs])} "
+            f"| {model} | {method} | {runs[0].get('guide') or '-' if runs else '-'} | {latency} "
             f"| {cell([r['speedup_vs_cpu'] * 100 if r['speedup_vs_cpu'] is not None else None for r in rs], '{:.1f}%')} "
             f"| {ratio}{' *' if unproven and ratio != '-' else ''} "
             f"| {_to_cell(runs, 'to_1.05x')} | {_to_cell(runs, 'to_1.01x')} "

@@ -110,6 +110,13 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "reference_s": baselines.reference_s, "reference_kind": baselines.reference_kind,
         "exact_start": bool(state.get("exact_start")),
         "profile_measured": cfg.profile_measured("simulator" if simulated else env.backend.name)}
+    failed = dict(baselines.failed)
+    if remeasured is not None:
+        failed.update({k: remeasured["candidates"][k]["error"] for k in baselines.latency_s
+                       if not remeasured["candidates"][k]["ok"]
+                       and remeasured["candidates"][k].get("error")})
+    if failed:  # the baselines that did not run (inf), and why
+        summary["baselines_failed"] = failed
     if baselines.optimum:
         summary["optimum_method"] = baselines.optimum["method"]
         summary["optimum_proven"] = baselines.optimum["proven"]

@@ -1,4 +1,8 @@
-"""The trivial baseline: the whole model on OpenVINO's AUTO device over the run's real devices."""
+"""OpenVINO's automatic baselines: the whole model on OpenVINO's AUTO device over the run's
+real devices (:func:`measure_auto`), and on HETERO over the run's devices with OpenVINO
+splitting it by itself (:func:`measure_hetero_mode`: ``hetero_auto``, HETERO's default
+per-op fallback in device-priority order; ``hetero_pipeline``, HETERO's
+``MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL``, which splits by memory)."""
 from __future__ import annotations
 
 import time
@@ -8,10 +12,10 @@ from typing import Callable, Sequence, Union
 import openvino as ov
 
 from envs.base import Measurement, TimingConfig, summarize_times
-from envs.openvino.devices import RESERVED_NAMES, DeviceSpec
+from envs.openvino.devices import RESERVED_NAMES, DeviceSet, DeviceSpec
 from envs.openvino.runners import RequestRunner, StageFailure, ov_errors, random_inputs, time_runs, timeout_text
 
-__all__ = ['AUTO_BACKEND', 'auto_candidates', 'measure_auto']
+__all__ = ['AUTO_BACKEND', 'HETERO_MODES', 'auto_candidates', 'measure_auto', 'measure_hetero_mode']
 
 # --------------------------------------------------------------------------- OpenVINO AUTO
 
@@ -160,4 +164,92 @@ def measure_auto(model: Union[ov.Model, str, Path], devices: Sequence[str],
     return Measurement(
         ok=True, latency_s=latency, spread=spread, runs=len(samples) * timing.block,
         backend=AUTO_BACKEND, samples_s=samples, info=info,
+    )
+
+
+# --------------------------------------------------------------------------- HETERO's own split
+
+HETERO_MODES: dict[str, str] = {
+    "hetero_auto": "HETERO's default split (each op on the first device that supports it)",
+    "hetero_pipeline": "HETERO with MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL (split by memory)",
+}
+"""OpenVINO's automatic split modes: name (a baseline's and a candidate's) -> what it is."""
+
+
+def measure_hetero_mode(model: Union[ov.Model, str, Path], devices: Sequence[str], mode: str,
+                        timing: TimingConfig = TimingConfig(), seed: int = 0) -> Measurement:
+    """Time the whole model compiled on ``HETERO:<devices>`` with no affinity set, so
+    OpenVINO splits it by itself.
+
+    ``hetero_auto`` is HETERO's default: every op goes to the first device, in the order
+    the run gives its devices (their priority), that supports it. ``hetero_pipeline``
+    adds ``MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL``
+    (``openvino.properties.hint.model_distribution_policy`` with
+    ``ModelDistributionPolicy.PIPELINE_PARALLEL``): HETERO splits the model into stages
+    by the devices' available memory. Devices are registered and configured as the run's
+    backend does (:class:`~envs.openvino.devices.DeviceSet`: virtual devices such as
+    ``CPU_F32`` are second plugin instances), with the LATENCY hint; timing is that of
+    :func:`measure_auto`; outputs are not validated.
+
+    Returns:
+        A :class:`~envs.base.Measurement` with ``backend`` ``openvino-hetero-auto`` or
+        ``openvino-hetero-pipeline``; ``info`` has ``hetero_device`` (e.g.
+        ``HETERO:CPU,CPU_F32``), ``mode``, ``execution_devices`` (the devices OpenVINO
+        ran sub-models on; None if it does not say), ``compile_s``, ``measure_s``. Never
+        raises: a mode that cannot run on these devices is a failed measurement whose
+        ``error`` says why (bad devices ``validate``, OpenVINO errors ``compile`` or
+        ``infer``, an exhausted budget ``timeout``).
+    """
+    if mode not in HETERO_MODES:
+        raise ValueError(f"unknown HETERO mode {mode!r}; use {' or '.join(HETERO_MODES)}")
+    backend = "openvino-" + mode.replace("_", "-")
+    start = time.perf_counter()
+    deadline = start + timing.timeout_s
+    info: dict[str, object] = {"path": mode, "mode": mode}
+    if not isinstance(model, ov.Model):
+        from hsdag_core.models import load_model
+
+        try:
+            model = load_model(str(model))
+        except ValueError as exc:  # GraphError: one sentence
+            return Measurement.failure(backend, "validate", str(exc), **info)
+    device_set = DeviceSet(list(devices), default_threads=timing.threads)
+    if device_set.errors:
+        return Measurement.failure(backend, "validate", "; ".join(device_set.errors), **info)
+    hetero_device = "HETERO:" + ",".join(device_set.names)
+    info["hetero_device"] = hetero_device
+    try:
+        inputs = [ov.Tensor(array, shared_memory=True) for array in random_inputs(model, seed)]
+    except ValueError as exc:
+        return Measurement.failure(backend, "validate", str(exc), **info)
+    hint = ov.properties.hint
+    config: dict[str, object] = {hint.performance_mode(): hint.PerformanceMode.LATENCY}
+    if mode == "hetero_pipeline":
+        config[hint.model_distribution_policy()] = {hint.ModelDistributionPolicy.PIPELINE_PARALLEL}
+    try:
+        compile_start = time.perf_counter()
+        try:
+            with ov_errors("compile", f"compiling on {hetero_device} ({mode}) failed"):
+                compiled = device_set.core.compile_model(model, hetero_device, config)
+        finally:
+            info["compile_s"] = time.perf_counter() - compile_start
+        if time.perf_counter() > deadline:
+            raise StageFailure("timeout", timeout_text(timing, info, runs=0))
+        runner = RequestRunner(compiled, inputs)
+        runner.infer()
+        bases = {device_set.specs[n].base.split(".")[0] for n in device_set.names}
+        limit = timing.threads if bases == {"CPU"} and len(device_set.names) == 1 else 0
+        samples = time_runs(runner, timing, limit, deadline, info)
+    except StageFailure as failure:
+        info["measure_s"] = time.perf_counter() - start
+        return Measurement.failure(backend, failure.stage, failure.message, **info)
+    try:
+        info["execution_devices"] = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
+    except RuntimeError:  # the property is optional
+        info["execution_devices"] = None
+    latency, spread = summarize_times(samples)
+    info["measure_s"] = time.perf_counter() - start
+    return Measurement(
+        ok=True, latency_s=latency, spread=spread, runs=len(samples) * timing.block,
+        backend=backend, samples_s=samples, info=info,
     )
