@@ -44,7 +44,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                  "stall_patience", "stall_entropy", "stall_shrink", "hidden_dim", "init_soften",
                  "no_fractal", "no_shape", "no_op_type", "no_degree", "no_cost",
                  "relative_features", "position", "incumbent", "start", "start_logit"),
-    "guide": ("exact_start", "neighbour_every", "neighbour_order", "refit_every", "screen",
+    "guide": ("exact_start", "etf_start", "neighbour_every", "neighbour_order", "refit_every", "screen",
               "incumbent_share"),
     "hsdag": ("gcn_layers", "node_state_update", "grouping_noise", "self_loops", "node_moves",
               "segment_moves", "move_floor", "sampled_grouping", "graph_norm", "incumbent_prior",
@@ -151,6 +151,10 @@ class TrainConfig:
         exact_start: on: measure the exact solver's placement on the run's profile (for
             the parallel objective HEFT's) as the run's first placement, counted in the
             budget; off: not; auto: with guide.
+        etf_start: a critical-path warm start: measure Baechi's m-ETF placement (earliest-
+            start list scheduling within memory) on the run's profile as the run's first
+            placement, counted in the budget, for every method that searches (after the
+            exact start's, when both are on); needs a profile of every device.
         incumbent_share: the share of episodes that see the incumbent; the others
             are sampled without it (with incumbent_prior: from the policy's own
             logits), so a run settled around its incumbent still wanders (1 = every
@@ -275,6 +279,7 @@ class TrainConfig:
     incumbent_flips: float = HSDAGConfig.incumbent_flips
     incumbent_share: float = EnvConfig.incumbent_share
     exact_start: str = "auto"
+    etf_start: bool = False
     sampled_grouping: bool = HSDAGConfig.sampled_grouping
     graph_norm: bool = HSDAGConfig.graph_norm
     incumbent: bool = EnvConfig.incumbent

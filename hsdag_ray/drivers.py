@@ -110,7 +110,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif exact_start_applies(cfg, env_cfg["backend"]) and env_cfg.get("store"):
+        elif (exact_start_applies(cfg, env_cfg["backend"]) or cfg.etf_start) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)
@@ -128,8 +128,8 @@ class SearchDriver:
                                     proposed=False)
 
     def _faster_than_measured(self, start: np.ndarray, store: str) -> np.ndarray:
-        """With ``--exact-start`` the run has measured the exact solver's placement on its
-        profile: the start is measured too (once, counted, as HSDAG's is) and the search
+        """With ``--exact-start`` (or ``--etf-start``) the run has measured the exact solver's
+        (m-ETF's) placement on its profile: the start is measured too (once, counted, as HSDAG's is) and the search
         begins from the faster of the two."""
         from envs.measuring import call
         from envs.store import StoreClient

@@ -197,9 +197,19 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
 
 
 def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
-    """What ``--refit-every`` or ``--neighbour-every`` lacks in the run, in one sentence
-    ("" when nothing or off)."""
+    """What ``--refit-every``, ``--neighbour-every`` or ``--etf-start`` lacks in the run, in
+    one sentence ("" when nothing or off)."""
     every = neighbour_every(cfg)
+    if cfg.etf_start:
+        from policies.registry import get
+
+        if get(cfg.method).kind == "solver":
+            return (f"--etf-start warm-starts the methods that search; {cfg.method} computes "
+                    "one placement, so drop it")
+        lacks = _profile_lacks(devices, profile)
+        if lacks:
+            return (f"--etf-start solves m-ETF on the run's profile of every device, and the run "
+                    f"has {lacks}; give one with --profile FILE")
     if cfg.refit_every > 0 and every > 0:
         return "--refit-every and --neighbour-every both queue the run's proposals; use one of them"
     if cfg.refit_every <= 0:
@@ -308,6 +318,8 @@ def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
     aids = []
     if exact_start_applies(cfg, backend):
         aids.append("exact start")
+    if cfg.etf_start:
+        aids.append("m-ETF start")
     if samples_around_incumbent(cfg):
         aids.append("incumbent prior")
     kind = guide_of(cfg)

@@ -109,6 +109,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "speedup_vs_cpu": None, "run_dir": str(run_dir.dir),
         "reference_s": baselines.reference_s, "reference_kind": baselines.reference_kind,
         "exact_start": bool(state.get("exact_start")),
+        "etf_start": bool(state.get("etf_start")),
         "profile_measured": cfg.profile_measured("simulator" if simulated else env.backend.name)}
     failed = dict(baselines.failed)
     if remeasured is not None:

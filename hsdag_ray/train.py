@@ -261,6 +261,28 @@ def _measure_exact(baselines, service, say) -> None:
     say(f"the {solver} placement on the profile, the run's first: {latency * 1e3:.4g} ms")
 
 
+def _measure_etf(env, service, objective: str, say) -> bool:
+    """Measure Baechi's m-ETF placement on the run's profile through the run's store
+    (``--etf-start``, a critical-path warm start), as :func:`_measure_exact` does the exact
+    solver's; whether it was measured."""
+    from envs.measuring import call
+    from hsdag_ray.baselines import profile_costs
+    from policies.solvers.exact import solve
+
+    costs = profile_costs(env)
+    if costs is None:  # refused before the run starts (resolve.guide_needs)
+        return False
+    res = solve(costs, objective, "m-etf")
+    if not res.feasible:
+        say(f"--etf-start: m-ETF found no placement on the profile ({res.status}); the run "
+            "starts as it would without")
+        return False
+    [latency] = call(service, "measure_batch", [[int(d) for d in res.placement]], suggested=True)
+    say(f"m-ETF's placement on the profile (planned in {res.solve_s * 1e3:.3g} ms), the run's "
+        f"first: {latency * 1e3:.4g} ms")
+    return True
+
+
 def _guide(cfg: TrainConfig, env, store):
     """With ``--refit-every``: refit's search on the driver; with ``--neighbour-every``: the
     untried neighbours of the run's best; else None."""
@@ -334,7 +356,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         # fine-tuning measures the pre-trained policy's greedy placement first and an exact
         # start the exact solver's placement, counted in the budget, before the EnvRunners
         # hold the measuring slots (not again when resumed)
-        first = (bool(cfg.init) or exact) and cfg.budget > 0 and store.stats()["placements"] == 0
+        first = (bool(cfg.init) or exact or cfg.etf_start) and cfg.budget > 0 \
+            and store.stats()["placements"] == 0
         if known:
             baselines = Baselines.from_json(state["baselines"])
         if not known or first:
@@ -348,6 +371,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
                                    baselines.single_devices(), say)
                 if first and exact:
                     _measure_exact(baselines, service, say)
+                if first and cfg.etf_start:
+                    state["etf_start"] = _measure_etf(env, service, cfg.objective, say)
             finally:
                 release(service)
         state["baselines"] = baselines.to_json()
