@@ -298,7 +298,8 @@ def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, 
 
     path = tiny_recording("known", 3)
     env = make_env(path, measure_reference=False)
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order)
+    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order,
+                      guide=True)
     cfg.validate()
     guide = _guide(cfg, env, env.store)
     assert isinstance(guide, NeighbourGuide) and (guide.model is not None) == (order == "profile")
