@@ -37,6 +37,7 @@ def test_one_measuring_env_runner_per_machine(lab_cluster, tmp_path):
     assert s["measurements"] >= 3 and s["failures"] == 0
 
 
+@pytest.mark.slow  # a second cluster run; test_one_measuring_env_runner_per_machine runs one in CI
 def test_baselines_and_the_final_remeasurement_run_on_a_measuring_machine(tmp_path):
     """A head that measures nothing and one measuring machine: every timing of the
     run, the baselines and the re-measurement of the result included, is made on

@@ -65,6 +65,7 @@ def test_training_goes_on_when_a_measuring_machine_dies(cluster, tmp_path):
     assert len(log_nodes) > killed_after[0]
 
 
+@pytest.mark.slow  # a cluster run; CI keeps one, and the one that loses a machine
 def test_a_run_measures_only_on_machines_with_its_devices(cluster, tmp_path):
     mine = ["CPU", "GPU_SMALLMEM"]
     other = cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,

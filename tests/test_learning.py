@@ -167,6 +167,7 @@ def bert_profile(tmp_path_factory):
                           tmp_path_factory.mktemp("bert-profile"))
 
 
+@pytest.mark.slow  # a learning result on a real model; tiny graphs show learning in CI
 def test_hsdag_finds_the_memory_split_on_bert_base(bert_profile, tmp_path, shared_ray):
     """BERT-base, CPU + 64 MB accelerator (BERT's weights are about 440 MB): the
     optimum is a real split; within RATIO_LIMIT of the memory-limited MILP optimum
