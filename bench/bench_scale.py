@@ -133,7 +133,9 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     obs_space, act_space = placement_spaces(nodes, edge_index.shape[1], x.shape[1], 2)
     obs = {k: torch.as_tensor(v) for k, v in
            pad_graph_observation(x, edge_index, nodes, edge_index.shape[1]).items()}
-    settings = dataclasses.asdict(TrainConfig(episode_len=steps))
+    from hsdag_ray.resolve import resolved
+
+    settings = dataclasses.asdict(resolved(TrainConfig(episode_len=steps)))
     module = RLModuleSpec(module_class=load(spec_m.module), observation_space=obs_space,
                           action_space=act_space,
                           model_config=spec_m.model_config(settings)).build()

@@ -27,8 +27,10 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
     measuring slot; see :func:`hsdag_ray.nodes.measuring_resources`)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from hsdag_ray.resolve import resolved
     from policies.reinforce import REINFORCEConfig
 
+    cfg = resolved(cfg)  # what --guide decides, written out for the method's own settings
     settings: dict[str, Any] = {**asdict(cfg), "prior_device": prior_device}
     model_config = method.model_config(settings) if method.model_config else {}
     algo = cfg.algo or method.algo
