@@ -198,6 +198,8 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
             algo.learner_group, "_learner") and algo.learner_group._learner else algo.get_module()
         local = _local_env(algo)
         per_graph = local.graph_stats() if isinstance(local, MultiGraphEnv) else []
+        from hsdag_ray.resolve import resolved
+
         cfg = resolved(cfg)  # what --guide decides, written out
         settings = {k: v for k, v in asdict(cfg).items()
                     if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
