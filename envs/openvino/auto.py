@@ -155,16 +155,7 @@ def measure_auto(model: Union[ov.Model, str, Path], devices: Sequence[str],
     except StageFailure as failure:
         info["measure_s"] = time.perf_counter() - start
         return Measurement.failure(AUTO_BACKEND, failure.stage, failure.message, **info)
-    try:
-        info["execution_devices"] = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
-    except RuntimeError:  # the property is optional
-        info["execution_devices"] = None
-    latency, spread = summarize_times(samples)
-    info["measure_s"] = time.perf_counter() - start
-    return Measurement(
-        ok=True, latency_s=latency, spread=spread, runs=len(samples) * timing.block,
-        backend=AUTO_BACKEND, samples_s=samples, info=info,
-    )
+    return _timed(compiled, samples, timing, start, AUTO_BACKEND, info)
 
 
 # --------------------------------------------------------------------------- HETERO's own split
@@ -243,6 +234,13 @@ def measure_hetero_mode(model: Union[ov.Model, str, Path], devices: Sequence[str
     except StageFailure as failure:
         info["measure_s"] = time.perf_counter() - start
         return Measurement.failure(backend, failure.stage, failure.message, **info)
+    return _timed(compiled, samples, timing, start, backend, info)
+
+
+def _timed(compiled, samples: list, timing: TimingConfig, start: float, backend: str,
+           info: dict) -> Measurement:
+    """The measurement of a whole model compiled by OpenVINO's own placement (AUTO or a
+    HETERO mode): its timed samples, and the devices it ran on where OpenVINO says."""
     try:
         info["execution_devices"] = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
     except RuntimeError:  # the property is optional
