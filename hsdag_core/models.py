@@ -209,6 +209,20 @@ def _check_xml(path: Path) -> None:
         raise GraphError(f"{path} is not an OpenVINO IR: its root element is <{root.tag}>, not <net>")
 
 
+def check_model_spec(spec: str) -> None:
+    """Refuse, without building anything, a model spec that :func:`load_model` could never
+    load: an unknown name or a model file that does not exist (raises :class:`GraphError`)."""
+    from hsdag_core.generated import is_generated
+
+    if is_generated(spec) or _builder(spec) is not None:
+        return
+    path = Path(spec)
+    if path.suffix.lower() not in (".xml", ".onnx"):
+        raise GraphError(f"unknown model {spec!r}: give a {MODEL_HELP}")
+    if not path.is_file():
+        raise GraphError(f"model file {spec} does not exist")
+
+
 def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | Sequence[int]] = None):
     """Return a static-shape ``openvino.Model`` for a zoo name or a file path.
 
@@ -222,11 +236,8 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
     elif _builder(spec) is not None:
         model = _convert_zoo(spec)
     else:
+        check_model_spec(spec)
         path = Path(spec)
-        if path.suffix.lower() not in (".xml", ".onnx"):
-            raise GraphError(f"unknown model {spec!r}: give a {MODEL_HELP}")
-        if not path.is_file():
-            raise GraphError(f"model file {spec} does not exist")
         if path.suffix.lower() == ".xml" and not path.with_suffix(".bin").is_file():
             raise GraphError(f"the weights file {path.with_suffix('.bin')} of IR {spec} is missing")
         if path.stat().st_size == 0:

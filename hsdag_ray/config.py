@@ -321,7 +321,7 @@ class TrainConfig:
         from envs.simulator import OBJECTIVES
         from hsdag_core.coarsening import COARSENINGS
         from policies.registry import METHODS
-        from policies.reinforce import ADVANTAGES
+        from policies.advantages import ADVANTAGES
 
         checks = [
             (self.method in METHODS,

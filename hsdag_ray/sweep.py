@@ -190,6 +190,8 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
 
 
 def _check(sc: SweepConfig) -> list[dict[str, Any]]:
+    from hsdag_core.errors import GraphError
+    from hsdag_core.models import check_model_spec
     from hsdag_ray.resolve import unmet_needs
     from policies.registry import METHODS
 
@@ -201,6 +203,11 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
             raise UsageError(f"unknown method {m!r}; choose among {', '.join(METHODS)}")
     if not sc.models or not sc.seeds:
         raise UsageError("a sweep needs at least one model and one seed (--models, --seeds)")
+    for model in sc.models:
+        try:
+            check_model_spec(model)
+        except GraphError as e:
+            raise UsageError(f"{e} (in --models)") from None
     if sc.guide not in GUIDE_MODES:
         raise UsageError(f"unknown guide {sc.guide!r}; choose {', '.join(GUIDE_MODES)}")
     if sc.budget < 1 or sc.max_concurrent < 0:

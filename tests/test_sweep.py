@@ -83,6 +83,8 @@ def test_ablation_preset_switches_each_feature_group_off():
     (["--config", "/nonexistent/sweep.yaml"], "does not exist"),
     (["--backend", "default"], "explicit backend"),
     (["--backend", "auto", "--methods", "hsdag,refit"], "--profile FILE"),
+    (["--models", "resnet50,no_such_model"], "unknown model 'no_such_model'"),
+    (["--models", "missing.onnx"], "does not exist"),
 ])
 def test_bad_sweep_input_is_one_sentence(argv, words, tmp_path):
     p = subprocess.run([sys.executable, "-m", "hsdag_ray.sweep", *argv, "--out", str(tmp_path)],
