@@ -169,7 +169,10 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     env = MultiGraphEnv(multi_cfg)
     say(f"padding {n} nodes / {e} edges; {env.observation_space['x'].shape[1]} features; "
         f"devices {', '.join(env.devices)}")
-    start_local_ray(log_to_driver=False, configure_logging=False, num_cpus=max(1, cfg.env_runners + 1))
+    started = not ray.is_initialized()  # joins a running Ray, as train and sweep do
+    if started:
+        start_local_ray(log_to_driver=False, configure_logging=False,
+                        num_cpus=max(1, cfg.env_runners + 1))
     try:
         ac = algo_config(cfg, method, multi_cfg, False, env.steps_per_episode)
         ac = ac.environment(MultiGraphEnv, env_config=multi_cfg)
@@ -218,7 +221,8 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
         path = save_pretrained(out_dir, module, meta)
         algo.stop()
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
     say(f"pre-trained {cfg.method} on {len(fam.train)} graphs of {family}: {steps} placements, "
         f"{it} iterations, {meta['wall_s']:.0f} s; checkpoint {path}")
     return meta

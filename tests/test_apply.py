@@ -163,6 +163,7 @@ def test_bad_input_exits_2(tmp_path, tiny, capsys):
         load_placed(tmp_path)
 
 
+@pytest.mark.slow
 def test_train_then_apply_its_best_placement(tmp_path, tiny):
     model, _ = tiny
     code, _, err = cli("hsdag_ray.train", "--model", "tiny_cnn", "--backend", "auto", *DEVICES,

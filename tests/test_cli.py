@@ -151,6 +151,7 @@ def dynamic_ir(folder) -> str:
     return path
 
 
+@pytest.mark.slow
 def test_train_takes_input_shape_like_graph_and_profile(tmp_path):
     # a dynamic model: without --input-shape train says to pass it, with it the run goes
     model = dynamic_ir(tmp_path)
@@ -234,6 +235,7 @@ def test_a_command_can_reword_a_settings_help_and_only_an_existing_ones():
         build_parser(help_for={"budgett": "typo"})
 
 
+@pytest.mark.slow
 def test_a_run_that_failed_before_it_started_can_be_run_again_under_its_name(tmp_path):
     """A model that cannot be built fails the run with exit 2, leaving only what the
     libraries printed; the same command, run again after a fix, is not refused for

@@ -5,6 +5,8 @@ from ray.cluster_utils import Cluster
 
 from hsdag_ray.train import MEASURE_RESOURCE, TrainConfig, train
 
+pytestmark = pytest.mark.own_ray  # Ray clusters of their own (or none at all)
+
 
 @pytest.fixture
 def lab_cluster():

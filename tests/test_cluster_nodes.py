@@ -18,6 +18,8 @@ from hsdag_ray.cli import UsageError
 from hsdag_ray.nodes import devices_resource
 from hsdag_ray.train import MEASURE_RESOURCE, TrainConfig, train
 
+pytestmark = pytest.mark.own_ray  # Ray clusters of their own (or none at all)
+
 ROOT = Path(__file__).resolve().parents[1]
 SIM = dict(model="tiny_cnn", backend="simulator", sim_delay_s=0.02, episode_len=10,
            wandb="disabled", remeasure_rounds=1)
@@ -37,6 +39,7 @@ def _runs(tmp_path, name):
     return rows, json.loads((d / "store.json").read_text())
 
 
+@pytest.mark.slow
 def test_training_goes_on_when_a_measuring_machine_dies(cluster, tmp_path):
     nodes = [cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1}) for _ in range(2)]
     cluster.wait_for_nodes()
@@ -85,6 +88,7 @@ def test_a_run_measures_only_on_machines_with_its_devices(cluster, tmp_path):
                           name="none"), quiet=True)
 
 
+@pytest.mark.slow
 def test_no_machine_with_the_devices_exits_2_in_one_sentence(cluster, tmp_path):
     cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1, devices_resource(["CPU", "GPU"]): 1})
     cluster.wait_for_nodes()

@@ -82,6 +82,7 @@ def test_a_zero_shot_run_measures_no_overflowing_placement(checkpoints, tmp_path
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.002], ids=["simulator", "measuring_slots"])
+@pytest.mark.slow
 def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, delay):
     """First in the log: the policy's greedy placement (repaired to fit), counted in the
     budget. With a measuring time the simulator stands for real devices: the placement is

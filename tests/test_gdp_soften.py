@@ -51,6 +51,7 @@ def test_init_soften_spreads_gdp_and_keeps_its_greedy_placement(gdp_pretrained):
     assert torch.equal(after.to_deterministic().sample(), before.to_deterministic().sample())
 
 
+@pytest.mark.own_ray
 def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrained):
     """train --init with GDP and no --init-soften: the EnvRunner samples from the checkpoint's
     policy spread by GDP's own factor (0.2); --init-soften 1 leaves it as loaded."""

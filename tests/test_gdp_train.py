@@ -1,3 +1,5 @@
+import pytest
+import pytest
 """GDP trained end to end through ``train`` with RLlib's PPO: it learns and writes every output."""
 import json
 
@@ -18,6 +20,7 @@ def sampled_mean_latency(module, env, sim, samples: int = 200, seed: int = 0) ->
     return float(np.mean([sim.evaluate(p[:n]).value for p in placements]))
 
 
+@pytest.mark.slow
 def test_gdp_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     """tiny_cnn on a modeled CPU and accelerator, 360 placements: a random placement pays many
     stage boundaries; the policy learns to keep the nodes together (the profile is modeled, the same on every machine; the
@@ -61,6 +64,7 @@ def test_gdp_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     assert means[-1] < 0.6 * means[0], means
 
 
+@pytest.mark.slow
 def test_gdp_pretrains_on_a_family_and_places_a_held_out_graph_zero_shot(tmp_path):
     """The network has no size-dependent parameter: pre-trained on the tiny family (padded to
     its largest graph), it places a held-out graph padded to its own size."""

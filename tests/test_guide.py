@@ -73,19 +73,6 @@ def test_short_help_lists_the_runs_settings_and_method_help_adds_the_rest(capsys
     assert cfg.node_moves is True and cfg.lr == 0.002
 
 
-@pytest.fixture(scope="module")
-def one_ray():
-    """One local Ray for this module's runs (train joins a running one): each run would
-    otherwise start and stop its own."""
-    import ray
-
-    from hsdag_ray.local_ray import start_local_ray
-
-    start_local_ray(log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def _run(tmp_path, name, **kw):
     cfg = TrainConfig(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name=name,
@@ -96,7 +83,7 @@ def _run(tmp_path, name, **kw):
     return s, log
 
 
-def test_the_guide_helps_a_policy_without_an_incumbent_prior(tmp_path, one_ray):
+def test_the_guide_helps_a_policy_without_an_incumbent_prior(tmp_path):
     """Placeto guided: the exact solver's placement is the run's first measurement and the
     untried neighbours of the best are measured too, all marked as the guide's."""
     s, log = _run(tmp_path, "placeto", method="placeto", budget=40, guide=True)
@@ -110,13 +97,13 @@ def test_the_guide_helps_a_policy_without_an_incumbent_prior(tmp_path, one_ray):
     assert not any(e.get("suggested") for e in log)
 
 
-def test_the_guide_helps_a_search(tmp_path, one_ray):
+def test_the_guide_helps_a_search(tmp_path):
     s, log = _run(tmp_path, "random", method="random", budget=40, guide=True)
     assert s["guided_by"] == ["exact start", "untried neighbours"]
     assert sum(1 for e in log if e.get("suggested")) >= 3  # the start and its neighbours
 
 
-def test_solvers_are_methods_measured_once(tmp_path, one_ray):
+def test_solvers_are_methods_measured_once(tmp_path):
     for method in ("exact", "heft"):
         s, log = _run(tmp_path, method, method=method, budget=50)
         assert s["measurements"] == 1 and s["placements"] == 1 and s["iterations"] == 1

@@ -6,6 +6,8 @@ import os
 import psutil
 import pytest
 
+pytestmark = pytest.mark.own_ray  # Ray clusters of their own (or none at all)
+
 
 def _listening(pids: set[int]) -> list[tuple[str, str, int]]:
     """(process name, address, port) of every listening TCP socket of ``pids``."""

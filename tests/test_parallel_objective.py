@@ -41,6 +41,7 @@ def _heft(path, coarsen="colocation"):
     return np.asarray(res.placement), res.value, cg
 
 
+@pytest.mark.slow
 def test_parallel_runs_measure_heft_on_their_profile(tmp_path):
     from envs.simulator import Simulator
     from hsdag_ray.results import baseline_rows, rows_from_summary

@@ -27,6 +27,7 @@ def sampled_episode_ends(module, env, episodes: int = 10, seed: int = 0) -> floa
     return float(np.mean(ends))
 
 
+@pytest.mark.slow
 def test_placeto_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     """tiny_cnn on a modeled CPU and accelerator, 40 episodes: a random placement pays many stage
     boundaries; the policy learns to keep neighbours together. The profile is modeled, the same

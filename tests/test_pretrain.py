@@ -51,6 +51,7 @@ def _held_out_cfg(out, **kw):
     return TrainConfig(**{**base, **kw})
 
 
+@pytest.mark.own_ray
 def test_init_loads_the_weights_into_the_learner_and_the_env_runner(pretrained):
     import ray
 
@@ -96,6 +97,7 @@ def _inference_dist(module, env):
     return module.action_dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
 
 
+@pytest.mark.own_ray
 def test_init_soften_spreads_the_loaded_policy_and_keeps_its_preferences(pretrained):
     """--init-soften: after loading, the learner's and the EnvRunner's policy is spread (higher
     entropy on the held-out graph) and every group still prefers the device it preferred."""
@@ -140,6 +142,7 @@ def test_init_soften_is_checked_before_a_run_starts():
     TrainConfig(init_soften=0.0).validate()  # the default: the method's own, also without --init
 
 
+@pytest.mark.slow
 def test_budget_zero_places_zero_shot_with_one_measurement(pretrained, tmp_path):
     out, _ = pretrained
     cfg = _held_out_cfg(out)
@@ -166,6 +169,8 @@ def test_budget_zero_needs_a_checkpoint():
         config_from_args(["--budget", "0"])
 
 
+@pytest.mark.own_ray
+@pytest.mark.slow
 def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, tmp_path):
     import ray
     from ray.cluster_utils import Cluster
@@ -197,6 +202,7 @@ def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, 
         c.shutdown()
 
 
+@pytest.mark.slow
 def test_the_pretrain_command_reads_like_a_tool(tmp_path):
     """From the command line: progress lines and the checkpoint folder on the console, what Ray,
     RLlib and torch printed in the folder's libraries.log."""
@@ -214,6 +220,7 @@ def test_the_pretrain_command_reads_like_a_tool(tmp_path):
     assert (out / "libraries.log").stat().st_size > 0 and (out / CHECKPOINT_FILE).is_file()
 
 
+@pytest.mark.slow
 def test_placeto_pretrains_by_imitation_only_unless_a_budget_is_given(tmp_path):
     """After --imitate-steps, Placeto's own pre-training budget is 0 placements of
     reinforcement (its Method.budget_after_imitation; docs/results/transfer.md); an explicit
@@ -234,6 +241,7 @@ def test_placeto_pretrains_by_imitation_only_unless_a_budget_is_given(tmp_path):
         main(["--method", "placeto", "--family", "tiny", "--budget", "0"])
 
 
+@pytest.mark.slow
 def test_a_family_can_be_placed_on_the_npu_like_accelerator(tmp_path):
     """--family-accelerator NPU_MODEL: every profile has CPU_MODEL and NPU_MODEL with no memory
     limit, graphs.json and the checkpoint name those devices, and a held-out graph is placed
@@ -294,6 +302,7 @@ def test_bench_transfer_names_fine_tuning_runs_by_their_settings():
     assert run_name("gdp", "softened", 0.2, "bert_base", 1) == "gdp-soften0.2-bert_base-1"
 
 
+@pytest.mark.slow
 def test_a_policy_pretrained_without_graphnorm_is_fine_tuned_without_it(tmp_path):
     """--no-graph-norm in pre-training: the checkpoint's network has no GraphNorm, and
     train --init adopts the setting (a run naming --graph-norm is refused in one sentence)."""

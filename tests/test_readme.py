@@ -105,6 +105,7 @@ def test_main_command_shows_learning(default_run):
     assert s["best_latency_s"] <= 1.01 * b["optimum"]
 
 
+@pytest.mark.slow
 def test_resume_a_relative_run_folder(default_run):
     cwd, r, run = default_run
     assert r.returncode == 0

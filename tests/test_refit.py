@@ -129,6 +129,7 @@ def test_refit_does_not_model_the_parallel_objective():
         ProfileThompson(40, 2, 10, costs=known, objective="parallel")
 
 
+@pytest.mark.slow
 def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path, tiny_recording):
     """``train --method refit`` with ``--sim-profile``: it ends at the machine's optimum,
     where the exact solver's placement on the run's profile is 30 % slower."""
@@ -153,6 +154,7 @@ def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path, tiny_r
     assert log[0]["latency_s"] < exact_on_profile
 
 
+@pytest.mark.slow
 def test_train_refit_for_throughput(tmp_path, tiny_recording):
     """``train --method refit --objective throughput`` on a machine its profile describes
     wrongly ends at the machine's throughput optimum."""

@@ -87,6 +87,7 @@ def test_the_guide_proposes_refits_next_placement_every_k_placements(tiny_record
     assert len(queued) == 3 and guide.proposed == 5
 
 
+@pytest.mark.slow
 def test_hsdag_with_refits_proposals_reaches_the_machines_optimum(tmp_path, tiny_recording):
     """HSDAG on a machine its profile describes wrongly (the profile's optimum 1.3x the
     machine's), with one of refit's proposals per three placements: they are measured as

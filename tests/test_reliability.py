@@ -347,6 +347,7 @@ def interrupt_sweep(tmp_path: Path, profile: Path, signum: int, seeds: str = "0,
     return proc.returncode, out, err, done, cmd
 
 
+@pytest.mark.slow
 def test_a_sweep_stopped_by_sigint_keeps_its_finished_trials_and_says_how_to_resume(
         tmp_path, tiny_profile_file):
     code, out, err, done, cmd = interrupt_sweep(tmp_path, tiny_profile_file, signal.SIGINT)
@@ -442,6 +443,7 @@ def test_a_sweep_killed_again_and_again_finishes_with_every_trial_consistent(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.own_ray
 def test_a_run_on_two_measuring_nodes_survives_a_node_killed_and_a_driver_killed(tmp_path):
     """Two measuring machines (raylets of a ray.cluster_utils.Cluster): one is killed hard
     mid-run, then the driver is SIGKILLed; resumed on the cluster, the run finishes with

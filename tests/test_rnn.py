@@ -125,6 +125,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.own_ray
 def test_training_raises_the_probability_of_the_faster_placement(tiny_profile, local_ray):
     """The sign test: two devices, one whole-graph placement much faster than the other;
     after a few REINFORCE updates (the real RLlib algorithm and learner) the faster one is

@@ -9,6 +9,7 @@ import pytest
 from hsdag_ray.train import TrainConfig, train
 
 
+@pytest.mark.slow
 def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     """tiny_cnn on a modeled CPU and accelerator, 400 placements: the run's best is clearly
     better than a random placement, and so are the placements the final policy samples

@@ -96,6 +96,7 @@ def test_the_screen_learns_from_the_runs_measurements_of_its_own_graph_only():
     assert len(screen.model) == 5  # each measurement is read once
 
 
+@pytest.mark.slow
 def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tmp_path, tiny_recording):
     """Random search proposes the same placements with and without the screen; with it,
     its measurements go to the proposals that may win, so its best is as fast or faster

@@ -1,3 +1,4 @@
+import pytest
 """Secrets (the W&B API key, Ray's auth token) given in the environment, as the
 cluster's start commands give them, never reach a run's or a sweep's folder."""
 import os
@@ -18,6 +19,7 @@ def _files_holding(folder: Path, needles: list[bytes]) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_secret_in_any_output_file_of_a_sweep_and_its_run(tmp_path):
     key, token = secrets.token_hex(20), secrets.token_hex(16)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_API_KEY": key,

@@ -137,6 +137,8 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials(tmp_path):
     assert len(rows) == 8
 
 
+@pytest.mark.own_ray
+@pytest.mark.slow
 def test_a_sweep_on_a_cluster_spreads_its_trials_over_the_machines(tmp_path):
     """Two machines with one CPU each and a head with none: the two trials run at the
     same time, one per machine."""

@@ -104,6 +104,7 @@ def test_real_openvino_run_end_to_end(tmp_path):
     assert json.loads(r.stdout)["measurement"]["ok"]
 
 
+@pytest.mark.slow
 def test_killed_env_runner_does_not_stop_the_run(tmp_path):
     cfg = TrainConfig(model="resnet50", budget=400, env_runners=2, wandb="disabled", out=str(tmp_path),
                       name="ft", checkpoint_every=100)
@@ -126,6 +127,7 @@ def test_killed_env_runner_does_not_stop_the_run(tmp_path):
     assert rows[-1]["placements"] >= 400 and len(rows) > 2
 
 
+@pytest.mark.slow
 def test_resume_continues_iterations_and_keeps_the_best(tmp_path):
     cfg = TrainConfig(model="resnet50", budget=60, env_runners=0, wandb="disabled", out=str(tmp_path),
                       name="r", checkpoint_every=1)
@@ -166,6 +168,7 @@ def test_train_bad_input(tmp_path):
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", "--backend", "simulator",
                         "--devices", "CPU,GPU_SMALLMEM", "--model", "tiny_cnn", "--budget", "20",
@@ -182,6 +185,7 @@ def test_modeled_devices_named_on_the_command_line_need_no_profile(tmp_path):
     assert r.returncode == 2 and "GPU_NOPE" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     """--sim-profile: single devices and the exact solver's placement are measured on the
     simulated machine; that placement is solved on the run's own (wrong) profile."""
@@ -291,6 +295,7 @@ def test_memory_failures_are_graded_by_how_far_over_the_limit():
     assert info["cached"] and r_again == rewards[1]
 
 
+@pytest.mark.slow
 def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
     """BERT-base with an accelerator that holds 2% of its weights: every placement
     of the first iterations overflows. With one flat failure reward every advantage
@@ -318,6 +323,7 @@ def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
     assert s["method_best_latency_s"] is not None
 
 
+@pytest.mark.slow
 def test_an_optimum_the_solver_did_not_prove_is_reported_as_such(tmp_path):
     # the memory-limited MILP on Inception-V3's 216-node graph needs seconds to prove; 0.1 s
     # finds an incumbent (a gap of about 25% here) even on a loaded machine
@@ -335,6 +341,7 @@ def test_an_optimum_the_solver_did_not_prove_is_reported_as_such(tmp_path):
     assert s["cost_features"] is True and s["features"]["cost"] is True
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
     """The model file disappears after the run started (a worker without it): the
     restarted EnvRunners cannot build their environment, no placement is measured,
