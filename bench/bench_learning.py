@@ -97,6 +97,12 @@ def jittered(profile: dict, sigma: float, seed: int) -> dict:
     return out
 
 
+def devices_of(accelerators: str) -> list[str]:
+    """The run's devices for an entry of ``--accelerators``: the CPU and the accelerator,
+    or with ``A+B+...`` the CPU and each of them (three or four devices)."""
+    return ["CPU", *accelerators.split("+")]
+
+
 def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> float:
     """best/optimum after the last iteration within ``budget`` placements
     (``inf`` when nothing feasible was measured by then)."""
@@ -119,7 +125,20 @@ def measured_reference(model: str, profile: Path, devices: list[str], coarsen: s
     cg = cost_graph(graph, Profile.load(profile), devices)
     method = exact_method(cg, objective) or heuristic_method(objective)
     res = solve(cg, objective, method, time_limit=time_limit)
+    REFERENCES[(model, tuple(devices))] = reference_text(method, res.optimal, res.gap)
     return float(Simulator(cg).evaluate(np.asarray(res.placement), objective).value)
+
+
+#: per (model, devices): which solver gave the reference a ratio divides by, and its proof
+REFERENCES: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def reference_text(method: str, proven: bool, gap) -> str:
+    """``mincut, proven optimal`` or ``milp, gap 0.4% (not proven)``: what a reference is."""
+    if proven:
+        return f"{method}, proven optimal"
+    return f"{method}, " + (f"gap {gap:.2%} (not proven)" if gap is not None and math.isfinite(gap)
+                            else "a heuristic (no bound)")
 
 
 def over_what(objective: str) -> tuple[str, str]:
@@ -175,7 +194,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
             for acc in accelerators:
                 optimum, exact_ratios = None, []
                 if estimate > 0 or not exact:
-                    optimum = measured_reference(model, profile, ["CPU", acc], base.coarsen,
+                    optimum = measured_reference(model, profile, devices_of(acc), base.coarsen,
                                                  base.objective, base.solver_time_limit)
                 for method in methods:
                     ratios, curves, proven_all, by_guide = [], [], True, []
@@ -183,7 +202,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         curve: list = []
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
-                                      profile=str(known), devices=["CPU", acc],
+                                      profile=str(known), devices=devices_of(acc),
                                       sim_profile=str(profile) if estimate > 0 else "",
                                       budget=budget, env_runners=0, wandb="disabled", out=out,
                                       name=f"{model}-{acc}-{method}-{seed}", seed=seed)
@@ -216,6 +235,10 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         ratios.append(best / opt)
                         curves.append((curve, opt))
                         by_guide.append(_best_by_guide(s))
+                        if optimum is None and s.get("optimum_method"):
+                            REFERENCES[(model, tuple(cfg.devices))] = reference_text(
+                                s["optimum_method"], bool(s.get("optimum_proven")),
+                                s.get("optimum_gap"))
                         unproven = s.get("optimum_proven") is False
                         proven_all = proven_all and not unproven
                         say(f"{model:13s} {acc:13s} {method:8s} seed {seed}: "
@@ -257,7 +280,9 @@ def parse(description: str, default_methods: str, guide_modes: bool = False):
                         help="run every method as published (off), with train --guide (on) "
                              "or both ways (default)")
     ap.add_argument("--models", default="resnet50,inception_v3,bert_base")
-    ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM")
+    ap.add_argument("--accelerators", default="GPU_MODEL,GPU_SMALLMEM",
+                    help="modeled accelerators beside the CPU, one device set each; A+B puts "
+                         "several in one set (e.g. GPU_SMALLMEM+GPU_TINYMEM+NPU_MODEL: four devices)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--methods", default=default_methods,
                     help="methods to compare (comma-separated --method names)")

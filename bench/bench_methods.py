@@ -3,6 +3,8 @@
     python bench/bench_methods.py --budget 200 --budgets 50,200 --estimate 0.5 \\
         --models resnet50,inception_v3,bert_base,tv:mobilenet_v3_small,tv:regnet_y_400mf,hf:t5,hf:gpt2
     python bench/bench_methods.py --methods hsdag,anneal --guide off --seeds 0,1,2,3,4 -- --no-cost
+    python bench/bench_methods.py --guide off --seeds 0 --budgets 50,200 --estimate 0.5 \
+        --accelerators GPU_SMALLMEM+NPU_MODEL,GPU_SMALLMEM+GPU_TINYMEM+NPU_MODEL   # 3 and 4 devices
 
 Simulator, sequential objective, the local CPU profiled once by OpenVINO plus a modeled
 accelerator (unlimited ``GPU_MODEL`` or 64 MB ``GPU_SMALLMEM``), the same budget of
@@ -13,7 +15,9 @@ method). ``--estimate 0.5`` gives every method a profile whose op times are up t
 what the simulator measures, as a recorded profile is off a real machine. Prints each
 run, then a markdown table per budget of ``--budgets``: the median best/optimum over
 seeds with the range (min-max), one column per method and guide mode; ``*`` marks a
-case whose optimum the solver did not prove. Profiles are shared with
+case whose optimum the solver did not prove, and a list after the tables names the
+solver each row divides by (s-t minimum cut on two devices, the MILP beyond) with its
+proof or gap. ``--accelerators A+B`` runs on the CPU and several accelerators. Profiles are shared with
 ``bench_learning.py`` and ``bench_solvers.py`` (``--profiles``).
 """
 from __future__ import annotations
@@ -22,7 +26,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from bench.bench_learning import best_at, parse, run_grid
+from bench.bench_learning import REFERENCES, best_at, parse, run_grid
 
 from hsdag_ray.results import cell
 
@@ -58,6 +62,10 @@ def main() -> None:
                           + [r for r in c["ratios"] if math.isinf(r)]) if c else []
                 cells.append(cell(ratios))
             print(f"| {model} | {acc}{star} | " + " | ".join(cells) + " |")
+    if REFERENCES:
+        print("\nwhat each row divides by (the solver on the simulator's costs):\n")
+        for (model, devices), text in REFERENCES.items():
+            print(f"- {model} on {', '.join(devices)}: {text}")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ PLAN = {"throughput": ["dp", "milp-contig", "milp", "single", "random-best"],
         "parallel": ["heft", "single", "random-best"]}
 PAPER_MODELS = ("resnet50", "inception_v3", "bert_base")
 DEVICE_SETS = ("CPU+GPU_MODEL", "CPU+GPU_SMALLMEM")
-MODELED = ("GPU_MODEL", "GPU_SMALLMEM")
+MODELED = ("GPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")
 MODEL_PLAN = {"sequential": ["mincut", "alpha-expansion", "milp", "single", "random-best"],
               "throughput": ["dp", "milp-contig", "milp", "single", "random-best"],
               "parallel": ["heft", "milp", "single", "random-best"]}
@@ -81,17 +81,19 @@ def _plain(x):
 
 
 def model_profile(model: str, cache: Path, refresh: bool = False):
-    """The profile of ``model``: the local CPU measured, GPU_MODEL and GPU_SMALLMEM modeled.
+    """The profile of ``model``: the local CPU measured, the devices of :data:`MODELED` modeled.
 
-    Read from ``cache/profile_<model>.json`` when there, recorded and written
-    there otherwise (or with ``refresh``).
+    Read from ``cache/profile_<model>.json`` when there (and it models every device of
+    :data:`MODELED`), recorded and written there otherwise (or with ``refresh``).
     """
     from envs.profiling import record
     from hsdag_core.device_profile import Profile
 
     path = cache / f"profile_{model}.json"
     if path.is_file() and not refresh:
-        return Profile.load(path), f"cached {path}"
+        cached = Profile.load(path)
+        if set(MODELED) <= set(cached.devices):
+            return cached, f"cached {path}"
     t0 = time.perf_counter()
     profile = record(model, ["CPU"], list(MODELED), fit=0, progress=False)
     cache.mkdir(parents=True, exist_ok=True)

@@ -76,6 +76,10 @@ MODELED_DEVICES: dict[str, DeviceSpec] = {
     # the same accelerator with 64 MB of memory for weights: large models must split
     "GPU_SMALLMEM": DeviceSpec(peak_flops=2.0e12, mem_bandwidth_Bps=60e9, op_overhead_s=30e-6,
                                memory_bytes=64e6, link_bandwidth_Bps=8e9, link_latency_s=50e-6),
+    # the same accelerator with 32 MB: beside GPU_SMALLMEM, two accelerators that differ
+    # only in memory, which together still cannot hold a large model
+    "GPU_TINYMEM": DeviceSpec(peak_flops=2.0e12, mem_bandwidth_Bps=60e9, op_overhead_s=30e-6,
+                              memory_bytes=32e6, link_bandwidth_Bps=8e9, link_latency_s=50e-6),
     # an NPU-like accelerator: dense math 10x a CPU's, half its memory bandwidth and a
     # launch cost per op, so memory-bound ops (embeddings, gathers, normalisations) may run
     # faster on the CPU and the optimum splits by the kind of op, not by memory size

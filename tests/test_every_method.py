@@ -1,5 +1,6 @@
 """Every registered method runs through ``train`` end to end: a small run of each on the
-simulator (tiny_cnn, a modeled CPU and accelerator), as published, with the run's
+simulator (tiny_cnn; a modeled CPU and accelerator, and four devices: a CPU, two
+accelerators that differ in memory and an NPU-like one), as published, with the run's
 outputs, a consistent store and a best placement on the run's devices. The per-method
 learning tests (``-m slow``) check that each learns; this one checks that none is broken."""
 from __future__ import annotations
@@ -8,16 +9,31 @@ import json
 
 import pytest
 
+from conftest import modeled_profile
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.train import train
 from policies.registry import METHODS
 
 
+#: a CPU, two accelerators that differ only in memory and an NPU-like one
+FOUR = ("CPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")
+
+
+@pytest.fixture(scope="module")
+def four_device_profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("four") / "tiny_cnn.json"
+    modeled_profile("tiny_cnn", FOUR).save(path)
+    return path
+
+
+@pytest.mark.parametrize("devices", [2, 4])
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_every_method_runs_through_train(method, tmp_path, tiny_profile_file):
+def test_every_method_runs_through_train(method, devices, tmp_path, tiny_profile_file,
+                                         four_device_profile):
     kind = METHODS[method].kind
+    profile = tiny_profile_file if devices == 2 else four_device_profile
     cfg = TrainConfig(model="tiny_cnn", method=method, backend="simulator",
-                      profile=str(tiny_profile_file), budget=20, episode_len=5, env_runners=0,
+                      profile=str(profile), budget=20, episode_len=5, env_runners=0,
                       hidden_dim=16, wandb="disabled", out=str(tmp_path), name=method, seed=0)
     s = train(cfg, quiet=True)
     run = tmp_path / method
@@ -32,9 +48,9 @@ def test_every_method_runs_through_train(method, tmp_path, tiny_profile_file):
         assert s["measurements"] == 1
     else:
         assert s["placements"] >= 20 and s["measurements"] >= 1
-    devices = set(s["devices"])
+    assert len(s["devices"]) == devices
     best = json.loads((run / "best_placement.json").read_text())
-    assert best and set(best.values()) <= devices
+    assert best and set(best.values()) <= set(s["devices"])
     # the run's best is what it measured, and never slower than its first measurement
     lat = [x for x in json.loads((run / "state.json").read_text())["latencies"] if x is not None]
     assert s["method_best_latency_s"] == pytest.approx(min(lat)) and min(lat) <= lat[0]

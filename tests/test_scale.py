@@ -12,6 +12,7 @@ from bench.bench_scale import run_isolated  # noqa: E402
 NODES = 3000
 
 
+@pytest.mark.slow  # 10-15 s each; bench/bench_scale.py gives the figures
 @pytest.mark.parametrize("method", ["gdp", "hsdag"])
 def test_forward_and_update_on_a_large_graph(method):
     r = run_isolated(method, NODES, steps=20, timeout=600)

@@ -70,14 +70,18 @@ def test_a_small_decoder_llm_and_a_vision_transformer_build_from_their_specs():
     assert fine.num_nodes > 30
 
 
+# the cases that build a model first (5-12 s each here) run with -m slow
 @pytest.mark.parametrize("spec,words", [("tv:no_such_net", "torchvision"),
                                         ("hf:no_such_type", "Hugging Face"),
                                         ("nope:x", "unknown model"),
-                                        ("hf:llama", "hf:llama:num_hidden_layers=2"),
+                                        pytest.param("hf:llama", "hf:llama:num_hidden_layers=2",
+                                                     marks=pytest.mark.slow),
                                         ("hf:gpt2:n_layer", "is not KEY=VALUE"),
                                         ("hf:gpt2:no_field=1", "has no field 'no_field'"),
-                                        ("hf:patchtst", "export this one to ONNX"),
-                                        ("hf:xlnet:n_layer=1", "export the model yourself")])
+                                        pytest.param("hf:patchtst", "export this one to ONNX",
+                                                     marks=pytest.mark.slow),
+                                        pytest.param("hf:xlnet:n_layer=1", "export the model yourself",
+                                                     marks=pytest.mark.slow)])
 def test_unknown_architecture_names_are_one_sentence(spec, words):
     import subprocess
     import sys
