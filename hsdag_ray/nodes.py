@@ -28,10 +28,41 @@ def devices_resource(devices: Sequence[str]) -> str:
     return DEVICES_PREFIX + "+".join(sorted(devices))
 
 
+#: seconds a machine the cluster lists as alive has to answer before a run counts it
+ANSWER_TIMEOUT_S = 30.0
+
+
 def _alive_resources() -> list[dict[str, float]]:
     import ray
 
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
+def _answering(nodes: list[dict], timeout_s: float) -> list[dict]:
+    """The nodes of ``nodes`` (``ray.nodes()`` entries) that run a task within
+    ``timeout_s``. A machine killed moments ago is listed as alive until the cluster
+    misses its heartbeats (about 30 s); an EnvRunner placed on it would never start,
+    and RLlib waits for every EnvRunner it builds without a time limit."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def here() -> bool:
+        return True
+
+    probes = {here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        n["NodeID"], soft=False)).remote(): n for n in nodes}
+    done, late = ray.wait(list(probes), num_returns=len(probes), timeout=timeout_s)
+    for ref in late:
+        ray.cancel(ref, force=True)
+    answered = []
+    for ref in done:
+        try:
+            ray.get(ref)
+            answered.append(probes[ref])
+        except Exception:  # noqa: BLE001 - a machine that died while probed
+            pass
+    return answered
 
 
 def measuring_resources(devices: Sequence[str]) -> dict[str, float]:
@@ -51,6 +82,13 @@ def measuring_resources(devices: Sequence[str]) -> dict[str, float]:
     return {MEASURE_RESOURCE: 1, need: 1}
 
 
-def measuring_slots(resources: dict[str, float]) -> int:
-    """How many measuring actors asking for ``resources`` the alive machines hold at once."""
-    return sum(int(min(r.get(k, 0) / v for k, v in resources.items())) for r in _alive_resources())
+def measuring_slots(resources: dict[str, float], timeout_s: float = ANSWER_TIMEOUT_S) -> int:
+    """How many measuring actors asking for ``resources`` the alive machines that answer
+    within ``timeout_s`` hold at once."""
+    import ray
+
+    def holds(r: dict[str, float]) -> int:
+        return int(min(r.get(k, 0) / v for k, v in resources.items()))
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and holds(n["Resources"]) > 0]
+    return sum(holds(n["Resources"]) for n in _answering(nodes, timeout_s))

@@ -52,6 +52,7 @@ def test_init_soften_spreads_gdp_and_keeps_its_greedy_placement(gdp_pretrained):
 
 
 @pytest.mark.own_ray
+@pytest.mark.slow
 def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrained):
     """train --init with GDP and no --init-soften: the EnvRunner samples from the checkpoint's
     policy spread by GDP's own factor (0.2); --init-soften 1 leaves it as loaded."""

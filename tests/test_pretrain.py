@@ -98,6 +98,7 @@ def _inference_dist(module, env):
 
 
 @pytest.mark.own_ray
+@pytest.mark.slow
 def test_init_soften_spreads_the_loaded_policy_and_keeps_its_preferences(pretrained):
     """--init-soften: after loading, the learner's and the EnvRunner's policy is spread (higher
     entropy on the held-out graph) and every group still prefers the device it preferred."""

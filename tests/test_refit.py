@@ -86,6 +86,7 @@ def test_a_measurement_of_a_repaired_placement_is_not_learned_from():
     assert search.placements == [] and len(search.seen) == 2
 
 
+@pytest.mark.slow
 def test_refitting_the_throughput_objective_finds_the_machines_optimum():
     """Throughput (the largest device load) is not linear in the costs, but each device's
     load is: measurements are read as the load of the bottleneck the fit names."""

@@ -44,7 +44,7 @@ def test_search_state_round_trips():
         assert (a.propose() == b.propose()).all()
 
 
-@pytest.mark.parametrize("method", ["random", "anneal"])
+@pytest.mark.parametrize("method", [pytest.param("random", marks=pytest.mark.slow), "anneal"])
 def test_search_methods_run_as_train_methods(method, tmp_path):
     """Both search methods use the run's machinery: budget, store, outputs; annealing
     beats the mean random placement clearly (ResNet-50, 64 MB accelerator)."""
