@@ -13,11 +13,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ADVANTAGES", "ELITE_FRACTION", "REPLAYS", "advantages"]
 
-#: advantage estimators of :func:`advantages` (see the module docstring)
+#: advantage estimators of :func:`advantages` (described in :mod:`policies.reinforce`)
 ADVANTAGES = ("rank", "normalized", "centered", "elite")
 #: the fraction of a batch that ``"elite"`` advantages train on
 ELITE_FRACTION = 0.25
-#: which earlier episodes an update replays (see the module docstring)
+#: which earlier episodes an update replays (described in :mod:`policies.reinforce`)
 REPLAYS = ("elite", "recent")
 
 
@@ -39,7 +39,7 @@ def _centred_ranks(values: torch.Tensor) -> torch.Tensor:
 
 
 def advantages(rewards: torch.Tensor, mask: torch.Tensor, kind: str = "rank") -> torch.Tensor:
-    """Per-placement advantages of a batch (see the module docstring).
+    """Per-placement advantages of a batch (the estimators are described in :mod:`policies.reinforce`).
 
     Args:
         rewards: rewards of any shape (e.g. ``[B, T]``).

@@ -12,7 +12,7 @@ advantages ``A_t`` (``advantages``) are centred ranks of the batch's rewards by
 default (``"rank"``: fitness shaping, so a failed placement's large penalty does
 not drown the differences between feasible ones), or ``"normalized"``
 (mean/std), ``"centered"`` (mean baseline) or ``"elite"`` (the cross-entropy
-method's 1 for the best :data:`ELITE_FRACTION`, 0 otherwise); all use a baseline
+method's 1 for the best :data:`policies.advantages.ELITE_FRACTION`, 0 otherwise); all use a baseline
 independent of the action. Options: ``num_epochs`` passes over each batch;
 ``replay_episodes`` earlier episodes ranked with the new ones (``replay``:
 ``"elite"`` or ``"recent"``, off-policy without importance weights, not
