@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BackendKind", "BACKENDS", "register", "get", "is_real", "build"]
+__all__ = ["BackendKind", "BACKENDS", "register", "get", "is_real", "build", "graph_source"]
 
 
 @dataclass(frozen=True)
@@ -29,12 +29,16 @@ class BackendKind:
             its measuring actors there and re-measures its figures at the end); False:
             a cost model computes the latency.
         description: one line for ``--help`` and errors.
+        source: where its graph comes from: ``openvino`` (an ``openvino.Model``,
+            :func:`hsdag_core.compgraph.from_ov_model`) or ``torch`` (``torch.export``,
+            :mod:`hsdag_core.torch_graph`); the simulator's follows its profile.
     """
 
     name: str
     factory: str
     real: bool
     description: str
+    source: str = "openvino"
 
 
 BACKENDS: dict[str, BackendKind] = {}
@@ -59,6 +63,16 @@ def is_real(name: str) -> bool:
     return get(name).real
 
 
+def graph_source(name: str, profile_source: str = "") -> str:
+    """Where the graph of a run on backend ``name`` comes from: the backend's own source, or
+    for the simulator the source its profile was recorded from (``profile_source``,
+    :attr:`hsdag_core.device_profile.Profile.source`; OpenVINO when none is given)."""
+    kind = get(name)
+    if not kind.real and profile_source:
+        return profile_source
+    return kind.source
+
+
 def build(name: str, graph, **kwargs: Any):
     """The backend ``name`` for ``graph`` (see the module docstring for ``kwargs``)."""
     mod, _, attr = get(name).factory.partition(":")
@@ -73,3 +87,6 @@ register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
                      "OpenVINO: the model split into stages compiled per device"))
 register(BackendKind("simulator", "envs.graph_backend:simulator_backend", False,
                      "the cost model of a profile (sequential, parallel or throughput objective)"))
+register(BackendKind("torch", "envs.pytorch:torch_backend", True,
+                     "PyTorch: the model exported with torch.export, split into stages per device "
+                     "(cpu, cpu:bf16, cuda:N; :mem=SIZE caps a device)", source="torch"))

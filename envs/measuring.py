@@ -94,6 +94,14 @@ class MeasuringService:
     def reference(self) -> dict[str, Any]:
         return {"reference_s": self.env.reference_s, "reference_kind": self.env.reference_kind}
 
+    def own_baselines(self) -> dict[str, Any]:
+        """The backend's own idea of a split, by name (the torch backend: Hugging Face
+        Accelerate's ``device_map="auto"``): a placement (device index per node), or the
+        sentence why it cannot be made. Empty for a backend without one."""
+        make = getattr(self.env.backend, "own_baselines", None)
+        return {k: (v if isinstance(v, str) else [int(d) for d in v])
+                for k, v in (make() if make else {}).items()}
+
     def measure(self, candidate: Candidate) -> dict[str, Any]:
         """One timing of a placement (device index per node), of :data:`AUTO`, or of one
         of OpenVINO's own HETERO splits (:data:`HETERO_AUTO`, :data:`HETERO_PIPELINE`)."""
@@ -152,13 +160,18 @@ def measuring_service(env_config: Mapping[str, Any], real: bool,
                       resource: Union[str, Mapping[str, float]], tracked: bool = False):
     """A :class:`MeasuringService`: in this process for the simulator (exact and
     instant), else a Ray actor holding one ``resource`` slot (a measuring
-    machine's). Call its methods through :func:`call`."""
+    machine's) and, for a real backend on CUDA devices, the GPUs it measures on
+    (:func:`hsdag_ray.nodes.measuring_gpus`: Ray hides from an actor the GPUs it does
+    not hold). Call its methods through :func:`call`."""
     if not real:
         return MeasuringService(env_config, tracked)
     import ray
 
+    from hsdag_ray.nodes import measuring_gpus
+
     resources = {resource: 1} if isinstance(resource, str) else dict(resource)
-    actor = ray.remote(num_cpus=0, resources=resources)(MeasuringService)
+    actor = ray.remote(num_cpus=0, num_gpus=measuring_gpus(env_config),
+                       resources=resources)(MeasuringService)
     return actor.remote(env_config, tracked)
 
 

@@ -96,9 +96,13 @@ class PlacementEnv(gym.Env):
         from hsdag_core.device_profile import Profile, cost_graph
         from envs.observation import pad_graph_observation, placement_spaces
 
-        model, _, graph, _ = build_graph(cfg.model, cfg.coarsen, parse_input_shapes(cfg.input_shape))
-        self.model, self.graph = model, graph
+        from envs.backends import graph_source
+
         profile = Profile.from_json(cfg.profile) if cfg.profile else None
+        source = graph_source(cfg.backend, profile.source if profile else "")
+        model, _, graph, _ = build_graph(cfg.model, cfg.coarsen, parse_input_shapes(cfg.input_shape),
+                                         source)
+        self.model, self.graph = model, graph
         devices = list(cfg.devices) or (profile.device_names if profile else ["CPU"])
         measured = Profile.from_json(cfg.sim_profile) if cfg.sim_profile else profile
         self.backend = make_backend(cfg.backend, graph, model, devices, cfg.timing, measured,

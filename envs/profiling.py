@@ -78,41 +78,50 @@ def busy_note(threshold: float = 0.5) -> Optional[str]:
 
 
 def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (), fit: int = 12,
-           timing=None, input_shapes=None, progress: bool = True) -> Profile:
-    """Record a profile: OpenVINO per-op times on every real device, modeled
-    devices from their specs, and (with two or more real devices) link and
-    boundary costs fitted to ``fit`` real split placements."""
+           timing=None, input_shapes=None, progress: bool = True, backend: str = "auto") -> Profile:
+    """Record a profile: per-op times on every real device (OpenVINO's profiling, or with
+    ``backend="torch"`` per-node times of the ``torch.export`` graph on PyTorch devices,
+    :mod:`envs.pytorch.profile_ops`), modeled devices from their specs, and (with two or
+    more real devices) link and boundary costs fitted to ``fit`` real split placements."""
     from rich.progress import track
 
+    from envs.backends import get
     from envs.base import TimingConfig
-    from envs.graph_backend import OpenVINOGraphBackend
     from hsdag_core.coarsening import build_graph
 
-    model, fine, _, _ = build_graph(model_spec, "none", input_shapes)
+    source = get(backend).source
+    model, fine, _, _ = build_graph(model_spec, "none", input_shapes, source)
     timing = timing or TimingConfig()
-    profile = Profile(model=fine.name, devices={}, op_time_s={})
-    backend = None
+    profile = Profile(model=fine.name, devices={}, op_time_s={}, source=source)
+    measure = None
     if devices:
-        backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
         busy = busy_note()
         if busy:
             print(f"warning: {busy}", file=sys.stderr)
-        for line, name in zip(backend.ov.device_set.describe(), backend.devices):
-            profile.devices[name] = {"kind": "measured", "description": line}
-            if busy:
-                profile.devices[name]["note"] = busy
-            profile.op_time_s[name] = backend.ov.profile_ops(name)
+        if source == "torch":
+            measure = _record_torch(profile, fine, model, devices, timing)
+        else:
+            from envs.graph_backend import OpenVINOGraphBackend
+
+            ov_backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
+            for line, name in zip(ov_backend.ov.device_set.describe(), ov_backend.devices):
+                profile.devices[name] = {"kind": "measured", "description": line}
+                profile.op_time_s[name] = ov_backend.ov.profile_ops(name)
+            measure = ov_backend.measure
+        if busy:
+            for info in profile.devices.values():
+                info["note"] = busy
     host = next(iter(profile.devices), None)  # the first measured device
     for name in modeled:
         add_modeled_device(profile, fine, name, relative_to=host)
     real = list(profile.devices)[: len(devices)]
-    if backend is not None and len(real) >= 2 and fit > 0:
+    if measure is not None and len(real) >= 2 and fit > 0:
         placements = split_placements(fine.num_nodes, 2, fit)
         measured, kept = [], []
         steps = track(placements, description="fitting link costs", disable=not progress,
                       transient=True)
         for p in steps:
-            m = backend.measure({nm: real[int(d)] for nm, d in zip(fine.names, p)})
+            m = measure({nm: real[int(d)] for nm, d in zip(fine.names, p)})
             if m.ok:
                 measured.append(m.latency_s)
                 kept.append(p)
@@ -120,3 +129,19 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
             fit_link_costs(fine, profile, kept, measured)
             profile.fit["devices"] = real[:2]
     return profile
+
+
+def _record_torch(profile: Profile, fine: CompGraph, program, devices: Sequence[str], timing):
+    """Per-node times of ``program`` on each torch device into ``profile`` (memory caps
+    become ``mem_capacity``); returns the measuring function of the link fit."""
+    from envs.pytorch.backend import TorchBackend
+    from envs.pytorch.profile_ops import profile_ops
+
+    backend = TorchBackend(fine, program, list(devices), timing)
+    for dev, line in zip(backend.torch_devices, backend.describe()):
+        profile.devices[dev.name] = {"kind": "measured", "description": line}
+        profile.op_time_s[dev.name] = profile_ops(program, dev, runs=max(3, timing.repeats),
+                                                  warmup=max(1, timing.warmup), cache=backend.cache)
+        if dev.mem_bytes is not None:
+            profile.mem_capacity[dev.name] = float(dev.mem_bytes)
+    return backend.measure

@@ -149,11 +149,26 @@ def coarsen(graph: CompGraph, how: str, model=None) -> tuple[CompGraph, np.ndarr
     raise GraphError(f"unknown coarsening {how!r}; choose one of {', '.join(COARSENINGS)}")
 
 
-def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None):
+def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None, source: str = "openvino"):
     """Load a model and build its placement graph.
 
-    Returns ``(model, fine graph, coarse graph, fine node -> coarse node)``.
+    ``source``: ``openvino`` (an ``openvino.Model``, :mod:`hsdag_core.models`) or ``torch``
+    (a :class:`~hsdag_core.torch_graph.TorchProgram` exported with ``torch.export``).
+    Returns ``(model, fine graph, coarse graph, fine node -> coarse node)``, the model
+    being the ``openvino.Model`` or the ``TorchProgram``.
     """
+    if source == "torch":
+        from hsdag_core.torch_graph import from_torch_program, load_program
+
+        if coarsening == "openvino":
+            raise GraphError("--coarsen openvino groups the ops OpenVINO fuses; a PyTorch graph "
+                             "has none, use --coarsen colocation or none")
+        program = load_program(model_spec, input_shapes)
+        fine = from_torch_program(program)
+        coarse, mapping = coarsen(fine, coarsening)
+        return program, fine, coarse, mapping
+    if source != "openvino":
+        raise GraphError(f"unknown graph source {source!r}; choose openvino or torch")
     from hsdag_core.models import load_model
 
     model = load_model(model_spec, input_shapes)

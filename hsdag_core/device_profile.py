@@ -114,6 +114,9 @@ class Profile:
         boundary_s: cost of each stage boundary.
         mem_capacity: device name -> bytes (missing = unlimited).
         fit: how the link and boundary costs were fitted (figures).
+        source: the graph the op names belong to: ``openvino`` (OpenVINO friendly names) or
+            ``torch`` (fx node names of the ``torch.export`` graph), so a simulator run on
+            the profile builds the same graph.
     """
 
     model: str
@@ -125,6 +128,7 @@ class Profile:
     boundary_s: float = 0.0
     mem_capacity: dict[str, float] = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
+    source: str = "openvino"
 
     @property
     def device_names(self) -> list[str]:
@@ -156,7 +160,7 @@ class Profile:
                     pairs=dict(d.get("pairs") or {}), boundary_s=float(d.get("boundary_s") or 0.0),
                     mem_capacity={k: float("inf") if v is None else float(v)
                                   for k, v in (d.get("mem_capacity") or {}).items()},
-                    fit=dict(d.get("fit") or {}))
+                    fit=dict(d.get("fit") or {}), source=str(d.get("source") or "openvino"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             what = f"no {e}" if isinstance(e, KeyError) else str(e)
             raise GraphError(f"{source} is not a profile written by hsdag_core.device_profile ({what}); "

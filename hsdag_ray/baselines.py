@@ -16,7 +16,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from envs.backends import is_real
+from envs.backends import graph_source, is_real
 
 __all__ = ["Baselines", "single_devices", "profile_costs", "compute_baselines"]
 
@@ -32,7 +32,7 @@ class Baselines:
     """What a run is compared with.
 
     Attributes:
-        latency_s: name (``<DEVICE>_only``, ``openvino_auto``, ``hetero_auto``,
+        latency_s: name (``<DEVICE>_only``, ``accelerate_auto``, ``openvino_auto``, ``hetero_auto``,
             ``hetero_pipeline``, ``optimum``, or ``heft`` for the parallel objective) -> seconds (``inf`` when it did not run).
         candidates: name -> the placement (device index per node) or ``"auto"``
             it was measured with, for re-measurement.
@@ -88,7 +88,8 @@ def profile_costs(env):
 
 
 def compute_baselines(service, env, objective: str, say, time_limit: float = 120.0) -> Baselines:
-    """Single-device latencies; with a real backend, OpenVINO AUTO's
+    """Single-device latencies; the backend's own split (the torch backend: Accelerate's
+    ``device_map="auto"`` as ``accelerate_auto``); with a real OpenVINO backend, OpenVINO AUTO's
     (``openvino_auto``: the whole model on the device AUTO picks) and HETERO's own splits
     over the run's devices (``hetero_auto``: its default per-op fallback in device order;
     ``hetero_pipeline``: MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL; ``inf`` with the
@@ -106,7 +107,18 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     for k, (name, t) in enumerate(call(service, "single_devices").items()):
         b.latency_s[f"{name}_only"] = t
         b.candidates[f"{name}_only"] = [k] * n
-    if is_real(env.config.backend):
+    for name, placement in call(service, "own_baselines").items():
+        if isinstance(placement, str):  # it could not be made
+            b.latency_s[name], b.failed[name] = math.inf, placement
+            say(f"{name}: cannot be made: {placement}")
+            continue
+        m = call(service, "measure", placement)
+        b.latency_s[name] = m["latency_s"] if m["ok"] else math.inf
+        b.candidates[name] = placement
+        if not m["ok"]:
+            b.failed[name] = f"{m['stage']}: {m['error']}"
+        say(f"{name}: " + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
+    if is_real(env.config.backend) and graph_source(env.config.backend) == "openvino":
         m = call(service, "measure", AUTO)
         b.latency_s["openvino_auto"] = m["latency_s"] if m["ok"] else math.inf
         b.candidates["openvino_auto"] = AUTO

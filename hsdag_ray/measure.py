@@ -11,6 +11,9 @@ Examples::
     # the simulator on a recorded profile
     python -m hsdag_ray.measure --model resnet50 --backend simulator --profile r50.json \\
         --placement random:0
+    # PyTorch devices (a model exported with torch.export; a CUDA GPU capped at 2 GB)
+    python -m hsdag_ray.measure --model tv:resnet50 --backend torch --devices cpu,cuda:0:mem=2GB \
+        --placement split:0.5 --validate
     # the trivial baseline: OpenVINO's AUTO device picks one real device for the whole model
     python -m hsdag_ray.measure --model resnet50 --devices CPU,CPU_F32 --placement auto
 
@@ -29,6 +32,7 @@ import sys
 from collections import Counter
 from typing import Optional, Sequence
 
+from envs.backends import graph_source
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
@@ -44,14 +48,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--devices", default=None,
-                    help="comma-separated devices (default CPU,CPU_F32); with the simulator: "
+                    help="comma-separated devices (default CPU,CPU_F32; with --backend torch "
+                         "cpu,cpu:bf16, or e.g. cpu,cuda:0:mem=2GB); with the simulator: "
                          "devices of the profile to use (default all)")
     ap.add_argument("--placement", default="all:CPU",
                     help="placement file (op name -> device) or all:DEVICE, split:F, random:SEED, "
                          "or auto (the whole model on OpenVINO's AUTO device over the real devices "
                          "behind --devices) (default all:CPU)")
     ap.add_argument("--backend", choices=BACKENDS, default="auto",
-                    help="auto (HETERO, stage pipeline if HETERO fails), hetero, pipeline, simulator")
+                    help="auto (HETERO, stage pipeline if HETERO fails), hetero, pipeline, simulator, "
+                         "torch (PyTorch devices: cpu, cpu:bf16, cuda:N)")
     ap.add_argument("--profile", help="profile JSON for --backend simulator")
     ap.add_argument("--objective", default="sequential", choices=("sequential", "parallel", "throughput"),
                     help="simulator objective (default sequential)")
@@ -72,7 +78,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if auto and args.backend in ("hetero", "pipeline"):
         raise UsageError(f"--placement auto compiles the whole model on OpenVINO's AUTO device, "
                          f"not with --backend {args.backend}; leave out --backend")
-    model, _, graph, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape))
+    if auto and args.backend == "torch":
+        raise UsageError("--placement auto measures OpenVINO's AUTO device; with --backend torch "
+                         "give all:DEVICE, split:F, random:SEED or a placement file")
     specs = [d for d in (args.devices or "").split(",") if d]
     profile = None
     described: list[str] = []
@@ -92,9 +100,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         described = [f"{d}: {'modeled' if profile.is_modeled(d) else 'measured'} (profile {args.profile})"
                      for d in names]
     else:
-        specs = specs or ["CPU", "CPU_F32"]
-        names = resolve_devices(specs, timing.threads)
-        described = describe_devices(specs, timing.threads)
+        specs = specs or (["cpu", "cpu:bf16"] if args.backend == "torch" else ["CPU", "CPU_F32"])
+        names = resolve_devices(specs, timing.threads, args.backend)
+        described = describe_devices(specs, timing.threads, args.backend)
+    source = graph_source(args.backend, profile.source if profile is not None else "")
+    model, _, graph, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape),
+                                     source)
     if auto:
         from envs.openvino_backend import AUTO_BACKEND, measure_auto
 

@@ -6,6 +6,8 @@ real split placements::
 
     python -m hsdag_ray.profile --model resnet50 --devices CPU,CPU_F32 --out r50.json
     python -m hsdag_ray.profile --model bert_base --devices CPU --modeled GPU_MODEL --out b.json
+    # PyTorch devices (the torch backend's graph, per-node times with torch.fx)
+    python -m hsdag_ray.profile --backend torch --model tv:resnet50 --devices cpu,cuda:0 --out r50t.json
 """
 from __future__ import annotations
 
@@ -28,8 +30,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hsdag_ray.profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help=MODEL_HELP)
-    ap.add_argument("--devices", default="CPU",
-                    help="real or virtual OpenVINO devices to profile, comma-separated (default CPU)")
+    ap.add_argument("--devices", default=None,
+                    help="real or virtual devices to profile, comma-separated (default CPU; with "
+                         "--backend torch: cpu)")
+    ap.add_argument("--backend", choices=("auto", "torch"), default="auto",
+                    help="auto: OpenVINO devices and graph; torch: PyTorch devices (cpu, cpu:bf16, "
+                         "cuda:N[:mem=SIZE]) and the torch.export graph (default auto)")
     ap.add_argument("--modeled", default="",
                     help=f"modeled devices to add, comma-separated ({', '.join(MODELED_DEVICES)})")
     ap.add_argument("--fit", type=int, default=12,
@@ -40,7 +46,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_timing_args(ap)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
-    specs = [d for d in args.devices.split(",") if d]
+    specs = [d for d in (args.devices or ("cpu" if args.backend == "torch" else "CPU")).split(",") if d]
     modeled = [d for d in args.modeled.split(",") if d]
     bad = [d for d in modeled if d not in MODELED_DEVICES]
     if bad:
@@ -50,11 +56,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "and a profile is for placing over two or more devices; add one (e.g. "
                          "--modeled GPU_MODEL)")
     if specs:
-        resolve_devices(specs, timing.threads)
+        resolve_devices(specs, timing.threads, args.backend)
     writable_file(args.out)  # refused before anything is recorded
     t0 = time.perf_counter()
     prof = record(args.model, specs, modeled, args.fit, timing, parse_input_shapes(args.input_shape),
-                  progress=sys.stderr.isatty())
+                  progress=sys.stderr.isatty(), backend=args.backend)
     prof.save(args.out)
     for name, d in prof.devices.items():
         total = sum(prof.op_time_s[name].values())

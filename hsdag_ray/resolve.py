@@ -147,8 +147,9 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
         return backend, devices, prof.to_json()
     from hsdag_ray.cli import resolve_devices
 
-    check_two_devices(devices or ["CPU", "CPU_F32"], real=True)
-    devices = resolve_devices(devices or ["CPU", "CPU_F32"], cfg.threads)
+    default = ["cpu", "cpu:bf16"] if backend == "torch" else ["CPU", "CPU_F32"]
+    check_two_devices(devices or default, real=True)
+    devices = resolve_devices(devices or default, cfg.threads, backend, here=not cfg.address)
     # a profile of the same devices lets the exact solvers' placement be measured too
     return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
 

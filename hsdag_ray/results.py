@@ -102,6 +102,7 @@ def baseline_rows(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, 
             proven = all(r["optimum_proven"] is not False for r, _ in pairs)
             method = {"optimum": f"optimum ({pairs[0][1].get('optimum_method', 'exact')})",
                       "openvino_auto": "OpenVINO AUTO",
+                      "accelerate_auto": "Accelerate device_map=auto",
                       "hetero_auto": "OpenVINO HETERO (default)",
                       "hetero_pipeline": "OpenVINO HETERO pipeline"}.get(name, name.replace("_only", " only"))
             out.append({c: None for c in COLUMNS} | {

@@ -6,15 +6,14 @@ such as a bug in this project's own code, propagates.
 """
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from typing import Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import openvino as ov
 
-from envs.base import TimingConfig
-from envs.openvino.racing import far_slower, race_step
+from envs.timing import (OVERSUBSCRIPTION, StageFailure, busy_threads, cpu_per_wall, time_runs,  # noqa: F401
+                          timeout_text)
 from envs.openvino.stage_cache import CachedStage
 from envs.openvino.stages import Stage, TensorKey
 from hsdag_core.models import openvino_error_text
@@ -26,22 +25,11 @@ __all__ = ['OVERSUBSCRIPTION', 'OV_ERRORS', 'THREAD_PROBE_RUNS', 'TOLERANCE', 'P
 # used; on small conv nets f32 splits agree exactly and bf16 runs differ from
 # f32 by about 2e-3.
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
-# Busy threads (CPU time / wall time) above limit * this mean a thread limit was ignored.
-OVERSUBSCRIPTION = 1.15
 THREAD_PROBE_RUNS = 3
 
 OV_ERRORS = (RuntimeError, MemoryError)
 """What OpenVINO raises when it cannot compile or run something (its C++
 exceptions arrive as RuntimeError, an allocation failure as MemoryError)."""
-
-
-class StageFailure(Exception):
-    """A measurement step failed; carries the Measurement stage and sentence."""
-
-    def __init__(self, stage: str, message: str) -> None:
-        super().__init__(message)
-        self.stage = stage
-        self.message = message
 
 
 @contextmanager
@@ -169,74 +157,3 @@ def random_inputs(model: ov.Model, seed: int) -> list[np.ndarray]:
             raise ValueError(f"model input {name!r} has element type {etype.get_type_name()}; "
                              "only f64/f32/f16, integer and boolean inputs can be filled with random data")
     return arrays
-
-
-def time_runs(runner: Runner, timing: TimingConfig, limit: int, deadline: float,
-               info: dict[str, object], best: Optional[float] = None) -> list[float]:
-    """Warm-up runs, then ``timing.repeats`` blocks of ``timing.block`` runs; returns block means.
-
-    With ``best`` (the best latency so far, seconds) the blocks are raced
-    against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
-    clearly slower placement (``info['raced'] = 'stopped'``) or one that
-    cannot claim the best (``'settled'``), none when the
-    last warm-up run was already far slower (:func:`envs.openvino.racing.far_slower`;
-    that run is returned as the one sample), more for a close new best
-    (``'extended'``). Sets ``info['cpu_per_wall']``, and
-    ``info['warning']`` when more than ``limit`` threads (0 = no limit) were
-    busy; raises ``StageFailure('timeout')`` past ``deadline``.
-    """
-    runs, warm_s = 0, 0.0
-    for _ in range(timing.warmup):
-        start = time.perf_counter()
-        runner.infer()
-        warm_s = time.perf_counter() - start
-        runs += 1
-        if time.perf_counter() > deadline:
-            raise StageFailure("timeout", timeout_text(timing, info, runs))
-    if timing.warmup and far_slower(warm_s, best, timing):
-        info.update(raced="stopped", race_best_s=best)
-        return [warm_s]
-    samples = []
-    cpu_start, wall_start = time.process_time(), time.perf_counter()
-    warm = warm_s if timing.warmup else None
-    decision = race_step(samples, best, timing, warm)
-    while decision in ("go", "more"):
-        start = time.perf_counter()
-        for _ in range(timing.block):
-            runner.infer()
-            runs += 1
-            if time.perf_counter() > deadline:
-                raise StageFailure("timeout", timeout_text(timing, info, runs))
-        samples.append((time.perf_counter() - start) / timing.block)
-        if decision == "more":
-            info["raced"] = "extended"
-        decision = race_step(samples, best, timing, warm)
-    if decision in ("stop", "settled"):
-        info["raced"] = "stopped" if decision == "stop" else "settled"
-    if best is not None and timing.race:
-        info["race_best_s"] = best
-    busy = cpu_per_wall(cpu_start, wall_start)
-    info["cpu_per_wall"] = busy
-    if limit and busy > limit * OVERSUBSCRIPTION:
-        info["warning"] = (f"{busy:.1f} threads were busy where each device may use {limit}; "
-                           "this timing is not comparable with runs that kept the limit")
-    return samples
-
-
-def timeout_text(timing: TimingConfig, info: Mapping[str, object], runs: int) -> str:
-    return (f"measurement exceeded its time budget of {timing.timeout_s:g} s after "
-            f"{runs} runs (compile took {float(info.get('compile_s', 0.0)):.2f} s); "
-            "raise TimingConfig.timeout_s or lower warmup/repeats/block")
-
-
-def busy_threads(runner: Runner, runs: int) -> float:
-    """Process CPU time over wall time during ``runs`` inferences (about the busy threads)."""
-    cpu_start, wall_start = time.process_time(), time.perf_counter()
-    for _ in range(runs):
-        runner.infer()
-    return cpu_per_wall(cpu_start, wall_start)
-
-
-def cpu_per_wall(cpu_start: float, wall_start: float) -> float:
-    """Process CPU seconds per wall second since the given ``process_time`` / ``perf_counter``."""
-    return (time.process_time() - cpu_start) / max(time.perf_counter() - wall_start, 1e-9)

@@ -1,0 +1,231 @@
+"""The ``torch`` backend: placements of a PyTorch model measured on real torch devices.
+
+For each placement (:meth:`TorchBackend.measure_ops`, an fx node name -> device map):
+
+1. **Fit check.** The parameters each capped device would hold, in its precision, are
+   summed; a placement over a cap fails with stage ``memory`` before anything runs.
+2. **Build.** The program is cut into stages (:mod:`envs.pytorch.stages`); parameters are
+   moved to a device once and shared by every placement that puts them there, and the
+   last few built placements are kept (``TimingConfig.stage_cache``; only one while a
+   CUDA device is capped, so cached stages never hold GPU memory a placement needs).
+3. **Time.** Warm-up runs, then timed blocks (:func:`envs.timing.time_runs`, raced
+   against the best placement so far like OpenVINO's), each run taking the inputs from
+   the host and returning the outputs to it. On a GPU every block ends with
+   ``torch.cuda.synchronize()``, and a placement entirely on one GPU is timed with CUDA
+   events; otherwise ``time.perf_counter``.
+4. **Check.** With ``TimingConfig.validate_outputs`` the outputs are compared once with the
+   unsplit program's on the CPU in float32 (relative error within
+   :data:`envs.openvino.runners.TOLERANCE`-like bounds per precision, :data:`TOLERANCE`).
+
+A run out of memory (``torch.OutOfMemoryError``), a stage that raises, or a timing past
+``TimingConfig.timeout_s`` is a failed :class:`~envs.base.Measurement`, never a crash.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+
+from envs.base import Backend, Measurement, TimingConfig, summarize_times
+from envs.pytorch.devices import TorchDevice, check_devices
+from envs.pytorch.stages import TensorCache, build_placed, to_host, weight_bytes_per_device
+from envs.timing import StageFailure, time_runs, timeout_text
+
+__all__ = ["TorchBackend", "TOLERANCE", "output_error"]
+
+#: relative output error (max abs error / max abs reference output) a placement may show,
+#: by the least precise device it uses
+TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}
+
+
+def output_error(outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
+    """The largest relative error of ``outputs`` against ``reference`` (both on the host)."""
+    worst = 0.0
+    for o, r in zip(outputs, reference):
+        if not r.is_floating_point():
+            worst = max(worst, 0.0 if torch.equal(o.to(r.dtype), r) else float("inf"))
+            continue
+        scale = float(r.abs().max()) or 1.0
+        worst = max(worst, float((o.float() - r).abs().max()) / scale)
+    return worst
+
+
+class _Runner:
+    """``infer()`` of one placed program on the program's example inputs."""
+
+    def __init__(self, placed, inputs: Sequence[torch.Tensor], cuda: bool) -> None:
+        self.placed, self.inputs, self.cuda = placed, tuple(inputs), cuda
+        self.outputs = None
+
+    def infer(self) -> None:
+        with torch.inference_mode():
+            out = self.placed(*self.inputs)
+            self.outputs = to_host(out)
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+class _EventRunner(_Runner):
+    """A placement entirely on one GPU: each run is timed with CUDA events as well, and
+    ``last_s`` holds that time (the block's time is then their sum)."""
+
+    def infer(self) -> None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        super().infer()
+        end.record()
+        end.synchronize()
+        self.last_s = start.elapsed_time(end) / 1e3
+
+
+class TorchBackend(Backend):
+    """Node placements of ``graph`` (a graph of ``program``, :mod:`hsdag_core.torch_graph`)
+    measured on real PyTorch devices (see the module docstring).
+
+    Args:
+        graph: the placement graph (any coarsening of the program's graph).
+        program: the :class:`~hsdag_core.torch_graph.TorchProgram`.
+        devices: device specs (:mod:`envs.pytorch.devices`).
+        timing: warm-up, blocks, racing, time limit, output check.
+    """
+
+    races = True
+
+    def __init__(self, graph, program, devices: Sequence[str], timing: TimingConfig = TimingConfig()) -> None:
+        self.graph, self.program, self.timing = graph, program, timing
+        self.torch_devices: list[TorchDevice] = check_devices(list(devices))
+        self.by_name = {d.name: d for d in self.torch_devices}
+        self.devices = [d.name for d in self.torch_devices]
+        self.name = "torch"
+        self.cuda = any(d.is_cuda for d in self.torch_devices)
+        self.capped = {d.name for d in self.torch_devices if d.mem_bytes is not None}
+        self.cache = TensorCache()
+        self._built: OrderedDict = OrderedDict()
+        self._race_best: Optional[float] = None
+        self._reference: Optional[list[torch.Tensor]] = None
+        if timing.threads:
+            torch.set_num_threads(timing.threads)
+        for d in self.torch_devices:
+            if d.is_cuda and d.mem_bytes is not None:
+                total = torch.cuda.get_device_properties(d.index).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, d.mem_bytes / total), d.index)
+
+    # -------------------------------------------------------------- interface
+    def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
+        from hsdag_core.compgraph import GraphError
+
+        try:
+            affinity = self.graph.expand_placement(placement)
+        except GraphError as e:
+            return Measurement.failure(self.name, "validate", str(e))
+        return self.measure_ops(affinity, race)
+
+    def measure_array(self, placement: np.ndarray, race: bool = False) -> Measurement:
+        return self.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, placement)},
+                            race=race)
+
+    def measure_ops(self, affinity: Mapping[str, str], race: bool = False,
+                    validate: Optional[bool] = None) -> Measurement:
+        """Measure an fx node name -> device placement (see the module docstring)."""
+        unknown = sorted(set(affinity.values()) - set(self.devices))
+        if unknown:
+            return Measurement.failure(self.name, "validate", f"device {unknown[0]} is not one of "
+                                       f"the backend's devices {', '.join(self.devices)}")
+        used = sorted(set(affinity.values()), key=self.devices.index)
+        info: dict[str, object] = {"devices": used}
+        over = self._over_cap(affinity)
+        if over:
+            return Measurement.failure(self.name, "memory", over, **info)
+        deadline = time.perf_counter() + self.timing.timeout_s
+        try:
+            start = time.perf_counter()
+            placed, stages = self._placed(affinity)
+            info["stages"] = len(stages)
+            info["compile_s"] = time.perf_counter() - start
+            single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
+            runner = (_EventRunner if single_gpu else _Runner)(placed, self.program.example_inputs,
+                                                               self.cuda)
+            best = self._race_best if race else None
+            samples = time_runs(runner, self.timing, 0, deadline, info, best)
+            if single_gpu and not info.get("raced"):
+                info["cuda_event_s"] = runner.last_s
+            if self.timing.validate_outputs if validate is None else validate:
+                err = output_error(runner.outputs, self.reference())
+                info["output_error"] = err
+                tol = max(TOLERANCE[self.by_name[d].dtype] for d in used)
+                if not err <= tol:
+                    raise StageFailure("validate", f"the outputs differ from the unsplit model's by "
+                                       f"{err:.2g} (relative), more than {tol:g}")
+        except StageFailure as f:
+            return Measurement.failure(self.name, f.stage, f.message, **info)
+        except torch.OutOfMemoryError as e:
+            self._release()
+            return Measurement.failure(self.name, "memory", "the placement ran out of memory: "
+                                       + str(e).splitlines()[0][:200], **info)
+        except (RuntimeError, ValueError, TypeError) as e:  # a stage PyTorch cannot run
+            self._release()
+            return Measurement.failure(self.name, "infer", f"the placement failed to run: "
+                                       f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", **info)
+        if time.perf_counter() > deadline:
+            return Measurement.failure(self.name, "timeout", timeout_text(self.timing, info, 0), **info)
+        latency, spread = summarize_times(samples)
+        if race and info.get("raced") != "stopped":
+            self._race_best = latency if self._race_best is None else min(self._race_best, latency)
+        return Measurement(ok=True, latency_s=latency, spread=spread, runs=len(samples),
+                           backend=self.name, samples_s=list(samples), info=info)
+
+    # ---------------------------------------------------------------- helpers
+    def reference(self) -> list[torch.Tensor]:
+        """The unsplit program's outputs on the CPU in float32 (computed once)."""
+        if self._reference is None:
+            with torch.inference_mode():
+                self._reference = to_host(self.program.gm(*self.program.example_inputs))
+        return self._reference
+
+    def _over_cap(self, affinity: Mapping[str, str]) -> Optional[str]:
+        if not self.capped:
+            return None
+        held = weight_bytes_per_device(self.program.gm, affinity, self.by_name)
+        for name in self.capped:
+            cap = self.by_name[name].mem_bytes
+            if held.get(name, 0.0) > cap:
+                return (f"the placement puts {held[name] / 1e6:.0f} MB of weights on {name}, "
+                        f"more than its {cap / 1e6:.0f} MB")
+        return None
+
+    def _placed(self, affinity: Mapping[str, str]):
+        key = tuple(sorted(affinity.items()))
+        hit = self._built.get(key)
+        if hit is not None:
+            self._built.move_to_end(key)
+            return hit
+        keep = 1 if any(self.by_name[d].is_cuda for d in self.capped) else max(1, self.timing.stage_cache)
+        while len(self._built) >= keep:
+            self._built.popitem(last=False)
+        built = build_placed(self.program.gm, affinity, self.by_name, self.cache)
+        self._built[key] = built
+        return built
+
+    def _release(self) -> None:
+        """After a failure: drop built placements and cached copies, free GPU memory."""
+        self._built.clear()
+        self.cache.clear()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+    def own_baselines(self) -> dict[str, object]:
+        """What a PyTorch user would do instead of a learned placement, beside each device
+        alone: Accelerate's ``device_map="auto"`` under the same memory caps
+        (:mod:`envs.pytorch.accelerate_map`), as a node placement, or why it cannot be made."""
+        from envs.pytorch.accelerate_map import accelerate_placement
+
+        try:
+            return {"accelerate_auto": accelerate_placement(self.program, self.graph, self.torch_devices)}
+        except (ValueError, RuntimeError, ImportError) as e:
+            return {"accelerate_auto": str(e)}
+
+    def describe(self) -> list[str]:
+        return [d.describe() for d in self.torch_devices]

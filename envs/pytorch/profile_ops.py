@@ -1,0 +1,59 @@
+"""Per-node times of a PyTorch program on one device: what a torch profile records.
+
+The functional ATen graph runs node by node (``torch.fx.Interpreter``) on the device, in
+its precision, with the parameters moved there once; each node is timed alone between two
+synchronisations (``torch.cuda.synchronize`` on a GPU), so a node's time is its kernel
+time plus one launch, as OpenVINO's per-op profiling counts it. The time of a node is
+the median over ``runs`` runs after ``warmup`` untimed ones.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import numpy as np
+import torch
+
+from envs.pytorch.devices import TorchDevice
+from envs.pytorch.stages import TensorCache
+
+__all__ = ["profile_ops"]
+
+
+class _Timed(torch.fx.Interpreter):
+    def __init__(self, gm, device: TorchDevice, cache: TensorCache) -> None:
+        super().__init__(gm, garbage_collect_values=True)
+        self.device, self.cache = device, cache
+        self.sync = torch.cuda.synchronize if device.is_cuda else (lambda: None)
+        self.times: dict[str, float] = {}
+
+    def fetch_attr(self, target: str):
+        return self.cache.get(target, super().fetch_attr(target), self.device)
+
+    def run_node(self, n):
+        if n.op not in ("call_function", "call_method", "call_module"):
+            return super().run_node(n)
+        self.sync()
+        start = time.perf_counter()
+        out = super().run_node(n)
+        self.sync()
+        self.times[n.name] = time.perf_counter() - start
+        return out
+
+
+def profile_ops(program, device: TorchDevice, runs: int = 5, warmup: int = 2,
+                cache: Optional[TensorCache] = None) -> dict[str, float]:
+    """fx node name -> seconds of ``program`` on ``device`` (see the module docstring)."""
+    cache = cache or TensorCache()
+    interp = _Timed(program.gm, device, cache)
+    inputs = [x.to(device.torch_device, device.torch_dtype if x.is_floating_point() else x.dtype)
+              for x in program.example_inputs]
+    samples: dict[str, list[float]] = {}
+    with torch.inference_mode():
+        for r in range(warmup + runs):
+            interp.times = {}
+            interp.run(*inputs)
+            if r >= warmup:
+                for k, v in interp.times.items():
+                    samples.setdefault(k, []).append(v)
+    return {k: float(np.median(v)) for k, v in samples.items()}
