@@ -4,7 +4,8 @@
 RLModule, environment, learner and network settings) and the run's
 :class:`~hsdag_ray.config.TrainConfig`, and returns the RLlib config: REINFORCE
 (:mod:`policies.reinforce`, the paper's) or PPO, EnvRunners pinned one per
-measuring machine when a real backend measures, failed EnvRunners restarted.
+measuring machine when a real backend measures (each holding the GPUs it
+measures on when its devices are CUDA ones), failed EnvRunners restarted.
 """
 from __future__ import annotations
 
@@ -24,9 +25,13 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
     is the environment's (an iteration samples ``episodes_per_iteration`` episodes);
     ``prior_device``: the device sampling starts around (``--start best_single``), -1 none;
     ``resources``: what each EnvRunner asks for with a real backend (default: a
-    measuring slot; see :func:`hsdag_ray.nodes.measuring_resources`)."""
+    measuring slot; see :func:`hsdag_ray.nodes.measuring_resources`). With a real
+    backend on CUDA devices each EnvRunner also asks for the GPUs it measures on
+    (:func:`hsdag_ray.nodes.measuring_gpus`), since Ray hides from an actor the GPUs it
+    does not hold; RLlib then runs the EnvRunner's copy of the policy on that GPU too."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from hsdag_ray.nodes import measuring_gpus
     from hsdag_ray.resolve import resolved
     from policies.reinforce import REINFORCEConfig
 
@@ -49,13 +54,15 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
                                         steps_per_episode=steps_per_episode, **extra)
         if method.learner:
             ac = ac.training(learner_class=load(method.learner))
+    measuring = real and cfg.env_runners > 0  # remote EnvRunners, on measuring machines
     ac = (ac.environment(load(method.env), env_config=env_cfg)
           .rl_module(rl_module_spec=RLModuleSpec(module_class=load(method.module),
                                                  model_config=model_config))
           .env_runners(num_env_runners=cfg.env_runners, rollout_fragment_length=steps_per_episode,
                        batch_mode="complete_episodes", num_cpus_per_env_runner=0 if real else 1,
+                       num_gpus_per_env_runner=measuring_gpus(env_cfg) if measuring else 0,
                        custom_resources_per_env_runner=(
-                           dict(resources or {MEASURE_RESOURCE: 1}) if real and cfg.env_runners else {}))
+                           dict(resources or {MEASURE_RESOURCE: 1}) if measuring else {}))
           .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=1.0)
           .debugging(seed=cfg.seed))
     import torch

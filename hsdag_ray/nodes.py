@@ -1,31 +1,103 @@
-"""Which machines of a Ray cluster may measure a run: measuring slots and device sets.
+"""Which machines of a Ray cluster may measure a run: measuring slots, device sets, GPUs.
 
 A measuring machine advertises one ``measure_slot`` (one measurement at a
 time on it) and, on a cluster of machines with different devices, the set of
-devices it has as a custom resource named by :func:`devices_resource` (e.g.
-``devices_CPU+GPU``; see ``cluster/config.yaml``). A run with a real backend
-asks every measuring actor (EnvRunners, the baselines' and re-measurement's
-service, a search's) for both, so it measures only on machines that have its
-devices. A cluster where no machine names its devices is taken as uniform:
-then a slot is all a run asks for.
+devices it has as a custom resource named by :func:`devices_resource`: the
+device names sorted and joined by ``+`` after ``devices_``, e.g.
+``devices_CPU+GPU`` (OpenVINO devices of an Intel machine) or
+``devices_cpu+cuda:0`` (PyTorch devices of a machine with an NVIDIA GPU,
+measured by ``--backend torch``); see ``cluster/config.yaml``. The names are
+kept as the user types them, ``:`` included: Ray 2.60 accepts ``:`` in a
+resource name (its own ``node:<ip>`` and ``accelerator_type:<type>`` resources
+have one, and a local Ray started with ``devices_cpu+cuda:0`` schedules on it), but
+not ``,`` (its raylet reads the resources as a comma-separated list, so a node
+advertising one never starts), and device names never hold a comma
+(``--devices`` is split on it). Device *settings* are not
+part of the set: ``cuda:0:mem=2GB`` and ``CPU_FAST=CPU:precision=bf16`` are the
+devices ``cuda:0`` and ``CPU_FAST`` (:func:`device_name`).
+
+A run with a real backend asks every measuring actor (EnvRunners, the
+baselines' and re-measurement's service, a search's) for both, so it measures
+only on machines that have its devices. A cluster where no machine names its
+devices is taken as uniform: then a slot is all a run asks for. A measuring
+actor of a real backend on CUDA devices also asks Ray for the GPUs it measures
+on (:func:`gpus_needed`): Ray makes only the GPUs an actor holds visible to it.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import re
+from itertools import takewhile
+from typing import Any, Mapping, Sequence
 
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import MEASURE_RESOURCE
 
-__all__ = ["DEVICES_PREFIX", "devices_resource", "measuring_resources", "measuring_slots"]
+__all__ = ["DEVICES_PREFIX", "device_name", "devices_resource", "gpus_needed", "measuring_gpus",
+           "measuring_resources", "measuring_slots"]
 
 #: prefix of the custom resource that names a machine's device set
 DEVICES_PREFIX = "devices_"
 
 
+def device_name(spec: str) -> str:
+    """The name of the device a ``--devices`` spec describes, without its settings. A
+    PyTorch spec (``cpu...`` or ``cuda...``) is named by the torch backend's own rule
+    (:func:`envs.pytorch.devices.parse_device`: ``cuda:0:mem=2GB`` and ``cuda`` are
+    ``cuda:0``, ``cpu:bf16`` stays ``cpu:bf16``); an OpenVINO virtual device
+    ``NAME=BASE[:k=v...]`` is ``NAME``; any other spec is its ``:``-separated parts up to
+    the first ``key=value`` one (``CPU:precision=f32`` is ``CPU``). A machine has a
+    device whatever settings a run gives it, so device sets compare by name."""
+    parts = spec.split(":")
+    if parts[0] in ("cpu", "cuda"):
+        from envs.pytorch.devices import parse_device
+
+        try:
+            return parse_device(spec).name
+        except ValueError:  # not a spec the torch backend reads: named as typed, below
+            pass
+    if "=" in parts[0]:
+        return parts[0].partition("=")[0]
+    return ":".join(takewhile(lambda part: "=" not in part, parts))
+
+
 def devices_resource(devices: Sequence[str]) -> str:
-    """The resource a machine with exactly ``devices`` advertises (order does not matter;
-    Ray refuses ``,`` and ``:`` in resource names, so the names are joined by ``+``)."""
-    return DEVICES_PREFIX + "+".join(sorted(devices))
+    """The resource a machine with exactly ``devices`` (names or specs, in any order)
+    advertises: ``devices_`` and the device names sorted and joined by ``+``, each as
+    typed (``cpu,cuda:0`` -> ``devices_cpu+cuda:0``; see the module docstring for why
+    ``:`` stays)."""
+    return DEVICES_PREFIX + "+".join(sorted({device_name(d) for d in devices}))
+
+
+def _devices_typed(resource: str) -> str:
+    """The ``--devices`` value that names the device set ``resource``."""
+    return resource[len(DEVICES_PREFIX):].replace("+", ",")
+
+
+#: a PyTorch CUDA device name: ``cuda`` (the first GPU) or ``cuda:<index>``, with or
+#: without a further ``:`` part of the name (``cuda:0:bf16``)
+_CUDA = re.compile(r"cuda(?::(\d+))?(?::|\Z)", re.IGNORECASE)
+
+
+def gpus_needed(devices: Sequence[str]) -> int:
+    """How many GPUs a measuring actor on ``devices`` (names or specs) asks Ray for: one
+    more than the highest CUDA index among them (``cuda`` is ``cuda:0``), 0 when none is
+    a CUDA device. Ray makes only the GPUs an actor holds visible to it, numbered from 0
+    (``CUDA_VISIBLE_DEVICES``), so ``cuda:i`` exists inside the actor only when it holds
+    at least ``i + 1`` of them: ``cpu,cuda:0`` needs 1, ``cuda:0,cuda:1`` and
+    ``cpu,cuda:1`` need 2."""
+    indices = [int(m.group(1) or 0) for m in (_CUDA.match(device_name(d)) for d in devices) if m]
+    return max(indices) + 1 if indices else 0
+
+
+def measuring_gpus(env_config: Mapping[str, Any]) -> int:
+    """The GPUs each measuring actor of the run described by ``env_config`` (its
+    ``backend`` and ``devices``) asks Ray for: :func:`gpus_needed` of its devices when the
+    backend measures on real devices, else 0 (a simulator computes, even one that waits
+    as long as a real measurement, ``sim_delay_s``)."""
+    from envs.backends import BACKENDS
+
+    kind = BACKENDS.get(env_config.get("backend", ""))
+    return gpus_needed(env_config.get("devices") or []) if kind is not None and kind.real else 0
 
 
 #: seconds a machine the cluster lists as alive has to answer before a run counts it
@@ -75,7 +147,7 @@ def measuring_resources(devices: Sequence[str]) -> dict[str, float]:
         return {MEASURE_RESOURCE: 1}
     need = devices_resource(devices)
     if need not in named:
-        have = ", ".join(k[len(DEVICES_PREFIX):].replace("+", ",") for k in named)
+        have = "; ".join(_devices_typed(k) for k in named)
         raise UsageError(f"no measuring machine of the cluster has the devices {','.join(devices)} "
                          f"(the machines have {have}); pass --devices of one of them, or start a "
                          f"machine that has them with the resource {need!r}")
