@@ -34,7 +34,7 @@ import numpy as np
 
 from envs.base import summarize_times
 
-__all__ = ["MeasuringService", "measuring_service", "AUTO", "HETERO_AUTO", "HETERO_PIPELINE"]
+__all__ = ["MeasuringService", "measuring_service", "remeasure", "AUTO", "HETERO_AUTO", "HETERO_PIPELINE"]
 
 #: the candidate name that stands for "the whole model on OpenVINO's AUTO device"
 AUTO = "auto"
@@ -122,38 +122,44 @@ class MeasuringService:
         return m.to_dict() | {"node": _node_id()}
 
     def remeasure(self, candidates: Mapping[str, Candidate], rounds: int = 3) -> dict[str, dict]:
-        """Time every candidate ``rounds`` times, interleaved; see the module docstring.
+        """Time every candidate ``rounds`` times, interleaved (:func:`remeasure`)."""
+        return remeasure(self.measure, candidates, rounds)
 
-        Returns, per candidate name: ``latency_s`` (median over rounds; ``inf``
-        if any round failed), ``spread`` (interquartile range / median of the
-        rounds), ``range`` (``(max - min) / median``), ``samples_s`` (each
-        round's figure), ``ok`` and ``error``.
-        """
-        names = list(candidates)
-        samples: dict[str, list[float]] = {n: [] for n in names}
-        errors: dict[str, Optional[str]] = {n: None for n in names}
-        for r in range(max(1, rounds)):
-            order = names[r % len(names):] + names[: r % len(names)] if names else []
-            for name in order:
-                if errors[name] is not None:
-                    continue
-                m = self.measure(candidates[name])
-                if m["ok"]:
-                    samples[name].append(float(m["latency_s"]))
-                else:
-                    errors[name] = f"{m['stage']}: {m['error']}"
-        out = {}
-        for name in names:
-            s = samples[name]
-            if errors[name] is not None or not s:
-                out[name] = {"ok": False, "latency_s": math.inf, "spread": None, "range": None,
-                             "samples_s": s, "error": errors[name]}
+
+def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[str, dict]:
+    """Time every candidate ``rounds`` times with ``measure`` (candidate -> a
+    :meth:`Measurement.to_dict`-like dict), interleaved; see the module docstring.
+
+    Returns, per candidate name: ``latency_s`` (median over rounds; ``inf``
+    if any round failed), ``spread`` (interquartile range / median of the
+    rounds), ``range`` (``(max - min) / median``), ``samples_s`` (each
+    round's figure), ``ok`` and ``error``.
+    """
+    names = list(candidates)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    errors: dict[str, Optional[str]] = {n: None for n in names}
+    for r in range(max(1, rounds)):
+        order = names[r % len(names):] + names[: r % len(names)] if names else []
+        for name in order:
+            if errors[name] is not None:
                 continue
-            med, spread = summarize_times(s)
-            out[name] = {"ok": True, "latency_s": med, "spread": spread,
-                         "range": float((max(s) - min(s)) / med) if med > 0 else 0.0,
-                         "samples_s": s, "error": None}
-        return out
+            m = measure(candidates[name])
+            if m["ok"]:
+                samples[name].append(float(m["latency_s"]))
+            else:
+                errors[name] = f"{m['stage']}: {m['error']}"
+    out = {}
+    for name in names:
+        s = samples[name]
+        if errors[name] is not None or not s:
+            out[name] = {"ok": False, "latency_s": math.inf, "spread": None, "range": None,
+                         "samples_s": s, "error": errors[name]}
+            continue
+        med, spread = summarize_times(s)
+        out[name] = {"ok": True, "latency_s": med, "spread": spread,
+                     "range": float((max(s) - min(s)) / med) if med > 0 else 0.0,
+                     "samples_s": s, "error": None}
+    return out
 
 
 def measuring_service(env_config: Mapping[str, Any], real: bool,
@@ -161,13 +167,13 @@ def measuring_service(env_config: Mapping[str, Any], real: bool,
     """A :class:`MeasuringService`: in this process for the simulator (exact and
     instant), else a Ray actor holding one ``resource`` slot (a measuring
     machine's) and, for a real backend on CUDA devices, the GPUs it measures on
-    (:func:`hsdag_ray.nodes.measuring_gpus`: Ray hides from an actor the GPUs it does
+    (:func:`envs.gpus.measuring_gpus`: Ray hides from an actor the GPUs it does
     not hold). Call its methods through :func:`call`."""
     if not real:
         return MeasuringService(env_config, tracked)
     import ray
 
-    from hsdag_ray.nodes import measuring_gpus
+    from envs.gpus import measuring_gpus
 
     resources = {resource: 1} if isinstance(resource, str) else dict(resource)
     actor = ray.remote(num_cpus=0, num_gpus=measuring_gpus(env_config),

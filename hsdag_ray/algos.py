@@ -27,11 +27,11 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
     ``resources``: what each EnvRunner asks for with a real backend (default: a
     measuring slot; see :func:`hsdag_ray.nodes.measuring_resources`). With a real
     backend on CUDA devices each EnvRunner also asks for the GPUs it measures on
-    (:func:`hsdag_ray.nodes.measuring_gpus`), since Ray hides from an actor the GPUs it
+    (:func:`envs.gpus.measuring_gpus`), since Ray hides from an actor the GPUs it
     does not hold; RLlib then runs the EnvRunner's copy of the policy on that GPU too."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from hsdag_ray.nodes import measuring_gpus
+    from envs.gpus import measuring_gpus
     from hsdag_ray.resolve import resolved
     from policies.reinforce import REINFORCEConfig
 

@@ -21,15 +21,15 @@ baselines' and re-measurement's service, a search's) for both, so it measures
 only on machines that have its devices. A cluster where no machine names its
 devices is taken as uniform: then a slot is all a run asks for. A measuring
 actor of a real backend on CUDA devices also asks Ray for the GPUs it measures
-on (:func:`gpus_needed`): Ray makes only the GPUs an actor holds visible to it.
+on (:func:`envs.gpus.gpus_needed`): Ray makes only the GPUs an actor holds visible to it.
 """
 from __future__ import annotations
 
-import re
 from itertools import takewhile
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from hsdag_ray.cli import UsageError
+from envs.gpus import gpus_needed, measuring_gpus  # noqa: F401 - re-exported
 from hsdag_ray.config import MEASURE_RESOURCE
 
 __all__ = ["DEVICES_PREFIX", "device_name", "devices_resource", "gpus_needed", "measuring_gpus",
@@ -75,30 +75,6 @@ def _devices_typed(resource: str) -> str:
 
 #: a PyTorch CUDA device name: ``cuda`` (the first GPU) or ``cuda:<index>``, with or
 #: without a further ``:`` part of the name (``cuda:0:bf16``)
-_CUDA = re.compile(r"cuda(?::(\d+))?(?::|\Z)", re.IGNORECASE)
-
-
-def gpus_needed(devices: Sequence[str]) -> int:
-    """How many GPUs a measuring actor on ``devices`` (names or specs) asks Ray for: one
-    more than the highest CUDA index among them (``cuda`` is ``cuda:0``), 0 when none is
-    a CUDA device. Ray makes only the GPUs an actor holds visible to it, numbered from 0
-    (``CUDA_VISIBLE_DEVICES``), so ``cuda:i`` exists inside the actor only when it holds
-    at least ``i + 1`` of them: ``cpu,cuda:0`` needs 1, ``cuda:0,cuda:1`` and
-    ``cpu,cuda:1`` need 2."""
-    indices = [int(m.group(1) or 0) for m in (_CUDA.match(device_name(d)) for d in devices) if m]
-    return max(indices) + 1 if indices else 0
-
-
-def measuring_gpus(env_config: Mapping[str, Any]) -> int:
-    """The GPUs each measuring actor of the run described by ``env_config`` (its
-    ``backend`` and ``devices``) asks Ray for: :func:`gpus_needed` of its devices when the
-    backend measures on real devices, else 0 (a simulator computes, even one that waits
-    as long as a real measurement, ``sim_delay_s``)."""
-    from envs.backends import BACKENDS
-
-    kind = BACKENDS.get(env_config.get("backend", ""))
-    return gpus_needed(env_config.get("devices") or []) if kind is not None and kind.real else 0
-
 
 #: seconds a machine the cluster lists as alive has to answer before a run counts it
 ANSWER_TIMEOUT_S = 30.0

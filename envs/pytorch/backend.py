@@ -3,7 +3,10 @@
 For each placement (:meth:`TorchBackend.measure_ops`, an fx node name -> device map):
 
 1. **Fit check.** The parameters each capped device would hold, in its precision, are
-   summed; a placement over a cap fails with stage ``memory`` before anything runs.
+   summed; a placement over the device's weight budget fails with stage ``memory`` before
+   anything runs. The budget is the cap on a CPU, and on a GPU the cap less room for the
+   libraries' workspaces and the largest activations (:func:`weight_budget`), so what
+   passes the check also runs under the allocator's cap.
 2. **Build.** The program is cut into stages (:mod:`envs.pytorch.stages`); parameters are
    moved to a device once and shared by every placement that puts them there, and the
    last few built placements are kept (``TimingConfig.stage_cache``; only one while a
@@ -34,7 +37,7 @@ from envs.pytorch.devices import TorchDevice, check_devices
 from envs.pytorch.stages import TensorCache, build_placed, to_host, weight_bytes_per_device
 from envs.timing import StageFailure, time_runs, timeout_text
 
-__all__ = ["TorchBackend", "TOLERANCE", "output_error"]
+__all__ = ["TorchBackend", "TOLERANCE", "output_error", "weight_budget", "WORKSPACE_BYTES"]
 
 #: relative output error (max abs error / max abs reference output) a placement may show,
 #: by the least precise device it uses
@@ -51,6 +54,32 @@ def output_error(outputs: Sequence[torch.Tensor], reference: Sequence[torch.Tens
         scale = float(r.abs().max()) or 1.0
         worst = max(worst, float((o.float() - r).abs().max()) / scale)
     return worst
+
+
+#: memory a capped GPU keeps free of weights for cuBLAS/cuDNN workspaces (besides twice the
+#: largest activation of the graph)
+WORKSPACE_BYTES = 32 * 2 ** 20
+
+
+def weight_budget(device: TorchDevice, program) -> float:
+    """The bytes of weights a capped ``device`` may hold: the cap itself on a CPU; on a GPU
+    the cap less :data:`WORKSPACE_BYTES` and twice the largest tensor an op of ``program``
+    writes (an op's input and output are live together), so a placement that passes the
+    fit check also runs under the allocator's cap. It depends on the program alone, so
+    every coarsening of its graph and its profile agree on it."""
+    if device.mem_bytes is None:
+        return float("inf")
+    if not device.is_cuda:
+        return float(device.mem_bytes)
+    largest = 0.0
+    for n in program.gm.graph.nodes:
+        if n.op != "call_function":  # parameters and inputs are not written by an op
+            continue
+        val = n.meta.get("val")
+        for t in (val if isinstance(val, (list, tuple)) else [val]):
+            if isinstance(t, torch.Tensor):
+                largest = max(largest, float(t.numel() * t.element_size()))
+    return max(0.0, float(device.mem_bytes) - WORKSPACE_BYTES - 2.0 * largest)
 
 
 class _Runner:
@@ -102,16 +131,26 @@ class TorchBackend(Backend):
         self.name = "torch"
         self.cuda = any(d.is_cuda for d in self.torch_devices)
         self.capped = {d.name for d in self.torch_devices if d.mem_bytes is not None}
+        #: bytes of weights each capped device may hold: its cap less, on a GPU, room for
+        #: the libraries' workspaces and the activations live around the largest op
+        self.weight_budget = {d.name: weight_budget(d, program) for d in self.torch_devices
+                              if d.mem_bytes is not None}
         self.cache = TensorCache()
         self._built: OrderedDict = OrderedDict()
         self._race_best: Optional[float] = None
         self._reference: Optional[list[torch.Tensor]] = None
         if timing.threads:
             torch.set_num_threads(timing.threads)
+        self.apply_caps()
+
+    def apply_caps(self, on: bool = True) -> None:
+        """Cap each capped GPU's allocator at its memory cap (``on=False``: lift the caps,
+        e.g. while profiling op times, which do not depend on them)."""
         for d in self.torch_devices:
             if d.is_cuda and d.mem_bytes is not None:
                 total = torch.cuda.get_device_properties(d.index).total_memory
-                torch.cuda.set_per_process_memory_fraction(min(1.0, d.mem_bytes / total), d.index)
+                frac = min(1.0, d.mem_bytes / total) if on else 1.0
+                torch.cuda.set_per_process_memory_fraction(frac, d.index)
 
     # -------------------------------------------------------------- interface
     def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
@@ -190,10 +229,11 @@ class TorchBackend(Backend):
             return None
         held = weight_bytes_per_device(self.program.gm, affinity, self.by_name)
         for name in self.capped:
-            cap = self.by_name[name].mem_bytes
-            if held.get(name, 0.0) > cap:
+            cap, budget = self.by_name[name].mem_bytes, self.weight_budget[name]
+            if held.get(name, 0.0) > budget:
+                room = "" if budget == cap else f" ({cap / 1e6:.0f} MB less room to run)"
                 return (f"the placement puts {held[name] / 1e6:.0f} MB of weights on {name}, "
-                        f"more than its {cap / 1e6:.0f} MB")
+                        f"more than its {budget / 1e6:.0f} MB{room}")
         return None
 
     def _placed(self, affinity: Mapping[str, str]):

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from envs.pytorch.devices import TorchDevice
-from envs.pytorch.stages import TensorCache
+from envs.pytorch.stages import TensorCache, retarget
 
 __all__ = ["profile_ops"]
 
@@ -26,6 +26,9 @@ class _Timed(torch.fx.Interpreter):
         self.device, self.cache = device, cache
         self.sync = torch.cuda.synchronize if device.is_cuda else (lambda: None)
         self.times: dict[str, float] = {}
+
+    def call_function(self, target, args, kwargs):
+        return super().call_function(target, args, retarget(kwargs, self.device))
 
     def fetch_attr(self, target: str):
         return self.cache.get(target, super().fetch_attr(target), self.device)

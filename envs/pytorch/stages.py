@@ -19,7 +19,7 @@ from torch import nn
 
 from envs.pytorch.devices import TorchDevice
 
-__all__ = ["OnDevice", "TensorCache", "stage_of_nodes", "build_placed", "to_host",
+__all__ = ["OnDevice", "TensorCache", "retarget", "stage_of_nodes", "build_placed", "to_host",
            "weight_bytes_per_device"]
 
 
@@ -72,6 +72,34 @@ class TensorCache:
         self._copies.clear()
 
 
+def retarget(kwargs: Mapping, device: TorchDevice) -> dict:
+    """An op's keyword arguments made for ``device``: a tensor the op creates (``device=``,
+    e.g. an attention mask or positions built inside ``forward``) is created there, and in
+    a half-precision stage a floating ``dtype=`` is the stage's precision."""
+    out = dict(kwargs)
+    if isinstance(out.get("device"), torch.device):
+        out["device"] = device.torch_device
+    dt = out.get("dtype")
+    if device.dtype != "float32" and isinstance(dt, torch.dtype) and dt.is_floating_point:
+        out["dtype"] = device.torch_dtype
+    return out
+
+
+def _retarget_graph(module: nn.Module, device: TorchDevice) -> None:
+    graph = getattr(module, "graph", None)
+    if graph is None:
+        return
+    changed = False
+    for n in graph.nodes:
+        if n.op == "call_function" and n.kwargs:
+            new = retarget(n.kwargs, device)
+            if new != dict(n.kwargs):
+                n.kwargs = new
+                changed = True
+    if changed:
+        module.recompile()
+
+
 def stage_of_nodes(gm, affinity: Mapping[str, str]) -> tuple[dict[str, int], list[str]]:
     """Each fx node's stage and each stage's device name, for ``affinity`` (fx node name
     -> device name, covering every compute node). Stages are numbered in graph order, so a
@@ -108,20 +136,24 @@ def build_placed(gm, affinity: Mapping[str, str], devices: Mapping[str, TorchDev
     stage, order = stage_of_nodes(gm, affinity)
     split = split_module(gm, gm, lambda n: stage[n.name], keep_original_order=True)
     graph = split.graph
-    needed: set[tuple[str, str]] = set()
     params: dict[str, torch.Tensor] = {}
     calls = [n for n in graph.nodes if n.op == "call_module" and n.target.startswith("submod_")]
+    # copies the placement does not use leave a capped device before any new one arrives
+    needed = {(a.target, devices[order[int(c.target.split("_")[-1])]].name)
+              for c in calls for a in c.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
+    cache.keep(needed, {d.name for d in devices.values() if d.mem_bytes is not None})
     for call in calls:
         k = int(call.target.split("_")[-1])
         dev = devices[order[k]]
-        setattr(split, call.target, OnDevice(getattr(split, call.target), dev))
+        stage_module = getattr(split, call.target)
+        _retarget_graph(stage_module, dev)
+        setattr(split, call.target, OnDevice(stage_module, dev))
         new_args = []
         for a in call.args:
             if isinstance(a, torch.fx.Node) and a.op == "get_attr":
                 attr = f"_on_{dev.name.replace(':', '_')}_{a.target.replace('.', '_')}"
                 if attr not in params:
                     params[attr] = cache.get(a.target, _attr(gm, a.target), dev)
-                    needed.add((a.target, dev.name))
                     split.register_buffer(attr, params[attr], persistent=False)
                 with graph.inserting_before(call):
                     a = graph.get_attr(attr)
@@ -130,7 +162,6 @@ def build_placed(gm, affinity: Mapping[str, str], devices: Mapping[str, TorchDev
     for n in [n for n in graph.nodes if n.op == "get_attr" and not n.users]:
         graph.erase_node(n)
     split.recompile()
-    cache.keep(needed, {d.name for d in devices.values() if d.mem_bytes is not None})
     return split, order
 
 
