@@ -31,6 +31,7 @@ from typing import Any, Dict
 
 import torch
 from policies.advantages import ADVANTAGES, REPLAYS, advantages
+from policies.reinforce_state import StallCount, due_to_soften, remember
 from ray.rllib.algorithms import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.core.columns import Columns
@@ -131,7 +132,7 @@ class REINFORCEConfig(AlgorithmConfig):
         return REINFORCETorchLearner
 
 
-class REINFORCETorchLearner(TorchLearner):
+class REINFORCETorchLearner(StallCount, TorchLearner):
     """The policy-gradient loss with batch advantages (:func:`advantages`).
 
     A method with advantages of its own (e.g. returns over an episode's steps
@@ -144,10 +145,6 @@ class REINFORCETorchLearner(TorchLearner):
     stalled" in the module docstring).
     """
 
-    _best_reward = -float("inf")
-    _stalled_updates = 0
-    _batch_best = -float("inf")
-
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
@@ -157,29 +154,13 @@ class REINFORCETorchLearner(TorchLearner):
     def soften_if_stalled(self, config: REINFORCEConfig) -> None:
         """After ``stall_patience`` stalled updates, with ``stall_shrink`` below 1,
         spreads every module's policy (its ``soften_policy``) and counts afresh."""
-        patience, shrink = getattr(config, "stall_patience", 0), getattr(config, "stall_shrink", 1.0)
-        if patience > 0 and shrink < 1.0 and self._stalled_updates >= patience:
+        shrink = getattr(config, "stall_shrink", 1.0)
+        if due_to_soften(self._stalled_updates, config):
             for module_id in list(self.module.keys()):
                 soften = getattr(self.module[module_id], "soften_policy", None)
                 if soften is not None:
                     soften(shrink)
             self._stalled_updates = 0
-
-    def count_stall(self) -> None:
-        """Counts the previous update (its batch's best reward, over all its epochs)
-        as stalled or as the run's new best."""
-        if self._batch_best > self._best_reward:
-            self._best_reward, self._stalled_updates = self._batch_best, 0
-        elif self._batch_best > -float("inf"):
-            self._stalled_updates += 1
-        self._batch_best = -float("inf")
-
-    def entropy_weight(self, config: REINFORCEConfig) -> float:
-        """The entropy bonus weight of this update (``stall_entropy`` once stalled)."""
-        patience = getattr(config, "stall_patience", 0)
-        if patience > 0 and self._stalled_updates >= patience:
-            return float(config.stall_entropy)
-        return float(config.entropy_coeff)
 
     def step_advantages(self, batch: Dict[str, Any], rewards: torch.Tensor, mask: torch.Tensor,
                         config: REINFORCEConfig) -> torch.Tensor:
@@ -269,14 +250,6 @@ class REINFORCE(Algorithm):
         k = self.config.replay_episodes
         if k <= 0:
             return
-        for e in episodes:
-            rewards = e.get_rewards()
-            if len(rewards) == 0:
-                continue
-            self._remembered += 1
-            memory.append((float(max(rewards)), self._remembered, e))
-        if self.config.replay == "elite":
-            memory.sort(key=lambda m: (m[0], m[1]), reverse=True)
-        else:
-            memory.sort(key=lambda m: m[1], reverse=True)
-        self._memory = memory[:k]
+        scored = [(max(rewards), e) for e in episodes if len(rewards := e.get_rewards()) > 0]
+        self._memory, self._remembered = remember(memory, scored, k, self.config.replay,
+                                                  self._remembered)

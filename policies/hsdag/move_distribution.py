@@ -43,21 +43,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from policies.distributions import GroupedPlacementDistribution, bind_devices, bound_by_name, unpack_dist_inputs
+from policies.hsdag.move_floor import floored_logits
 
 __all__ = ["GroupedMoveDistribution", "pack_move_inputs", "split_move_inputs", "floored_logits"]
-
-
-def floored_logits(move_logits: Tensor, floor: Tensor | float) -> Tensor:
-    """The logits of ``(1 - e) * sigmoid(move_logits) + e`` with ``e = floor`` (per node or
-    one value in ``[0, 1)``): a move probability that never falls below ``e``.
-
-    Computed in log space, ``log q' - log(1 - q')`` with ``1 - q' = (1 - e)(1 - q)``, so
-    it stays finite and differentiable for any logit.
-    """
-    e = torch.as_tensor(floor, dtype=move_logits.dtype, device=move_logits.device).clamp(1e-12, 1 - 1e-6)
-    log_keep = torch.log1p(-e)
-    log_move = torch.logaddexp(log_keep + F.logsigmoid(move_logits), torch.log(e))
-    return log_move - (log_keep + F.logsigmoid(-move_logits))
 
 
 def pack_move_inputs(grouped_inputs: Tensor, move_logits: Tensor) -> Tensor:

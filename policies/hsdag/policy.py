@@ -60,7 +60,7 @@ from torch_geometric.utils import to_undirected
 from policies.hsdag.graph_parsing import GraphParsingPool, Grouping, PooledGraph, dominant_edges
 from policies.hsdag.config import HSDAGConfig
 from policies.layers import mlp, normalized_adjacency, reset_sequential
-from policies.hsdag.move_distribution import floored_logits
+from policies.hsdag.move_floor import floored_logits
 
 __all__ = ["HSDAGConfig", "HSDAGOutput", "HSDAGNet", "incumbent_majority", "GraphParsingPool", "Grouping",
            "PooledGraph", "dominant_edges"]

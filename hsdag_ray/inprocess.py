@@ -1,0 +1,369 @@
+"""Run one placement method in this process: no Ray, RLlib, OpenVINO or W&B needed.
+
+``python -m hsdag_ray.train`` runs every method through Ray (measuring actors, RLlib's
+learner). :func:`run_method` runs a registered method (:data:`policies.registry.METHODS`)
+on a :class:`~hsdag_core.compgraph.CompGraph` and any :class:`envs.base.Backend` in the
+calling process, with PyTorch, torch-geometric, numpy, scipy, networkx and gymnasium only:
+
+* ``hsdag`` (the one learned method here): :class:`policies.hsdag.local.LocalHSDAG`,
+  the RLlib path's network, REINFORCE and defaults, on the node features
+  :meth:`envs.placement_env.PlacementEnv._setup` builds (the run's
+  :class:`~hsdag_core.features.FeatureConfig`, the profile's per-node times and memory
+  when ``costs`` are given, the incumbent's one-hot devices when the run reads it);
+  the other learned methods run with ``python -m hsdag_ray.train`` only;
+* searches (``random``, ``anneal``, ``refit``): the classes and protocol of
+  :class:`hsdag_ray.drivers.SearchDriver` (start, single devices taught to a search that
+  reads the profile, one proposal and its measured latency at a time);
+* solvers (``exact``, ``heft``, ``m-topo``, ``m-etf``, ``m-sct``): the run functions of
+  :class:`hsdag_ray.drivers.SolverDriver`, their placement measured once.
+
+Placements are measured as the placement environment measures them: repaired to the
+profile's memory limits first (``memory_penalty="repair"`` with ``costs``), cached by
+placement (:class:`envs.store.MeasurementStore`: a placement proposed again is answered
+from the cache and costs nothing), and a failure rewarded as ``failure_factor`` times
+the reference latency (the fastest single device, measured first outside the budget),
+graded by how far it is over a memory limit. The budget counts placements measured, as
+``--budget-unit measurements`` does; a run also stops after :data:`PROPOSAL_CAP` times
+its budget in proposals (a settled policy proposes few new placements). HSDAG runs with
+torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
+against each other on small graphs) and its own seeded random generator, both restored
+afterwards. The search aids
+(``--guide`` and the settings it turns on) are off here: every method runs as published.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from envs.base import Backend, Measurement
+from envs.env_config import TRANSIENT_STAGES, reward_of
+from envs.store import MeasurementStore, placement_key
+from hsdag_core.compgraph import CompGraph
+from hsdag_core.costgraph import CostGraph
+
+__all__ = ["run_method", "PROPOSAL_CAP"]
+
+#: a run stops after this many times its budget in placements proposed, measured or not
+#: (``hsdag_ray.train``'s cap with ``--budget-unit measurements``)
+PROPOSAL_CAP = 5
+#: run_method's arguments, not settings
+_ARGUMENTS = ("method", "budget", "seed", "objective")
+
+
+class _Measurer:
+    """The measuring half of a placement environment over ``backend`` (module docstring):
+    the run's store, its reference latency and the reward of a measurement."""
+
+    def __init__(self, graph: CompGraph, backend: Backend, costs: Optional[CostGraph], cfg,
+                 budget: int) -> None:
+        from hsdag_ray.resolve import reward_of_run
+
+        self.graph, self.backend, self.cfg, self.budget = graph, backend, cfg, budget
+        self.n, self.devices = graph.num_nodes, list(backend.devices)
+        self.reward_kind = reward_of_run(cfg)
+        #: the cost graph an over-memory placement is repaired to before it is measured
+        self.limits = costs if costs is not None and cfg.memory_penalty == "repair" else None
+        self.store = MeasurementStore()
+        self.measured = self.proposed = 0
+        self._repairs: dict[bytes, np.ndarray] = {}
+        self.single_device_s, self.reference_s = self._reference()
+
+    def _reference(self) -> tuple[dict[str, float], float]:
+        """Each device's latency and the reference of rewards and failures, as
+        :meth:`envs.placement_env.PlacementEnv._reference` finds it (``best_single``)."""
+        singles = {}
+        for d, name in enumerate(self.devices):
+            m = self.backend.measure_array(np.full(self.n, d, dtype=np.int64), race=False)
+            singles[name] = m.latency_s if m.ok else math.inf
+        if math.isfinite(min(singles.values())):
+            return singles, min(singles.values())
+        balanced = np.arange(self.n) * len(self.devices) // self.n
+        m = self.backend.measure_array(balanced, race=False)
+        if m.ok:
+            return singles, m.latency_s
+        sim = getattr(self.backend, "sim", None)
+        if sim is not None:  # an estimate with the memory limits ignored
+            return singles, min(sim.sequential(np.full(self.n, d)).value for d in range(len(self.devices)))
+        raise ValueError(f"neither a single device nor a balanced split of {self.graph.name} runs on "
+                         f"{', '.join(self.devices)} ({m.error}), so placements have no reference latency")
+
+    def measure(self, placement: Any) -> Optional[Measurement]:
+        """The measurement of a proposed placement (repaired, or from the cache), or None
+        when the budget is spent (a new placement) or the proposals are capped."""
+        if self.proposed >= PROPOSAL_CAP * self.budget:
+            return None
+        p = self._repaired(np.asarray(placement, dtype=np.int64)[: self.n])
+        key = placement_key(self.graph.name, p)
+        hit = self.store.get(key)
+        if hit is None and self.measured >= self.budget:
+            return None
+        self.proposed += 1
+        if hit is not None:
+            info = {k: hit["info"][k] for k in ("memory_over",) if k in hit["info"]}
+            return Measurement(ok=hit["ok"], latency_s=hit["latency_s"], backend=self.backend.name,
+                               stage=hit["info"].get("stage"), error=hit["info"].get("error"), info=info)
+        m = self.backend.measure_array(p, race=self.backend.races)
+        self.measured += 1
+        info = {"stage": m.stage, "error": m.error} if not m.ok else {}
+        if "memory_over" in m.info:
+            info["memory_over"] = m.info["memory_over"]
+        self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info,
+                       cache=m.ok or m.stage not in TRANSIENT_STAGES)
+        return m
+
+    def _repaired(self, p: np.ndarray) -> np.ndarray:
+        """``p`` repaired to the profile's memory limits (:func:`hsdag_core.fit.repair`, as
+        the environment repairs it; ``p`` itself without limits or when no repair fits),
+        each distinct proposal repaired once (a repair may solve a MILP)."""
+        if self.limits is None:
+            return p
+        from hsdag_core.fit import repair
+
+        key = p.tobytes()
+        if key not in self._repairs:
+            fixed = repair(self.limits, p)
+            self._repairs[key] = p if fixed is None else fixed
+        return self._repairs[key]
+
+    def reward_latency(self, m: Measurement) -> float:
+        """:meth:`envs.placement_env.PlacementEnv.reward_latency`: its own latency when it
+        ran, else ``failure_factor`` times the reference, graded when over memory."""
+        if m.ok:
+            return m.latency_s
+        graded = m.stage == "memory" and self.cfg.memory_penalty != "flat"
+        over = float(m.info.get("memory_over", 0.0)) if graded else 0.0
+        return self.cfg.failure_factor * self.reference_s * (1.0 + over)
+
+    def reward(self, m: Measurement) -> float:
+        return reward_of(self.reward_latency(m), self.reward_kind, self.reference_s)
+
+
+def _settings(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]]):
+    """The run's :class:`~hsdag_ray.config.TrainConfig` (checked, ``--guide``'s choices
+    written out), refusing what an in-process run does not do."""
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.resolve import neighbour_every, resolved
+
+    settings = dict(settings or {})
+    given = sorted(set(settings) & set(_ARGUMENTS))
+    if given:
+        raise ValueError(f"{given[0]!r} is an argument of run_method, not a setting")
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r}; settings are the fields of "
+                         "hsdag_ray.config.TrainConfig")
+    cfg = TrainConfig(**settings, method=method, budget=int(budget), seed=int(seed), objective=objective)
+    cfg.validate()
+    off = {"guide": cfg.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.etf_start,
+           "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.refit_every > 0,
+           "screen": cfg.screen > 0, "init": bool(cfg.init), "sim_profile": bool(cfg.sim_profile),
+           "algo": cfg.algo not in ("", "reinforce")}
+    on = [name for name, value in off.items() if value]
+    if on:
+        raise ValueError(f"the setting {on[0]!r} needs python -m hsdag_ray.train: in-process runs "
+                         "run each method as published, with REINFORCE, from scratch")
+    return resolved(cfg)
+
+
+def _features(graph: CompGraph, cfg, costs: Optional[CostGraph], num_devices: int) -> np.ndarray:
+    """``[N, F]`` the node features :meth:`envs.placement_env.PlacementEnv._setup` builds,
+    with ``D`` zero incumbent columns last when the run reads the incumbent."""
+    from hsdag_core.features import node_features
+    from hsdag_ray.resolve import reads_incumbent
+
+    features = cfg.features()
+    times = mem = cap = None
+    if costs is not None and (features.cost or features.relative):
+        times, mem, cap = costs.compute_s, costs.mem_bytes, costs.mem_capacity
+    x, _ = node_features(graph, features, times, mem, cap)
+    if reads_incumbent(cfg):
+        x = np.concatenate([x, np.zeros((x.shape[0], num_devices), x.dtype)], axis=1)
+    return x
+
+
+def _run_hsdag(cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
+               tick: Callable[[], None]) -> dict[str, Any]:
+    """HSDAG's iterations until the budget is spent (as :class:`hsdag_ray.drivers.RLDriver`
+    starts it: ``--start best_single`` leans on the fastest single device)."""
+    from envs.incumbent import incumbent, start_placement
+    from hsdag_ray.resolve import reads_incumbent
+    from policies.hsdag.local import LocalHSDAG, configs_from_settings
+
+    n, devices, singles = measurer.n, measurer.devices, measurer.single_device_s
+    prior = -1
+    if cfg.start == "best_single":
+        latencies = [singles.get(d, math.inf) for d in devices]
+        prior = int(np.argmin(latencies)) if min(latencies) < math.inf else -1
+    net_config, learn = configs_from_settings({**dataclasses.asdict(cfg), "prior_device": prior})
+    x = _features(graph, cfg, costs, len(devices))
+    agent = LocalHSDAG(x.shape[1], len(devices), graph.edge_index(), net_config, learn)
+    shows = reads_incumbent(cfg)
+    start = start_placement(n, devices, singles, measurer.limits) if shows else None
+    wander = np.random.default_rng(cfg.seed)  # which episodes see the incumbent
+    first = [shows and measurer.limits is not None and start is not None]
+
+    def observe() -> np.ndarray:
+        """An episode's observation, with the incumbent as PlacementEnv.reset shows it."""
+        if not shows:
+            return x
+        obs = x.copy()
+        obs[:, -len(devices):] = 0.0
+        if cfg.incumbent_share >= 1 or wander.random() < cfg.incumbent_share:
+            p = incumbent(measurer.store.best(), start, devices, singles, n)
+            if p is not None:
+                obs[np.arange(n), x.shape[1] - len(devices) + p] = 1.0
+        return obs
+
+    def reward(placement: np.ndarray) -> Optional[float]:
+        if first[0]:  # PlacementEnv._measure_start: the start, measured before the first step
+            first[0] = False
+            measurer.measure(start)
+        m = measurer.measure(placement)
+        tick()
+        return None if m is None else measurer.reward(m)
+
+    metrics: dict[str, float] = {}
+    while (out := agent.iterate(observe, reward)) is not None:
+        metrics = out
+    return {"iterations": agent.updates, "last_update": metrics}
+
+
+def _run_search(method, cfg, measurer: _Measurer, costs: Optional[CostGraph],
+                tick: Callable[[], None]) -> dict[str, Any]:
+    """A search, as :class:`hsdag_ray.drivers.SearchDriver` runs it, until the budget is spent."""
+    from envs.incumbent import start_placement
+    from policies.registry import load
+
+    n, devices = measurer.n, measurer.devices
+    start = start_placement(n, devices, measurer.single_device_s, measurer.limits)
+    if start is None:
+        start = np.zeros(n, dtype=np.int64)
+    kw = {"costs": costs, "objective": cfg.objective} if method.costs else {}
+    search = load(method.run)(n, len(devices), cfg.budget, seed=cfg.seed, start=start, **kw)
+    if method.costs:  # it models the costs: the single devices measured before it teach it
+        for name, latency in measurer.single_device_s.items():
+            search.observe(np.full(n, devices.index(name), dtype=np.int64), latency, proposed=False)
+    while True:
+        p = search.propose()
+        m = measurer.measure(p)
+        tick()
+        if m is None:
+            return {}
+        search.observe(p, measurer.reward_latency(m))
+
+
+def _run_solver(method, cfg, measurer: _Measurer, costs: CostGraph) -> dict[str, Any]:
+    """A solver's placement of the costs, as :class:`hsdag_ray.drivers.SolverDriver` runs it."""
+    from policies.registry import load
+
+    placement = load(method.run)(costs, cfg.objective, time_limit=cfg.solver_time_limit)
+    if placement is None:
+        raise RuntimeError(f"method {method.name} found no placement for the {cfg.objective} "
+                           "objective on the costs; use another method or objective")
+    measurer.measure(placement)
+    return {}
+
+
+def _progress(total: int, show: Optional[bool]):
+    """A tqdm bar of placements measured (None: only on a terminal, and when tqdm is there)."""
+    if show is False or (show is None and not sys.stderr.isatty()):
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="measured", leave=False)
+
+
+def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[CostGraph] = None,
+               budget: int = 500, seed: int = 0, objective: str = "sequential",
+               settings: Optional[Mapping[str, Any]] = None, say: Callable[[str], Any] = print,
+               progress: Optional[bool] = None) -> dict[str, Any]:
+    """Run ``method`` on ``graph`` measured by ``backend``, in this process (module docstring).
+
+    Args:
+        method: a name of :data:`policies.registry.METHODS` (learned: ``hsdag`` only).
+        graph: the graph ``backend`` measures placements of (one device index per node).
+        backend: what measures a placement (``devices``, ``measure_array``).
+        costs: the profile as a cost graph of ``graph`` on ``backend.devices``
+            (:func:`hsdag_core.device_profile.cost_graph`): what the methods that read a
+            profile read (``Method.costs``), HSDAG's cost features and the memory repair.
+        budget: placements measured (new ones; the cache answers the others).
+        seed: random seed of the method.
+        objective: what the methods that read ``costs`` optimise (the backend measures
+            with its own).
+        settings: fields of :class:`hsdag_ray.config.TrainConfig` over its defaults (the
+            training run's: lr, episode_len, hidden_dim, reward, failure_factor...).
+        say: where the one-line summary goes.
+        progress: a progress bar (tqdm) of the placements measured; None: on a terminal.
+
+    Returns:
+        ``method``, ``kind``, ``placement`` (the best measured, device indices, None when
+        none ran), ``placement_by_name`` (node name -> device), ``latency_s`` (its latency,
+        ``inf`` when none ran), ``measured``, ``proposed``, ``failures``, ``curve`` (the
+        latency of every measurement in order, ``inf`` for a failure), ``wall_s``,
+        ``devices``, ``single_device_s``, ``reference_s``, ``budget``, ``seed``,
+        ``objective``; HSDAG adds ``iterations`` and ``last_update`` (its metrics).
+    """
+    from policies.registry import get
+
+    t0 = time.perf_counter()
+    spec = get(method)
+    if spec.kind == "rl" and spec.name != "hsdag":
+        raise ValueError(f"method {method!r} is trained through RLlib; in-process runs train hsdag "
+                         f"only: use python -m hsdag_ray.train --method {method}")
+    cfg = _settings(method, budget, seed, objective, settings)
+    devices = list(backend.devices)
+    if costs is not None and (costs.num_nodes != graph.num_nodes or list(costs.devices) != devices):
+        raise ValueError(f"costs must be those of the graph's {graph.num_nodes} nodes on the backend's "
+                         f"devices {devices}; they have {costs.num_nodes} nodes on {list(costs.devices)}")
+    if costs is None and (spec.costs or spec.kind == "solver"):
+        raise ValueError(f"method {method!r} reads a profile of every device: pass costs="
+                         "hsdag_core.device_profile.cost_graph(graph, profile, backend.devices)")
+    measurer = _Measurer(graph, backend, costs, cfg, cfg.budget)
+    bar = _progress(cfg.budget, progress)
+
+    def tick() -> None:
+        if bar is not None:
+            bar.update(measurer.measured - bar.n)
+
+    try:
+        if spec.kind == "rl":
+            import torch
+
+            threads = torch.get_num_threads()
+            torch.set_num_threads(cfg.torch_threads)  # as train sets it: more spin on small graphs
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(cfg.seed)
+                    extra = _run_hsdag(cfg, graph, measurer, costs, tick)
+            finally:
+                torch.set_num_threads(threads)
+        elif spec.kind == "search":
+            extra = _run_search(spec, cfg, measurer, costs, tick)
+        else:
+            extra = _run_solver(spec, cfg, measurer, costs)
+    finally:
+        if bar is not None:
+            bar.close()
+    best, log = measurer.store.best(), measurer.store.log_since(0)
+    placement = best["placement"] if best else None
+    result = {
+        "method": method, "kind": spec.kind, "placement": placement,
+        "placement_by_name": None if placement is None else
+        {name: devices[d] for name, d in zip(graph.names, placement)},
+        "latency_s": best["latency_s"] if best else math.inf,
+        "measured": measurer.measured, "proposed": measurer.proposed,
+        "failures": sum(1 for e in log if not e["ok"]), "curve": [e["latency_s"] for e in log],
+        "wall_s": time.perf_counter() - t0, "devices": devices,
+        "single_device_s": dict(measurer.single_device_s), "reference_s": measurer.reference_s,
+        "budget": cfg.budget, "seed": cfg.seed, "objective": cfg.objective, **extra}
+    say(f"{method} on {graph.name}: best {result['latency_s'] * 1e3:.3f} ms, "
+        f"{result['measured']} measured of {result['proposed']} proposed in {result['wall_s']:.1f} s")
+    return result

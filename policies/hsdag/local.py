@@ -1,0 +1,263 @@
+"""HSDAG trained by REINFORCE in one process, without Ray or RLlib.
+
+The method is the one ``python -m hsdag_ray.train --method hsdag`` trains through RLlib
+(:class:`policies.hsdag.module.HSDAGRLModule` sampled by EnvRunners, updated by
+:class:`policies.reinforce.REINFORCETorchLearner`), on the same network
+(:class:`policies.hsdag.policy.HSDAGNet`) with the same settings and defaults
+(:func:`configs_from_settings` reads a run's settings through the method's entry in
+:mod:`policies.registry`, as :func:`hsdag_ray.algos.algo_config` does):
+
+* **Sampling** (:meth:`LocalHSDAG.sample_episode`, without gradients): an episode is
+  ``episode_len`` placements of one observation. Each step parses a grouping with Gumbel
+  noise of scale ``grouping_noise`` on the edge scores (with ``sampled_grouping``, each
+  node draws its dominant edge instead), draws one device per group
+  (:class:`policies.grouped_placement.GroupedPlacement`) and carries the node state
+  (each node's group embedding) to the next step; the state starts at zeros.
+* **Update** (:meth:`LocalHSDAG.update`): the batch's episodes run again with gradients,
+  each step under the grouping it was sampled with and each node's gate edge (or, with
+  ``sampled_grouping``, the dominant-edge draws, whose log-probability joins the
+  placement's), so ``logp`` is the sampler's; gradients flow through the node-state
+  recurrence of the whole episode, the structural embedding is computed once per
+  episode, and the loss is REINFORCE's
+  ``-mean_t[logp_t * A_t] - w * mean_t[H_t]`` with the batch advantages of
+  :func:`policies.advantages.advantages`, minimised by Adam at ``lr`` (``num_epochs``
+  passes). The stall response (``stall_patience``) and the replay memory
+  (``replay_episodes``) are :mod:`policies.reinforce_state`'s, as the RLlib learner's.
+* **Greedy placement** (:meth:`LocalHSDAG.greedy`): the grouping parsed without noise at
+  an episode's first step, and each group's most likely device.
+
+Given the same weights and torch seed, an episode's placements are those the RLlib
+module samples step by step, and an update's ``logp`` and entropy are those of its
+learner's pass (tests/test_inprocess.py checks both). A run's observation is one graph,
+unpadded (the RLlib path pads it to the graph's own size, which changes nothing), and
+the update runs on the CPU (the RLlib learner takes a GPU when there is one). Node and
+segment moves (``node_moves``,
+``segment_moves``) use RLlib action distributions and are trained by ``python -m
+hsdag_ray.train`` only. The caller seeds torch (sampling, the Gumbel noise and the
+initial weights draw from torch's global generator).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from policies.advantages import advantages
+from policies.grouped_placement import GroupedPlacement
+from policies.hsdag.config import HSDAGConfig
+from policies.hsdag.policy import HSDAGNet, HSDAGOutput
+from policies.reinforce_state import StallCount, due_to_soften, remember
+
+__all__ = ["Reinforce", "Episode", "LocalHSDAG", "configs_from_settings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reinforce:
+    """REINFORCE's settings (the fields of :class:`hsdag_ray.config.TrainConfig` of the
+    same names; what each does is in :mod:`policies.reinforce`)."""
+
+    lr: float
+    entropy_coeff: float
+    advantages: str
+    episode_len: int
+    episodes_per_iteration: int
+    num_epochs: int
+    replay_episodes: int
+    replay: str
+    stall_patience: int
+    stall_entropy: float
+    stall_shrink: float
+
+
+def configs_from_settings(settings: Mapping[str, Any]) -> tuple[HSDAGConfig, Reinforce]:
+    """The network's and REINFORCE's settings of a run from its settings: the fields of
+    :class:`hsdag_ray.config.TrainConfig` as :func:`hsdag_ray.resolve.resolved` writes
+    them out, plus ``prior_device`` (-1: none), read as the RLlib path reads them (the
+    network's through the method's ``model_config``, REINFORCE's through its
+    ``learner_config``)."""
+    from policies.registry import get
+
+    method = get("hsdag")
+    model_config = method.model_config(settings)
+    if model_config.get("node_moves") or model_config.get("segment_moves"):
+        raise ValueError("HSDAG's node and segment moves sample from RLlib action distributions; "
+                         "train them with python -m hsdag_ray.train --node-moves")
+    learner = method.learner_config(settings)
+    learn = Reinforce(lr=float(settings["lr"]), entropy_coeff=float(settings["entropy_coeff"]),
+                      episode_len=int(settings["episode_len"]),
+                      episodes_per_iteration=int(settings["episodes_per_iteration"]), **learner)
+    if min(learn.episode_len, learn.episodes_per_iteration, learn.num_epochs) < 1 or learn.lr <= 0:
+        raise ValueError("episode_len, episodes_per_iteration and num_epochs must be at least 1 "
+                         "and lr positive")
+    return HSDAGConfig.from_model_config(model_config), learn
+
+
+class Episode(NamedTuple):
+    """One sampled episode: what an update needs to score its placements again.
+
+    Attributes:
+        x: ``[N, F]`` the observation every step saw.
+        actions: ``[T, N]`` the device of every node, step by step.
+        assignment: ``[T, N]`` the sampled grouping of every step.
+        gate: ``[T, N]`` each node's gate partner (the other end of its noiseless
+            dominant edge, whose score gates its pooled state; -1: none).
+        partner: ``[T, N]`` with ``sampled_grouping``, each node's drawn dominant-edge
+            partner (-1: none), else None.
+    """
+
+    x: Tensor
+    actions: Tensor
+    assignment: Tensor
+    gate: Tensor
+    partner: Optional[Tensor]
+
+
+class LocalHSDAG(StallCount):
+    """The HSDAG network and its REINFORCE optimiser for one graph (module docstring).
+
+    Args:
+        num_features: node feature width ``F`` of the observations.
+        num_devices: number of devices ``D``.
+        edge_index: ``[2, E]`` the graph's directed edges (node indices).
+        config: the network's settings.
+        learn: REINFORCE's settings.
+    """
+
+    def __init__(self, num_features: int, num_devices: int, edge_index: Any, config: HSDAGConfig,
+                 learn: Reinforce) -> None:
+        self.config, self.learn = config, learn
+        self.net = HSDAGNet(num_features, num_devices, config)
+        self.edge_index = torch.as_tensor(np.asarray(edge_index), dtype=torch.long).reshape(2, -1)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=learn.lr)
+        self._memory: list = []
+        self._remembered = 0
+        #: updates made so far
+        self.updates = 0
+
+    # -- network steps ---------------------------------------------------------------
+    def _initial_state(self, num_nodes: int) -> Optional[Tensor]:
+        """The node state of an episode's first step (zeros; None when stateless)."""
+        if not self.config.node_state_update:
+            return None
+        return torch.zeros(num_nodes, self.config.hidden_dim)
+
+    def _step(self, x: Tensor, state: Optional[Tensor], embedding: Optional[Tensor] = None,
+              **grouping: Any) -> HSDAGOutput:
+        batch = torch.zeros(x.size(0), dtype=torch.long)
+        return self.net(x, self.edge_index, node_state=state, batch=batch, num_graphs=1,
+                        embedding=embedding, **grouping)
+
+    @torch.no_grad()
+    def sample_episode(self, x: Any) -> Episode:
+        """``episode_len`` placements sampled from the policy for the observation ``x``
+        (``[N, F]``), the grouping of each step parsed with the sampling noise."""
+        x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        state = self._initial_state(x.size(0))
+        steps = []
+        for _ in range(self.learn.episode_len):
+            out = self._step(x, state, grouping_noise=self.config.grouping_noise)
+            g = out.grouping
+            steps.append((GroupedPlacement(out.node_logits, g.assignment).sample(), g.assignment,
+                          g.gate_partner, g.partner))
+            if state is not None:
+                state = out.next_node_state
+        actions, assignment, gate, partner = zip(*steps)
+        drawn = torch.stack(partner) if partner[0] is not None else None
+        return Episode(x, torch.stack(actions), torch.stack(assignment), torch.stack(gate), drawn)
+
+    def _score(self, episode: Episode) -> tuple[Tensor, Tensor, Tensor]:
+        """``(logp [T], entropy [T], groups [T])`` of an episode's placements under the
+        current weights, each step under the grouping it was sampled with (as the RLlib
+        learner's ``forward_train``; re-parsed without noise when
+        ``reuse_sampled_grouping`` is off)."""
+        x = episode.x
+        embedding = self.net.embed(x, self.edge_index, torch.zeros(x.size(0), dtype=torch.long), 1)
+        state = self._initial_state(x.size(0))
+        logps, entropies, groups = [], [], []
+        for t in range(episode.actions.size(0)):
+            if not self.config.reuse_sampled_grouping:
+                grouping: dict[str, Any] = {}
+            elif episode.partner is not None:
+                grouping = {"assignment": episode.assignment[t], "partner": episode.partner[t],
+                            "grouping_noise": self.config.grouping_noise}
+            else:
+                grouping = {"assignment": episode.assignment[t], "gate_partner": episode.gate[t]}
+            out = self._step(x, state, embedding, **grouping)
+            dist = GroupedPlacement(out.node_logits, out.grouping.assignment)
+            logp = dist.logp(episode.actions[t])
+            if out.grouping.partner_logp is not None:  # the sampled grouping's own
+                logp = logp + out.grouping.partner_logp.sum()
+            logps.append(logp)
+            entropies.append(dist.entropy())
+            groups.append(dist.num_groups)
+            if state is not None:
+                state = out.next_node_state
+        return torch.stack(logps), torch.stack(entropies), torch.stack(groups)
+
+    # -- learning --------------------------------------------------------------------
+    def update(self, episodes: Sequence[Episode], rewards: Sequence[Sequence[float]]) -> dict[str, float]:
+        """One REINFORCE update on ``episodes`` (their ``rewards``, one per step) and the
+        replay memory's; returns the last pass's ``policy_loss``, ``entropy``,
+        ``num_groups`` (mean per placement) and ``entropy_weight``."""
+        if len(episodes) != len(rewards) or not episodes:
+            raise ValueError("update needs one list of rewards per episode, and an episode")
+        batch = list(zip(episodes, rewards)) + [item for _, _, item in self._memory]
+        r = torch.tensor([[float(v) for v in rw] for _, rw in batch], dtype=torch.float32)
+        if r.shape[1] != batch[0][0].actions.size(0):
+            raise ValueError(f"every episode needs one reward per placement ({r.shape[1]} given "
+                             f"for {batch[0][0].actions.size(0)})")
+        mask = torch.ones_like(r)
+        self.count_stall()
+        if due_to_soften(self._stalled_updates, self.learn):
+            self.net.soften(self.learn.stall_shrink)
+            self._stalled_updates = 0
+        weight = self.entropy_weight(self.learn)
+        count = mask.sum().clamp_min(1.0)
+        adv = advantages(r, mask, self.learn.advantages)
+        for _ in range(self.learn.num_epochs):
+            logp, entropy, groups = (torch.stack(v) for v in zip(*(self._score(ep) for ep, _ in batch)))
+            pg_loss = -(logp * adv * mask).sum() / count
+            mean_entropy = (entropy * mask).sum() / count
+            loss = pg_loss - weight * mean_entropy
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self._batch_best = max(self._batch_best, float(r.max()))
+        self.updates += 1
+        if self.learn.replay_episodes > 0:
+            scored = [(max(rw), (ep, list(rw))) for ep, rw in zip(episodes, rewards)]
+            self._memory, self._remembered = remember(self._memory, scored, self.learn.replay_episodes,
+                                                      self.learn.replay, self._remembered)
+        return {"policy_loss": pg_loss.item(), "entropy": mean_entropy.item(),
+                "num_groups": float(groups.float().mean()), "entropy_weight": weight}
+
+    def iterate(self, observe: Callable[[], Any],
+                reward: Callable[[np.ndarray], Optional[float]]) -> Optional[dict[str, float]]:
+        """One training iteration: ``episodes_per_iteration`` episodes, each sampled for the
+        observation ``observe()`` gives and rewarded placement by placement (``reward(p)``
+        for ``p`` a device index per node), then :meth:`update`. Returns the update's
+        metrics, or None without an update once ``reward`` returns None (the run's budget
+        is spent)."""
+        episodes, rewards = [], []
+        for _ in range(self.learn.episodes_per_iteration):
+            episode = self.sample_episode(observe())
+            values = []
+            for placement in episode.actions.numpy():
+                value = reward(placement)
+                if value is None:
+                    return None
+                values.append(float(value))
+            episodes.append(episode)
+            rewards.append(values)
+        return self.update(episodes, rewards)
+
+    @torch.no_grad()
+    def greedy(self, x: Any) -> np.ndarray:
+        """``[N]`` the greedy placement of the observation ``x``: the grouping parsed without
+        noise at an episode's first step, and each group's most likely device."""
+        x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        out = self._step(x, self._initial_state(x.size(0)))
+        return GroupedPlacement(out.node_logits, out.grouping.assignment).greedy().numpy()
