@@ -13,6 +13,14 @@
    two real passes: the ceiling any model can reach on this machine.
 4. Reports placements measured per second (compile + timing), the timing
    repeats used and the relative spread of the measurements.
+
+``--backend torch`` does the same for a torch profile: the model exported with
+``torch.export``, per-node times of its ATen graph on each torch device
+(:mod:`envs.pytorch.profile_ops`, as ``python -m hsdag_ray.profile --backend torch``
+records them), placements measured by the torch backend on ``--devices`` (default
+``cpu,cpu:bf16``); neither OpenVINO nor Ray is imported::
+
+    python bench/bench_fidelity.py --backend torch --model tiny_cnn --devices cpu,cpu:bf16
 """
 from __future__ import annotations
 
@@ -48,20 +56,36 @@ def kinds(n: int, count: int, seed: int) -> list[tuple[str, np.ndarray]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="resnet50")
-    ap.add_argument("--devices", default="CPU,CPU_F32")
+    ap.add_argument("--backend", choices=("openvino", "torch"), default="openvino",
+                    help="openvino (default) or torch (PyTorch devices and a torch profile)")
+    ap.add_argument("--devices", default=None,
+                    help="devices (default CPU,CPU_F32; with --backend torch cpu,cpu:bf16)")
     ap.add_argument("--fit", type=int, default=12, help="placements used to fit the costs")
     ap.add_argument("--placements", type=int, default=36, help="held-out placements compared")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--mode", default="pipeline", help="OpenVINO backend mode (pipeline, auto, hetero)")
     args = ap.parse_args()
+    on_torch = args.backend == "torch"
+    args.devices = args.devices or ("cpu,cpu:bf16" if on_torch else "CPU,CPU_F32")
     devices = args.devices.split(",")
-    model, fine, _, _ = build_graph(args.model, "none")
+    model, fine, _, _ = build_graph(args.model, "none", None, "torch" if on_torch else "openvino")
     timing = TimingConfig(repeats=args.repeats, threads=1)
-    backend = OpenVINOGraphBackend(fine, model, devices, args.mode, timing)
-    profile = Profile(model=fine.name, devices={}, op_time_s={})
-    for d in backend.devices:
-        profile.devices[d] = {"kind": "measured"}
-        profile.op_time_s[d] = backend.ov.profile_ops(d)
+    profile = Profile(model=fine.name, devices={}, op_time_s={}, source="torch" if on_torch else "openvino")
+    if on_torch:
+        from envs.pytorch.backend import TorchBackend
+        from envs.pytorch.profile_ops import profile_ops
+
+        backend = TorchBackend(fine, model, devices, timing)
+        for d in backend.torch_devices:
+            profile.devices[d.name] = {"kind": "measured"}
+            profile.op_time_s[d.name] = profile_ops(model, d, runs=max(3, timing.repeats),
+                                                    warmup=max(1, timing.warmup), cache=backend.cache)
+        devices = backend.devices  # names, without a memory cap
+    else:
+        backend = OpenVINOGraphBackend(fine, model, devices, args.mode, timing)
+        for d in backend.devices:
+            profile.devices[d] = {"kind": "measured"}
+            profile.op_time_s[d] = backend.ov.profile_ops(d)
 
     def measure(p: np.ndarray):
         return backend.measure({nm: devices[int(d)] for nm, d in zip(fine.names, p)})
@@ -88,8 +112,9 @@ def main() -> None:
     pred_fit = np.array([sim_fit.sequential(p).value for _, p in held])
     pred_plain = np.array([sim_plain.sequential(p).value for _, p in held])
     ok = np.isfinite(y)
-    print(f"model {args.model}, devices {args.devices}, backend mode {args.mode}, "
-          f"{fine.num_nodes} nodes")
+    print(f"model {args.model}, devices {args.devices}, "
+          + ("backend torch (torch profile), " if on_torch else f"backend mode {args.mode}, ")
+          + f"{fine.num_nodes} nodes")
     print(f"fitted on {args.fit} placements: boundary {fit['boundary_s'] * 1e3:.3f} ms, "
           f"link latency {fit['link_latency_s'] * 1e6:.1f} us, bandwidth "
           f"{(fit['link_bandwidth_Bps'] or float('inf')) / 1e9:.2f} GB/s")

@@ -30,10 +30,22 @@ as a run reports it) and their range ``(max - min) / median``.
 With ``--overlap`` it also times the best placement while another thread
 compiles, to show whether compiling the next placement during timing would
 disturb the timings.
+
+``--backend torch`` measures the same streams on the torch backend instead (the model
+exported with ``torch.export``, placements split into torch stages on ``--devices``,
+default ``cpu,cpu:bf16``; ``cache`` is then the built-stage cache, and parameters are
+moved to a device once in every setting), importing neither OpenVINO nor Ray;
+``--backend both`` prints the torch rows next to OpenVINO's on the same model
+(OpenVINO on ``--devices``, default ``CPU,CPU_F32``, torch on ``--torch-devices``), the
+OpenVINO rows only where OpenVINO is importable::
+
+    python bench/bench_measure.py --backend torch --models tiny_cnn --devices cpu,cpu:bf16
+    python bench/bench_measure.py --backend both --models tiny_cnn --placements 12
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import threading
 import time
 
@@ -139,10 +151,32 @@ def overlap(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> t
     return float(np.median(alone)), float(np.median(busy))
 
 
+def torch_backends(model_name: str, coarsen: str, devices: list[str]):
+    """The torch program's graph and a :class:`~envs.pytorch.backend.TorchBackend` maker
+    per timing setting (imports torch, not OpenVINO)."""
+    from envs.pytorch.backend import TorchBackend
+
+    program, _, graph, _ = build_graph(model_name, coarsen, None, "torch")
+    return graph, lambda timing: TorchBackend(graph, program, devices, timing)
+
+
+def openvino_backends(model_name: str, coarsen: str, devices: list[str], mode: str):
+    """The OpenVINO model's graph and an :class:`OpenVINOGraphBackend` maker per setting."""
+    model, _, graph, _ = build_graph(model_name, coarsen)
+    return graph, lambda timing: OpenVINOGraphBackend(graph, model, devices, mode, timing)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="resnet50,bert_base")
-    ap.add_argument("--devices", default="CPU,CPU_F32")
+    ap.add_argument("--backend", choices=("openvino", "torch", "both"), default="openvino",
+                    help="openvino (default), torch (PyTorch devices, no OpenVINO needed), or both "
+                         "side by side")
+    ap.add_argument("--devices", default=None,
+                    help="devices of the backend (default CPU,CPU_F32; with --backend torch "
+                         "cpu,cpu:bf16; with both: OpenVINO's)")
+    ap.add_argument("--torch-devices", default="cpu,cpu:bf16",
+                    help="the torch backend's devices with --backend both (default cpu,cpu:bf16)")
     ap.add_argument("--coarsen", default="colocation")
     ap.add_argument("--placements", type=int, default=30, help="placements per stream")
     ap.add_argument("--mode", default="pipeline", help="OpenVINO backend mode (pipeline, auto, hetero)")
@@ -150,19 +184,35 @@ def main() -> None:
     ap.add_argument("--overlap", action="store_true", help="also time the best while another thread compiles")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    devices = args.devices.split(",")
+    # (label, devices) of each backend compared; OpenVINO only where it is importable
+    kinds: list[tuple[str, list[str]]] = []
+    if args.backend in ("openvino", "both"):
+        if args.backend == "openvino" or importlib.util.find_spec("openvino") is not None:
+            kinds.append(("openvino", (args.devices or "CPU,CPU_F32").split(",")))
+        else:
+            print("OpenVINO is not importable here: the torch backend alone")
+    if args.backend in ("torch", "both"):
+        torch_devs = args.devices if args.backend == "torch" and args.devices else args.torch_devices
+        kinds.append(("torch", torch_devs.split(",")))
     default = TimingConfig()
-    print(f"devices {args.devices}, mode {args.mode}, timing: {default.warmup} warm-up + "
-          f"{default.repeats}x{default.block} runs, 1 thread per device; race margin "
-          f"{default.race_margin:.0%}, cache {default.stage_cache} stages / {default.stage_cache_mb:g} MB")
-    print(f"{'model':<11}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
+    for label, devices in kinds:
+        print(f"{label}: devices {','.join(devices)}" + (f", mode {args.mode}" if label == "openvino" else "")
+              + f", timing: {default.warmup} warm-up + {default.repeats}x{default.block} runs, 1 thread "
+              f"per device; race margin {default.race_margin:.0%}, cache {default.stage_cache} stages"
+              + (f" / {default.stage_cache_mb:g} MB" if label == "openvino" else ""))
+    tag = args.backend != "openvino"  # a backend column when it is not the only one of old
+    print((f"{'backend':<10}" if tag else "")
+          + f"{'model':<11}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
           f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'spread':>8}{'range':>8}")
-    for model_name in args.models.split(","):
-        model, _, graph, _ = build_graph(model_name, args.coarsen)
+    for model_name, (label, devices) in ((m, k) for m in args.models.split(",") for k in kinds):
+        if label == "torch":
+            graph, make_backend = torch_backends(model_name, args.coarsen, devices)
+        else:
+            graph, make_backend = openvino_backends(model_name, args.coarsen, devices, args.mode)
         n = graph.num_nodes
+        col = f"{label:<10}" if tag else ""
         for stream_name, make in (("cold", cold_stream), ("converging", converging_stream)):
-            backends = {k: OpenVINOGraphBackend(graph, model, devices, args.mode, TimingConfig(**kw))
-                        for k, kw in SETTINGS.items()}
+            backends = {k: make_backend(TimingConfig(**kw)) for k, kw in SETTINGS.items()}
             stream = make(n, args.placements, args.seed)
             res = run_stream(backends, graph, stream, devices)
             base = len(stream) / res["spent"]["old"]
@@ -170,16 +220,16 @@ def main() -> None:
                 rate = len(stream) / res["spent"][k]
                 best = res["best"].get(k)
                 if best is None:
-                    print(f"{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
+                    print(f"{col}{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
                     continue
                 med, spread, width = remeasure(backend, graph, best[1], devices, args.rounds)
-                print(f"{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
+                print(f"{col}{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
                       f"{res['stopped'][k]:>9}{res['failed'][k]:>8}{best[0] * 1e3:>9.2f}{med * 1e3:>16.2f}"
                       f"{spread:>8.1%}{width:>8.1%}")
-            if args.overlap and "+settle" in res["best"]:
+            if args.overlap and label == "openvino" and "+settle" in res["best"]:
                 alone, busy = overlap(backends["+settle"], graph, res["best"]["+settle"][1], devices,
                                       args.rounds)
-                print(f"{model_name:<11}{stream_name:<12}overlap: best alone {alone * 1e3:.2f} ms, while "
+                print(f"{col}{model_name:<11}{stream_name:<12}overlap: best alone {alone * 1e3:.2f} ms, while "
                       f"another thread compiles {busy * 1e3:.2f} ms ({busy / alone - 1:+.1%})")
             del backends
 

@@ -33,6 +33,20 @@ median). ``apply.json`` goes to
 Exit status: 0 when the placement ran and its outputs matched, 1 when it
 failed or did not match, 2 for bad input (unknown model, a placement file
 that is missing or made for another model, a device that does not exist here).
+
+With ``--backend torch`` (devices ``cpu``, ``cpu:bf16``, ``cuda:N[:mem=SIZE]``, default
+``cpu,cpu:bf16``) the model is the ``torch.export`` program and the placement maps its fx
+node names to devices (``best_placement.json`` of a ``--backend torch`` run); the
+placement runs split into torch stages and is timed next to every device alone and
+Accelerate's ``device_map="auto"`` (the OpenVINO rows, AUTO and HETERO, do not apply);
+the tolerance is that of :data:`envs.pytorch.backend.TOLERANCE`, and ``--save DIR``
+writes the exported program, its inputs and the placement
+(:mod:`envs.pytorch.placed`), which :func:`hsdag_ray.placed.load_placed` loads as well::
+
+    python -m hsdag_ray.apply --backend torch --model tiny_cnn --devices cpu,cpu:bf16 \\
+        --placement split:0.5 --save deployed/tiny
+    python -c "from hsdag_ray.placed import load_placed; m = load_placed('deployed/tiny'); \\
+        print(m.stages, m(*m.example_inputs)[0].shape)"
 """
 from __future__ import annotations
 
@@ -48,7 +62,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from envs.backends import BACKENDS
+from envs.backends import BACKENDS, graph_source
 from envs.base import Measurement, TimingConfig, summarize_times
 from envs.graph_backend import parse_placement
 from envs.openvino_backend import (
@@ -74,11 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--placement", required=True,
                     help="placement JSON file (op name -> device, e.g. RUN/best_placement.json) "
                          "or all:DEVICE, split:F, random:SEED")
-    ap.add_argument("--devices", default="CPU,CPU_F32",
-                    help="comma-separated device specs the placement uses (default CPU,CPU_F32)")
+    ap.add_argument("--devices", default=None,
+                    help="comma-separated device specs the placement uses (default CPU,CPU_F32; "
+                         "with --backend torch cpu,cpu:bf16)")
     ap.add_argument("--backend", choices=MODES, default="auto",
                     help="how a split placement runs: auto (HETERO, the stage pipeline if HETERO "
-                         "fails), hetero, pipeline (default auto)")
+                         "fails), hetero, pipeline, torch (the torch.export program split into "
+                         "torch stages) (default auto)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
     ap.add_argument("--save", metavar="DIR", help="write the placed model here (IR + stages + manifest)")
     ap.add_argument("--out", metavar="FILE", help="where to write apply.json (default: see above)")
@@ -142,9 +158,13 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     timing = timing_from_args(args, validate=True)
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
-    specs = [d for d in args.devices.split(",") if d]
+    on_torch = graph_source(args.backend) == "torch"
+    default = "cpu,cpu:bf16" if on_torch else "CPU,CPU_F32"
+    specs = [d for d in (default if args.devices is None else args.devices).split(",") if d]
     if not specs:
-        raise UsageError("--devices is empty; name the devices, e.g. --devices CPU,CPU_F32")
+        raise UsageError(f"--devices is empty; name the devices, e.g. --devices {default}")
+    if on_torch:
+        return _apply_torch(args, timing, specs, say)
     names = resolve_devices(specs, timing.threads)
     model, graph, _, _ = build_graph(args.model, "none", parse_input_shapes(args.input_shape))
     placement = parse_placement(args.placement, graph, names)
@@ -175,12 +195,7 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     for mode in HETERO_MODES:
         jobs[mode] = partial(measure_hetero_mode, model, specs, mode,
                              replace(timing, validate_outputs=False), seed=args.seed)
-    rounds: dict[str, list[Measurement]] = {key: [] for key in jobs}
-    rounds["placement"].append(placed)
-    for r in range(args.rounds):  # interleaved, so a slow spell of the machine hits every run alike
-        for key, job in jobs.items():
-            if len(rounds[key]) <= r:
-                rounds[key].append(job())
+    rounds = _interleave(jobs, placed, args.rounds)
     placed = _combine(rounds["placement"])
     result["placed"] = _row("placement", placed)
     result["single"] = {name: _row(f"{name} only", _combine(rounds[name])) for name in names}
@@ -192,6 +207,92 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     if args.save:
         result["saved"] = _save_and_check(args.save, model, affinity, specs, timing, placed,
                                           backend.device_set, args.seed)
+    return result
+
+
+def _interleave(jobs: dict[str, Callable[[], Measurement]], placed: Measurement,
+                n: int) -> dict[str, list[Measurement]]:
+    """Each job's measurements over ``n`` rounds, ``placed`` being the placement's first."""
+    rounds: dict[str, list[Measurement]] = {key: [] for key in jobs}
+    rounds["placement"].append(placed)
+    for r in range(n):  # interleaved, so a slow spell of the machine hits every run alike
+        for key, job in jobs.items():
+            if len(rounds[key]) <= r:
+                rounds[key].append(job())
+    return rounds
+
+
+def _apply_torch(args: argparse.Namespace, timing: TimingConfig, specs: list[str], say) -> dict[str, Any]:
+    """:func:`apply` on the torch backend: the placement split into torch stages, each device
+    alone and Accelerate's ``device_map="auto"`` (no OpenVINO row), ``--save`` as
+    :mod:`envs.pytorch.placed` writes it."""
+    import torch
+
+    from envs.pytorch.backend import TOLERANCE as TORCH_TOLERANCE, TorchBackend
+    from envs.pytorch.stages import TensorCache, build_placed, to_host
+
+    names = resolve_devices(specs, timing.threads, args.backend)
+    program, graph, _, _ = build_graph(args.model, "none", parse_input_shapes(args.input_shape), "torch")
+    placement = parse_placement(args.placement, graph, names)
+    affinity = graph.expand_placement(placement)
+    backend = TorchBackend(graph, program, specs, timing)
+    counts = Counter(placement.values())
+    say(f"{args.model}: {graph.num_nodes} nodes; placement "
+        + ", ".join(f"{d} {counts[d]}" for d in names if counts[d]))
+    placed = backend.measure_ops(affinity)
+    result: dict[str, Any] = {
+        "model": args.model, "placement_file": args.placement, "devices": specs,
+        "described_devices": describe_devices(specs, timing.threads, args.backend),
+        "backend": args.backend, "nodes_per_device": {d: counts[d] for d in names if counts[d]},
+        "timing": {"warmup": timing.warmup, "repeats": timing.repeats, "block": timing.block,
+                   "threads": timing.threads, "rounds": args.rounds}, "seed": args.seed,
+        "placed": _row("placement", placed), "single": {}, "auto": None, "hetero": {}, "own": {},
+        "saved": None,
+    }
+    if not placed.ok:
+        result["error"] = f"the placement failed at {placed.stage}: {placed.error}"
+        return result
+    jobs: dict[str, Callable[[], Measurement]] = {"placement": lambda: backend.measure_ops(affinity)}
+    for name in names:
+        jobs[name] = partial(backend.measure_ops, {op: name for op in affinity})
+    for name, own in backend.own_baselines().items():
+        jobs[name] = (partial(Measurement.failure, backend.name, "baseline", own) if isinstance(own, str)
+                      else partial(backend.measure_array, own))
+    rounds = _interleave(jobs, placed, args.rounds)
+    placed = _combine(rounds["placement"])
+    tolerance = max(TORCH_TOLERANCE[backend.by_name[d].dtype] for d in placement.values())
+    module, _ = build_placed(program.gm, affinity, backend.by_name, TensorCache())
+    with torch.inference_mode():
+        outputs = to_host(module(*program.example_inputs))
+    reference = [t.numpy() for t in backend.reference()]
+    max_abs, max_rel = output_error([t.numpy() for t in outputs], reference)
+    placed.info.update(max_abs_error=max_abs, max_rel_error=max_rel, tolerance=tolerance)
+    rows = {}
+    for key, ms in rounds.items():
+        label = {"placement": "placement", "accelerate_auto": "Accelerate device_map=auto"}.get(
+            key, f"{key} only" if key in names else key)
+        rows[key] = row = _row(label, placed if key == "placement" else _combine(ms))
+        row["info"].setdefault("path", "torch")  # the table's "how": torch, N stages
+        if "output_error" in row["info"]:
+            row["info"].setdefault("max_rel_error", row["info"]["output_error"])
+    result["placed"] = rows.pop("placement")
+    result["single"] = {name: rows[name] for name in names}
+    result["own"] = {key: row for key, row in rows.items() if key not in names}
+    for row in [*result["single"].values(), *result["own"].values()]:
+        row["placement_speedup"] = (row["latency_s"] / placed.latency_s) if row["ok"] else None
+    if args.save:
+        from envs.pytorch.placed import save_placed
+        from hsdag_ray.placed import load_placed
+
+        try:
+            save_placed(args.save, program, affinity, specs)
+            loaded = load_placed(args.save)
+        except (ValueError, OSError) as exc:
+            raise RunError(f"cannot save the placed model to {args.save}: {exc}") from None
+        max_abs, max_rel = output_error([t.numpy() for t in loaded(*program.example_inputs)], reference)
+        result["saved"] = {"dir": str(Path(args.save).resolve()), "path": "torch",
+                           "stages": len(loaded.stages), "max_abs_error": max_abs,
+                           "max_rel_error": max_rel, "tolerance": tolerance, "ok": max_rel <= tolerance}
     return result
 
 
@@ -234,7 +335,7 @@ def table(result: dict[str, Any]):
                          ("÷ placed", "right"), ("rel err", "right"), ("how", "left")):
         tab.add_column(col, justify=justify, no_wrap=col == "run")
     rows = [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else []) \
-        + list((result.get("hetero") or {}).values())
+        + list((result.get("hetero") or {}).values()) + list((result.get("own") or {}).values())
     for row in rows:
         info = row["info"]
         if not row["ok"]:
@@ -242,7 +343,7 @@ def table(result: dict[str, Any]):
             continue
         err = f"{info['max_rel_error']:.1e}" if "max_rel_error" in info else "-"
         how = str(info.get("path", ""))
-        if how == "pipeline":
+        if how in ("pipeline", "torch"):
             how += f", {info.get('stages')} stage" + ("s" if info.get("stages") != 1 else "")
         if info.get("execution_devices"):
             how = f"on {','.join(info['execution_devices'])}"

@@ -26,20 +26,29 @@ Loading and running, in any Python process::
 The devices are recreated from their specs (``CPU_F32`` is a second CPU
 plugin instance at f32, see :mod:`envs.openvino_backend`), so the machine
 that loads must have the real devices behind them.
+
+A save of the torch backend (``apply --backend torch --save DIR``, manifest
+``"backend": "torch"``, :mod:`envs.pytorch.placed`) loads through the same
+:func:`load_placed`, which reads the manifest first and hands such a folder to
+:func:`envs.pytorch.placed.load_placed`; OpenVINO is imported only for an
+OpenVINO save, so a process that runs a torch save never loads it.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
-import openvino as ov
 
-from envs.openvino.runners import PipelineRunner, RequestRunner, Runner, StageFailure
-from envs.openvino_backend import DeviceSet, DeviceSpec, split_stages
-from hsdag_core.models import openvino_error_text
+# OpenVINO and the project's OpenVINO modules are imported by the functions that use
+# them, so loading a torch save (see the module docstring) never imports OpenVINO
+if TYPE_CHECKING:  # annotations only
+    import openvino as ov
+
+    from envs.openvino.runners import Runner
+    from envs.openvino_backend import DeviceSet
 
 __all__ = ["FORMAT", "MANIFEST", "PlacedModel", "save_placed", "load_placed"]
 
@@ -74,6 +83,8 @@ def save_placed(directory: Union[str, Path], model: ov.Model, affinity: Mapping[
         ValueError: for an unknown ``path``, an affinity that misses ops, or a
             model output the stage pipeline cannot produce.
     """
+    import openvino as ov
+
     if path not in ("single", "hetero", "pipeline"):
         raise ValueError(f"unknown path {path!r}; use single, hetero or pipeline")
     missing = [op.get_friendly_name() for op in model.get_ordered_ops()
@@ -106,11 +117,17 @@ def save_placed(directory: Union[str, Path], model: ov.Model, affinity: Mapping[
 
 
 def _names(specs: Sequence[str]) -> list[str]:
+    from envs.openvino_backend import DeviceSpec
+
     return [DeviceSpec.parse(s).name for s in specs]
 
 
 def _save_stages(out: Path, model: ov.Model, affinity: Mapping[str, str]) -> list[dict]:
     """One IR per stage; results renamed after the tensor they hand on."""
+    import openvino as ov
+
+    from envs.openvino_backend import split_stages
+
     stages, output_keys = split_stages(model, affinity)
     produced = {key for stage in stages for key in stage.outputs}
     produced |= {(p.get_friendly_name(), 0) for p in model.get_parameters()}
@@ -142,6 +159,8 @@ class PlacedModel:
     """
 
     def __init__(self, directory: Path, manifest: dict, device_set: DeviceSet) -> None:
+        from envs.openvino.runners import PipelineRunner, RequestRunner
+
         self.manifest = manifest
         self.device_set = device_set
         self.path: str = manifest["path"]
@@ -203,6 +222,10 @@ class PlacedModel:
             ValueError: for missing, extra or misshapen inputs.
             RuntimeError: when OpenVINO fails to run the model.
         """
+        import openvino as ov
+
+        from envs.openvino.runners import PipelineRunner, StageFailure
+
         tensors = [ov.Tensor(a) for a in self._arrays(inputs)]
         try:
             if isinstance(self._runner, PipelineRunner):
@@ -217,12 +240,19 @@ class PlacedModel:
     infer = __call__
 
 
-def load_placed(directory: Union[str, Path], threads: Optional[int] = None) -> PlacedModel:
-    """Load a placed model written by :func:`save_placed` and compile it on its devices.
+def load_placed(directory: Union[str, Path], threads: Optional[int] = None):
+    """Load a placed model written by :func:`save_placed` and compile it on its devices;
+    a torch save (manifest ``"backend": "torch"``) is loaded by
+    :func:`envs.pytorch.placed.load_placed` instead, without importing OpenVINO.
 
     Args:
         directory: the folder holding ``placed.json``.
-        threads: INFERENCE_NUM_THREADS per device; None = the value saved.
+        threads: INFERENCE_NUM_THREADS per device (a torch save: torch's threads);
+            None = the value saved.
+
+    Returns:
+        A :class:`PlacedModel`, or for a torch save an
+        :class:`envs.pytorch.placed.TorchPlaced` (called with tensors, returning tensors).
 
     Raises:
         ValueError: one sentence when the folder is not a placed model, a device
@@ -239,6 +269,14 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None) -> P
         raise ValueError(f"{file} is not valid JSON ({exc.msg})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{file} is not a {FORMAT} manifest")
+    if manifest.get("backend", "openvino") == "torch":
+        from envs.pytorch.placed import load_placed as load_torch
+
+        return load_torch(folder, threads)
+    from envs.openvino.runners import StageFailure
+    from envs.openvino_backend import DeviceSet
+    from hsdag_core.models import openvino_error_text
+
     device_set = DeviceSet(manifest["devices"],
                            default_threads=manifest.get("threads", 0) if threads is None else threads)
     if device_set.errors:
