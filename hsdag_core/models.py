@@ -46,7 +46,8 @@ __all__ = ["ZOO", "MODEL_HELP", "load_model", "cache_dir", "tiny_cnn", "openvino
 #: what a command's model argument accepts, for its --help
 MODEL_HELP = ("zoo name (resnet50, inception_v3, bert_base, tiny_cnn), tv:NAME (a torchvision "
               "architecture), hf:TYPE (a Hugging Face model type), gen:KIND:... (a generated "
-              "graph), all with random weights, or a .xml / .onnx file")
+              "graph), all with random weights, a .xml / .onnx file, or with --backend torch "
+              "py:package.module:factory (your own nn.Module)")
 
 
 def cache_dir() -> Path:
@@ -216,6 +217,11 @@ def check_model_spec(spec: str) -> None:
 
     if is_generated(spec) or _builder(spec) is not None:
         return
+    if spec.startswith("py:"):  # a user's module, read by the torch backend's graph source
+        from hsdag_core.torch_graph import check_py_spec
+
+        check_py_spec(spec)
+        return
     path = Path(spec)
     if path.suffix.lower() not in (".xml", ".onnx"):
         raise GraphError(f"unknown model {spec!r}: give a {MODEL_HELP}")
@@ -235,6 +241,9 @@ def load_model(spec: str, input_shapes: Optional[Mapping[str, Sequence[int]] | S
         model = generated_model(spec)
     elif _builder(spec) is not None:
         model = _convert_zoo(spec)
+    elif spec.startswith("py:"):
+        raise GraphError(f"{spec} is your own PyTorch module, read by the torch backend's graph "
+                         "source; add --backend torch (or export it to ONNX and pass the file)")
     else:
         check_model_spec(spec)
         path = Path(spec)

@@ -37,7 +37,7 @@ from hsdag_core.compgraph import CompGraph, Edge, Node
 from hsdag_core.errors import GraphError
 
 __all__ = ["TorchProgram", "load_program", "export_program", "from_torch_program", "tiny_cnn_module",
-           "PY_PREFIX", "is_torch_spec", "aten_op_type", "program_from_exported"]
+           "PY_PREFIX", "is_torch_spec", "check_py_spec", "aten_op_type", "program_from_exported"]
 
 #: prefix of a user's own module: ``py:package.module:factory``
 PY_PREFIX = "py:"
@@ -135,19 +135,25 @@ def tiny_cnn_module(channels: int = 16, size: int = 32, blocks: int = 3, seed: i
     return TinyCNN().eval(), torch.randn(1, 3, size, size)
 
 
-def _user_factory(spec: str):
-    """The module and example inputs of ``py:package.module:factory``."""
+def check_py_spec(spec: str):
+    """The factory ``py:package.module:factory`` names, imported but not called; a
+    :class:`GraphError` saying what is wrong (unreadable, not importable, no such name)."""
     target = spec[len(PY_PREFIX):]
     mod_name, _, attr = target.partition(":")
     if not mod_name or not attr:
         raise GraphError(f"cannot read {spec!r}; write py:package.module:factory, a function "
                          "that returns an nn.Module or (module, example_inputs)")
     try:
-        factory = getattr(importlib.import_module(mod_name), attr)
+        return getattr(importlib.import_module(mod_name), attr)
     except ImportError as e:
         raise GraphError(f"{spec}: cannot import {mod_name} ({e}); is it on PYTHONPATH?") from None
     except AttributeError:
         raise GraphError(f"{spec}: module {mod_name} has no {attr!r}") from None
+
+
+def _user_factory(spec: str):
+    """The module and example inputs of ``py:package.module:factory``."""
+    factory = check_py_spec(spec)
     try:
         made = factory()
     except Exception as e:  # the user's code: say where it failed, in one line

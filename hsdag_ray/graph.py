@@ -5,6 +5,7 @@ Node and edge counts before and after coarsening and the op-type histogram::
     python -m hsdag_ray.graph resnet50
     python -m hsdag_ray.graph bert_base --coarsen openvino --out bert.json
     python -m hsdag_ray.graph path/to/model.xml
+    python -m hsdag_ray.graph hf:gpt2 --source torch     # the torch backend's graph (torch.export)
 """
 from __future__ import annotations
 
@@ -29,12 +30,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="coarsening to report (default: colocation)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model, "
                     "e.g. 1,3,224,224 or input_ids:1,128;attention_mask:1,128")
+    ap.add_argument("--source", choices=("openvino", "torch"), default="openvino",
+                    help="the OpenVINO graph (default) or the torch backend's torch.export graph")
     ap.add_argument("--out", help="write the coarsened graph as JSON to this file")
     ap.add_argument("--top", type=int, default=15, help="op types to list (default 15)")
     args = ap.parse_args(argv)
-    model, fine, coarse, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape))
-    n_ops = len(model.get_ordered_ops())
-    print(f"model {fine.name}: {n_ops} OpenVINO ops")
+    model, fine, coarse, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape),
+                                         args.source)
+    if args.source == "torch":
+        print(f"model {fine.name}: {len(model.gm.graph.nodes)} torch.export (ATen) graph nodes")
+    else:
+        print(f"model {fine.name}: {len(model.get_ordered_ops())} OpenVINO ops")
     print(f"  placeable graph: {fine.num_nodes} nodes, {len(fine.edges)} edges")
     print(f"  after {args.coarsen} coarsening: {coarse.num_nodes} nodes, {len(coarse.edges)} edges")
     print("  op types (placeable graph):")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from envs.backends import BACKENDS, BackendKind, is_real, register
+from envs.backends import BACKENDS, BackendKind, graph_source, is_real, register
 from envs.base import Backend, Measurement
 from envs.graph_backend import make_backend
 from hsdag_ray.config import TrainConfig
@@ -32,7 +32,9 @@ def half_backend(graph, **kwargs):
 def test_the_registry_is_the_one_list_of_backends():
     from hsdag_ray.apply import MODES
 
-    assert set(BACKENDS) == {"auto", "hetero", "pipeline", "simulator"}
+    assert set(BACKENDS) == {"auto", "hetero", "pipeline", "simulator", "torch"}
+    assert graph_source("torch") == "torch" and graph_source("auto") == "openvino"
+    assert graph_source("simulator", "torch") == "torch" and graph_source("simulator") == "openvino"
     assert [n for n in BACKENDS if is_real(n)] == list(MODES)
     assert not is_real("simulator")
     with pytest.raises(ValueError, match="registered twice"):

@@ -13,7 +13,7 @@ For each placement (:meth:`TorchBackend.measure_ops`, an fx node name -> device 
    CUDA device is capped, so cached stages never hold GPU memory a placement needs).
 3. **Time.** Warm-up runs, then timed blocks (:func:`envs.timing.time_runs`, raced
    against the best placement so far like OpenVINO's), each run taking the inputs from
-   the host and returning the outputs to it. On a GPU every block ends with
+   the host (page-locked when a GPU is used) and returning the outputs to it. On a GPU every block ends with
    ``torch.cuda.synchronize()``, and a placement entirely on one GPU is timed with CUDA
    events; otherwise ``time.perf_counter``.
 4. **Check.** With ``TimingConfig.validate_outputs`` the outputs are compared once with the
@@ -133,6 +133,9 @@ class TorchBackend(Backend):
         self.capped = {d.name for d in self.torch_devices if d.mem_bytes is not None}
         #: bytes of weights each capped device may hold: its cap less, on a GPU, room for
         #: the libraries' workspaces and the activations live around the largest op
+        #: the program's inputs on the host, page-locked when a GPU is used, so the copy to
+        #: the first GPU stage does not block the host
+        self.inputs = tuple(x.pin_memory() if self.cuda else x for x in program.example_inputs)
         self.weight_budget = {d.name: weight_budget(d, program) for d in self.torch_devices
                               if d.mem_bytes is not None}
         self.cache = TensorCache()
@@ -185,8 +188,7 @@ class TorchBackend(Backend):
             info["stages"] = len(stages)
             info["compile_s"] = time.perf_counter() - start
             single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
-            runner = (_EventRunner if single_gpu else _Runner)(placed, self.program.example_inputs,
-                                                               self.cuda)
+            runner = (_EventRunner if single_gpu else _Runner)(placed, self.inputs, self.cuda)
             best = self._race_best if race else None
             samples = time_runs(runner, self.timing, 0, deadline, info, best)
             if single_gpu and not info.get("raced"):
