@@ -4,8 +4,8 @@ Every trial is a normal training run (:func:`hsdag_ray.train.train`, in the
 trial's own process) with its own run folder under ``<out>/<name>/runs/``;
 Ray Tune schedules the trials over the machines of the cluster (each trial
 asks for one CPU, plus one CPU per EnvRunner with the simulator or one
-measuring slot per EnvRunner with real devices, so on a cluster trials spread
-over the measuring machines). W&B runs of one sweep share a group (the sweep
+measuring slot per EnvRunner with real devices, with its GPUs on CUDA devices, so on
+a cluster trials spread over the measuring machines). W&B runs of one sweep share a group (the sweep
 name), offline unless ``wandb: online``.
 
 At the end it writes ``results.csv``, ``results.md`` and ``results.png`` in
@@ -173,10 +173,14 @@ def _trainable(config: dict[str, Any]) -> None:
 def _resources(sc: SweepConfig, cfg: TrainConfig):
     """What one trial holds: a CPU for its driver and learner, then per EnvRunner a CPU
     (simulator) or a measuring slot (real devices: one per measuring machine, of a machine
-    with the trial's devices when the cluster names device sets)."""
+    with the trial's devices when the cluster names device sets), with the GPUs each
+    measuring actor asks for when a real backend measures on CUDA devices
+    (:func:`envs.gpus.measuring_gpus`): an actor of the trial is placed only in the trial's
+    bundles, so one asking for a GPU that no bundle holds would never start. With no
+    EnvRunner, the one measuring bundle is the measuring service's."""
     from ray import tune
 
-    from hsdag_ray.nodes import measuring_resources
+    from hsdag_ray.nodes import measuring_gpus, measuring_resources
 
     from envs.backends import is_real
 
@@ -184,6 +188,9 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
     runners = cfg.env_runners
     if real:
         slot = measuring_resources(cfg.devices) if cfg.devices else {MEASURE_RESOURCE: 1}
+        gpus = measuring_gpus({"backend": cfg.backend, "devices": cfg.devices})
+        if gpus:
+            slot = {**slot, "GPU": gpus}
         return tune.PlacementGroupFactory([{"CPU": 1}] + [slot] * max(runners, 1),
                                           strategy="SPREAD")
     return tune.PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1}] * runners, strategy="PACK")

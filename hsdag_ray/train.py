@@ -82,13 +82,21 @@ def _start_ray(cfg: TrainConfig, real: bool) -> bool:
 def _measuring_runners(cfg: TrainConfig, real: bool, devices: list[str],
                        say) -> tuple[int, Optional[dict[str, float]]]:
     """EnvRunners of the run (with a real backend at most one per measuring machine that
-    has the run's devices) and what each measuring actor asks for (None: simulator)."""
-    from hsdag_ray.nodes import measuring_resources, measuring_slots
+    has the run's devices, and on CUDA devices the GPUs they need in Ray) and what each
+    measuring actor asks for besides its GPUs (None: simulator). A machine that names
+    CUDA devices without holding GPUs in Ray is not counted: an EnvRunner asking for
+    them there would wait forever."""
+    from hsdag_ray.nodes import measuring_gpus, measuring_resources, measuring_slots
 
     if not real:
         return cfg.env_runners, None
     resources = measuring_resources(devices)
-    slots = measuring_slots(resources)
+    gpus = measuring_gpus({"backend": cfg.backend, "devices": devices})
+    slots = measuring_slots({**resources, "GPU": gpus} if gpus else resources)
+    if slots < 1 and gpus and measuring_slots(resources) > 0:
+        raise UsageError(f"no measuring machine with the devices {', '.join(devices)} has the "
+                         f"{gpus} GPU(s) they need in Ray (a measuring actor holds the GPUs it "
+                         f"measures on); start Ray there with --num-gpus={gpus} or more")
     if slots < 1:
         raise UsageError(f"no machine in the cluster advertises the {MEASURE_RESOURCE!r} "
                          "resource; start measuring nodes as in cluster/config.yaml")
