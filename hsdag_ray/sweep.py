@@ -176,7 +176,7 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
     with the trial's devices when the cluster names device sets), with the GPUs each
     measuring actor asks for when a real backend measures on CUDA devices
     (:func:`envs.gpus.measuring_gpus`): an actor of the trial is placed only in the trial's
-    bundles, so one asking for a GPU that no bundle holds would never start. With no
+    bundles, and Ray refuses one asking for a GPU that no bundle holds. With no
     EnvRunner, the one measuring bundle is the measuring service's."""
     from ray import tune
 
