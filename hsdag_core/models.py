@@ -218,7 +218,7 @@ def check_model_spec(spec: str) -> None:
     if is_generated(spec) or _builder(spec) is not None:
         return
     if spec.startswith("py:"):  # a user's module, read by the torch backend's graph source
-        from hsdag_core.torch_graph import check_py_spec
+        from hsdag_core.user_models import check_py_spec
 
         check_py_spec(spec)
         return

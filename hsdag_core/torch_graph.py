@@ -26,7 +26,6 @@ Nothing here imports OpenVINO or Ray.
 """
 from __future__ import annotations
 
-import importlib
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -35,12 +34,10 @@ import numpy as np
 
 from hsdag_core.compgraph import CompGraph, Edge, Node
 from hsdag_core.errors import GraphError
+from hsdag_core.user_models import PY_PREFIX, user_factory
 
 __all__ = ["TorchProgram", "load_program", "export_program", "from_torch_program", "tiny_cnn_module",
-           "PY_PREFIX", "is_torch_spec", "check_py_spec", "aten_op_type", "program_from_exported"]
-
-#: prefix of a user's own module: ``py:package.module:factory``
-PY_PREFIX = "py:"
+           "PY_PREFIX", "is_torch_spec", "aten_op_type", "program_from_exported"]
 
 #: ATen op (without overload) -> op type of the OpenVINO vocabulary
 _OP_TYPES = {
@@ -135,32 +132,6 @@ def tiny_cnn_module(channels: int = 16, size: int = 32, blocks: int = 3, seed: i
     return TinyCNN().eval(), torch.randn(1, 3, size, size)
 
 
-def check_py_spec(spec: str):
-    """The factory ``py:package.module:factory`` names, imported but not called; a
-    :class:`GraphError` saying what is wrong (unreadable, not importable, no such name)."""
-    target = spec[len(PY_PREFIX):]
-    mod_name, _, attr = target.partition(":")
-    if not mod_name or not attr:
-        raise GraphError(f"cannot read {spec!r}; write py:package.module:factory, a function "
-                         "that returns an nn.Module or (module, example_inputs)")
-    try:
-        return getattr(importlib.import_module(mod_name), attr)
-    except ImportError as e:
-        raise GraphError(f"{spec}: cannot import {mod_name} ({e}); is it on PYTHONPATH?") from None
-    except AttributeError:
-        raise GraphError(f"{spec}: module {mod_name} has no {attr!r}") from None
-
-
-def _user_factory(spec: str):
-    """The module and example inputs of ``py:package.module:factory``."""
-    factory = check_py_spec(spec)
-    try:
-        made = factory()
-    except Exception as e:  # the user's code: say where it failed, in one line
-        raise GraphError(f"{spec}: the factory raised {type(e).__name__}: {e}") from None
-    return made if isinstance(made, tuple) else (made, None)
-
-
 def load_program(spec: str, input_shapes=None) -> TorchProgram:
     """Build and export the model ``spec`` names (see the module docstring).
 
@@ -179,7 +150,7 @@ def load_program(spec: str, input_shapes=None) -> TorchProgram:
         raise GraphError(f"{spec} is an OpenVINO/ONNX file; the torch backend measures PyTorch models "
                          "(a zoo name, tv:NAME, hf:TYPE or py:package.module:factory)")
     if is_torch_spec(spec):
-        module, example = _user_factory(spec)
+        module, example = user_factory(spec)
         if not isinstance(module, torch.nn.Module):
             raise GraphError(f"{spec}: the factory returned {type(module).__name__}, not an "
                              "nn.Module (or a tuple (module, example_inputs))")

@@ -17,7 +17,7 @@ import pytest
 from openvino import opset13 as ops
 
 import envs.openvino.backend as backend_module
-import envs.openvino.runners as runners_module
+import envs.timing as timing_module
 from envs.base import Backend, TimingConfig
 from envs.openvino_backend import (
     AUTO_BACKEND,
@@ -371,7 +371,7 @@ def test_auto_leaves_hetero_when_its_timing_shows_more_threads_than_allowed(net:
     # the probe before timing sees one busy thread (as when other processes hold the cores
     # then), the timing two (as when HETERO's sub-models spread over both cores after)
     monkeypatch.setattr(backend_module, "busy_threads", lambda runner, runs: 1.0)
-    monkeypatch.setattr(runners_module, "cpu_per_wall", lambda cpu_start, wall_start: 2.0)
+    monkeypatch.setattr(timing_module, "cpu_per_wall", lambda cpu_start, wall_start: 2.0)
     backend = OpenVINOBackend(net, DEVICES, mode="auto", timing=FAST)
     m = backend.measure_ops(halves(net, "CPU_F32", "CPU"))
     assert m.ok, m.error
@@ -380,7 +380,7 @@ def test_auto_leaves_hetero_when_its_timing_shows_more_threads_than_allowed(net:
     again = backend.measure_ops(halves(net, "CPU", "CPU_F32"))
     assert again.ok and again.info["path"] == "pipeline" and "earlier placement" in again.info["hetero_error"]
     # with the devices' own limit respected, HETERO's timing stands
-    monkeypatch.setattr(runners_module, "cpu_per_wall", lambda cpu_start, wall_start: 1.0)
+    monkeypatch.setattr(timing_module, "cpu_per_wall", lambda cpu_start, wall_start: 1.0)
     fresh = OpenVINOBackend(net, DEVICES, mode="auto", timing=FAST).measure_ops(halves(net, "CPU_F32", "CPU"))
     assert fresh.ok and fresh.info["path"] == "hetero" and "hetero_error" not in fresh.info
 
