@@ -42,6 +42,7 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
         assert heading in md
 
 
+@pytest.mark.slow  # tests/test_inprocess.py checks the same imports in CI after running HSDAG and refit
 def test_the_gpu_check_needs_neither_openvino_nor_ray():
     code = ("import sys, bench.gpu_check, hsdag_ray.inprocess, envs.pytorch.backend, "
             "envs.profiling, envs.simulator, policies.hsdag.local; "

@@ -71,6 +71,7 @@ def test_a_trial_without_cuda_devices_holds_no_gpu(tmp_path):
     assert _bundles(tmp_path, backend="simulator", env_runners=2) == [{"CPU": 1}] * 3
 
 
+@pytest.mark.slow  # a Ray of its own; CI runs the test of a machine with the GPU
 @pytest.mark.own_ray
 def test_a_machine_naming_cuda_without_a_gpu_in_ray_is_not_a_measuring_machine():
     from hsdag_ray.train import _measuring_runners

@@ -27,8 +27,7 @@ from hsdag_core.device_profile import DeviceSpec, MODELED_DEVICES, Profile, add_
 from hsdag_ray.inprocess import PROPOSAL_CAP, run_method
 from policies.solvers.exact import exact_method, solve
 
-# the session's Ray (tests/conftest.py) is neither needed nor started here
-pytestmark = pytest.mark.own_ray
+# nothing here uses Ray: the methods run in this process (the session's shared Ray may be up)
 
 ROOT = Path(__file__).resolve().parents[1]
 

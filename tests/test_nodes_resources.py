@@ -84,6 +84,7 @@ def test_a_measuring_env_runner_asks_for_the_gpu_it_measures_on():
                           env_runners=0).num_gpus_per_env_runner == 0
 
 
+@pytest.mark.slow  # a Ray of its own; CI runs the GPU-resources test on a CUDA device set
 @pytest.mark.own_ray
 def test_a_machine_advertising_a_cuda_device_set_is_found_by_its_devices():
     from hsdag_ray.local_ray import start_local_ray

@@ -168,6 +168,7 @@ def sim_run(profile: Path, out: Path, name: str, budget: int) -> list[str]:
             "--out", str(out), "--name", name]
 
 
+@pytest.mark.slow  # two minutes of SIGKILLs; CI keeps the damaged-checkpoint and torn-metrics resume tests
 def test_a_run_killed_at_any_moment_resumes_with_every_iteration_once(tmp_path, tiny_profile_file):
     """SIGKILL a simulator run (and its local Ray) at five different moments: while its
     first checkpoint is written, between a metrics row and its checkpoint, while a later

@@ -288,6 +288,7 @@ def test_apply_save_and_reload_in_a_fresh_process_without_openvino(tmp_path, tin
     assert "stages cpu,cpu:bf16 devices cpu,cpu:bf16" in r.stdout
 
 
+@pytest.mark.slow  # CI reloads tiny_cnn's save in a fresh process; this one adds the Hugging Face output types
 def test_a_hugging_face_save_reloads_in_a_fresh_process(tmp_path):
     """A Hugging Face model returns a ModelOutput, which ``torch.export.load`` reads back only
     once transformers registered it: the manifest names the module, the loader imports it."""
