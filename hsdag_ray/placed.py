@@ -258,17 +258,10 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None):
         ValueError: one sentence when the folder is not a placed model, a device
             is missing here, or OpenVINO cannot compile a part.
     """
+    from envs.pytorch.placed import read_manifest
+
     folder = Path(directory)
-    file = folder / MANIFEST
-    if not file.is_file():
-        raise ValueError(f"{folder} holds no {MANIFEST}; save a placed model there with "
-                         "python -m hsdag_ray.apply ... --save DIR")
-    try:
-        manifest = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{file} is not valid JSON ({exc.msg})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{file} is not a {FORMAT} manifest")
+    manifest = read_manifest(folder)
     if manifest.get("backend", "openvino") == "torch":
         from envs.pytorch.placed import load_placed as load_torch
 
