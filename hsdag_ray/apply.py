@@ -165,14 +165,9 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
         raise UsageError(f"--devices is empty; name the devices, e.g. --devices {default}")
     if on_torch:
         return _apply_torch(args, timing, specs, say)
-    names = resolve_devices(specs, timing.threads)
-    model, graph, _, _ = build_graph(args.model, "none", parse_input_shapes(args.input_shape))
-    placement = parse_placement(args.placement, graph, names)
+    names, model, graph, placement, counts = _read_placement(args, timing, specs, say)
     affinity = complete_affinity(model, graph.expand_placement(placement))
     backend = OpenVINOBackend(model, specs, mode=args.backend, timing=timing, seed=args.seed)
-    counts = Counter(placement.values())
-    say(f"{args.model}: {graph.num_nodes} nodes; placement "
-        + ", ".join(f"{d} {counts[d]}" for d in names if counts[d]))
     placed = backend.measure_ops(affinity)
     result: dict[str, Any] = {
         "model": args.model, "placement_file": args.placement, "devices": specs,
@@ -210,6 +205,19 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     return result
 
 
+def _read_placement(args: argparse.Namespace, timing: TimingConfig, specs: list[str], say):
+    """The run's device names, the model and its graph from the backend's graph source, the
+    placement read onto that graph and its node count per device (said in one line)."""
+    names = resolve_devices(specs, timing.threads, args.backend)
+    model, graph, _, _ = build_graph(args.model, "none", parse_input_shapes(args.input_shape),
+                                     graph_source(args.backend))
+    placement = parse_placement(args.placement, graph, names)
+    counts = Counter(placement.values())
+    say(f"{args.model}: {graph.num_nodes} nodes; placement "
+        + ", ".join(f"{d} {counts[d]}" for d in names if counts[d]))
+    return names, model, graph, placement, counts
+
+
 def _interleave(jobs: dict[str, Callable[[], Measurement]], placed: Measurement,
                 n: int) -> dict[str, list[Measurement]]:
     """Each job's measurements over ``n`` rounds, ``placed`` being the placement's first."""
@@ -226,19 +234,11 @@ def _apply_torch(args: argparse.Namespace, timing: TimingConfig, specs: list[str
     """:func:`apply` on the torch backend: the placement split into torch stages, each device
     alone and Accelerate's ``device_map="auto"`` (no OpenVINO row), ``--save`` as
     :mod:`envs.pytorch.placed` writes it."""
-    import torch
-
     from envs.pytorch.backend import TOLERANCE as TORCH_TOLERANCE, TorchBackend
-    from envs.pytorch.stages import TensorCache, build_placed, to_host
 
-    names = resolve_devices(specs, timing.threads, args.backend)
-    program, graph, _, _ = build_graph(args.model, "none", parse_input_shapes(args.input_shape), "torch")
-    placement = parse_placement(args.placement, graph, names)
+    names, program, graph, placement, counts = _read_placement(args, timing, specs, say)
     affinity = graph.expand_placement(placement)
     backend = TorchBackend(graph, program, specs, timing)
-    counts = Counter(placement.values())
-    say(f"{args.model}: {graph.num_nodes} nodes; placement "
-        + ", ".join(f"{d} {counts[d]}" for d in names if counts[d]))
     placed = backend.measure_ops(affinity)
     result: dict[str, Any] = {
         "model": args.model, "placement_file": args.placement, "devices": specs,
@@ -261,9 +261,7 @@ def _apply_torch(args: argparse.Namespace, timing: TimingConfig, specs: list[str
     rounds = _interleave(jobs, placed, args.rounds)
     placed = _combine(rounds["placement"])
     tolerance = max(TORCH_TOLERANCE[backend.by_name[d].dtype] for d in placement.values())
-    module, _ = build_placed(program.gm, affinity, backend.by_name, TensorCache())
-    with torch.inference_mode():
-        outputs = to_host(module(*program.example_inputs))
+    outputs = backend.outputs(affinity)
     reference = [t.numpy() for t in backend.reference()]
     max_abs, max_rel = output_error([t.numpy() for t in outputs], reference)
     placed.info.update(max_abs_error=max_abs, max_rel_error=max_rel, tolerance=tolerance)
