@@ -249,6 +249,15 @@ class GDPNet(nn.Module):
             node_valid: ``[B, N_max]`` bool, which padded slots the union's nodes fill
                 (row-major), as :func:`envs.observation.unpad_graphs` returns.
         """
+        z, g = self.encode(x, edge_index, batch, node_valid)
+        logits = self.policy(self.out_norm(z))
+        return GDPOutput(logits * node_valid.unsqueeze(-1), g)
+
+    def encode(self, x: Tensor, edge_index: Tensor, batch: Tensor, node_valid: Tensor
+               ) -> tuple[Tensor, Tensor]:
+        """Steps 1-4 of the module docstring: the placer's node vectors ``z [B, N_max, H]``
+        (before its output norm) and the graph embeddings ``g [B, H]``; :meth:`forward`'s
+        arguments."""
         num_graphs, max_nodes = node_valid.shape
         h = self.node_embeddings(x, edge_index)
         g = self.graph_mlp(scatter(h, batch, 0, dim_size=num_graphs, reduce="mean"))
@@ -258,6 +267,4 @@ class GDPNet(nn.Module):
         film = None
         if self.film is not None:
             film = self.film(g).reshape(num_graphs, self.config.attention_layers, 2, -1)
-        z = self.placer(padded, node_valid, film)
-        logits = self.policy(self.out_norm(z))
-        return GDPOutput(logits * node_valid.unsqueeze(-1), g)
+        return self.placer(padded, node_valid, film), g
