@@ -26,14 +26,14 @@ on (:func:`envs.gpus.gpus_needed`): Ray makes only the GPUs an actor holds visib
 from __future__ import annotations
 
 from itertools import takewhile
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from hsdag_ray.cli import UsageError
 from envs.gpus import gpus_needed, measuring_gpus  # noqa: F401 - re-exported
 from hsdag_ray.config import MEASURE_RESOURCE
 
 __all__ = ["DEVICES_PREFIX", "device_name", "devices_resource", "gpus_needed", "measuring_gpus",
-           "measuring_resources", "measuring_slots"]
+           "measuring_resources", "measuring_slots", "unsatisfiable"]
 
 #: prefix of the custom resource that names a machine's device set
 DEVICES_PREFIX = "devices_"
@@ -140,3 +140,34 @@ def measuring_slots(resources: dict[str, float], timeout_s: float = ANSWER_TIMEO
 
     nodes = [n for n in ray.nodes() if n.get("Alive") and holds(n["Resources"]) > 0]
     return sum(holds(n["Resources"]) for n in _answering(nodes, timeout_s))
+
+
+def unsatisfiable(bundles: Sequence[Mapping[str, float]],
+                  nodes: Sequence[Mapping[str, float]]) -> tuple[str, str]:
+    """Why a placement group of ``bundles`` could never be placed on machines with the
+    total resources ``nodes`` (the ``Resources`` of the alive ``ray.nodes()``), as
+    (the resource, what is asked and what the machines have, in words); ``("", "")`` when
+    it might be. Two things rule it out, whatever else runs: a bundle that no one machine
+    holds, and bundles that together ask for more than all the machines have. Ray (and
+    Ray Tune) would wait for such a group forever without a word."""
+    def most(key: str) -> float:
+        return max((n.get(key, 0) for n in nodes), default=0)
+
+    for b in bundles:
+        if any(all(n.get(k, 0) >= v for k, v in b.items() if v > 0) for n in nodes):
+            continue
+        short = [k for k, v in b.items() if v > 0 and most(k) < v]
+        if short:
+            k = short[0]
+            have = f"the most one has is {most(k):g}" if most(k) else "none has it"
+            return k, f"{b[k]:g} {k!r} on one machine ({have})"
+        return next(iter(b)), (f"{dict(b)} on one machine (each machine lacks part of it)")
+    total: dict[str, float] = {}
+    for b in bundles:
+        for k, v in b.items():
+            total[k] = total.get(k, 0) + v
+    for k, v in total.items():
+        have = sum(n.get(k, 0) for n in nodes)
+        if v > 0 and have < v:
+            return k, f"{v:g} {k!r} in all (the machines have {have:g})"
+    return "", ""

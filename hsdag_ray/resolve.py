@@ -18,7 +18,7 @@ from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
 
-__all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_incumbent",
+__all__ = ["DEFAULT_ACCELERATOR", "default_devices", "default_profile", "resolve_backend", "reads_incumbent",
            "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_of",
            "guided_by", "exact_start_applies", "unmet_needs",
            "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
@@ -27,6 +27,13 @@ __all__ = ["DEFAULT_ACCELERATOR", "default_profile", "resolve_backend", "reads_i
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
 #: so ResNet-50 (98 MB of weights) must be split and the optimum is a real split
 DEFAULT_ACCELERATOR = "GPU_SMALLMEM"
+
+
+def default_devices(backend: str) -> list[str]:
+    """The devices a run on the real backend ``backend`` measures on when it names none:
+    two configurations of the CPU (the torch backend's ``cpu`` and ``cpu:bf16``, OpenVINO's
+    ``CPU`` and ``CPU_F32``)."""
+    return ["cpu", "cpu:bf16"] if backend == "torch" else ["CPU", "CPU_F32"]
 
 
 #: bumped when implicit profiles are recorded differently (2: modeled devices
@@ -147,7 +154,7 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
         return backend, devices, prof.to_json()
     from hsdag_ray.cli import resolve_devices
 
-    default = ["cpu", "cpu:bf16"] if backend == "torch" else ["CPU", "CPU_F32"]
+    default = default_devices(backend)
     check_two_devices(devices or default, real=True)
     devices = resolve_devices(devices or default, cfg.threads, backend, here=not cfg.address)
     # a profile of the same devices lets the exact solvers' placement be measured too

@@ -170,6 +170,14 @@ def _trainable(config: dict[str, Any]) -> None:
                  "placements": s["placements"], "wall_s": s.get("wall_s"), "done": True})
 
 
+def _measures(cfg: TrainConfig) -> bool:
+    """Whether a trial measures on real devices (a simulator with a measuring time stands
+    for them), so its measuring actors hold measuring slots."""
+    from envs.backends import is_real
+
+    return is_real(cfg.backend) or cfg.sim_delay_s > 0
+
+
 def _resources(sc: SweepConfig, cfg: TrainConfig):
     """What one trial holds: a CPU for its driver and learner, then per EnvRunner a CPU
     (simulator) or a measuring slot (real devices: one per measuring machine, of a machine
@@ -177,23 +185,55 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
     measuring actor asks for when a real backend measures on CUDA devices
     (:func:`envs.gpus.measuring_gpus`): an actor of the trial is placed only in the trial's
     bundles, and Ray refuses one asking for a GPU that no bundle holds. With no
-    EnvRunner, the one measuring bundle is the measuring service's."""
+    EnvRunner, the one measuring bundle is the measuring service's. A real backend's
+    devices are the ones the trial will measure on: its default ones when the sweep names
+    none (:func:`hsdag_ray.resolve.default_devices`), so on a cluster that names device
+    sets the bundle holds the set its measuring actors ask for."""
     from ray import tune
 
     from hsdag_ray.nodes import measuring_gpus, measuring_resources
+    from hsdag_ray.resolve import default_devices
 
     from envs.backends import is_real
 
-    real = is_real(cfg.backend) or cfg.sim_delay_s > 0
     runners = cfg.env_runners
-    if real:
-        slot = measuring_resources(cfg.devices) if cfg.devices else {MEASURE_RESOURCE: 1}
-        gpus = measuring_gpus({"backend": cfg.backend, "devices": cfg.devices})
+    if _measures(cfg):
+        devices = list(cfg.devices) or (default_devices(cfg.backend) if is_real(cfg.backend) else [])
+        slot = measuring_resources(devices) if devices else {MEASURE_RESOURCE: 1}
+        gpus = measuring_gpus({"backend": cfg.backend, "devices": devices})
         if gpus:
             slot = {**slot, "GPU": gpus}
         return tune.PlacementGroupFactory([{"CPU": 1}] + [slot] * max(runners, 1),
                                           strategy="SPREAD")
     return tune.PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1}] * runners, strategy="PACK")
+
+
+def _check_resources(pgf, cfg: TrainConfig) -> None:
+    """A :class:`UsageError` saying which resource is missing, and how to provide it, when
+    no machine of the running Ray could ever hold a trial's bundles (Ray Tune would wait
+    for them forever, starting no trial)."""
+    import ray
+
+    from hsdag_ray.nodes import unsatisfiable
+
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    key, why = unsatisfiable(pgf.bundles, nodes)
+    if not key:
+        return
+    if key == MEASURE_RESOURCE:
+        fix = (f"a trial on real devices (--backend {cfg.backend}) measures on machines that "
+               f"advertise it, one measurement at a time: start Ray on them with "
+               f"--resources='{{\"{MEASURE_RESOURCE}\": 1}}' as in cluster/config.yaml"
+               + (", or set train: {env_runners: N} to at most the measuring machines"
+                  if cfg.env_runners > 1 else ""))
+    elif key == "GPU":
+        fix = (f"a measuring actor holds the GPUs of its devices ({', '.join(cfg.devices)}): start "
+               "Ray on the measuring machines with --num-gpus, or measure on other --devices")
+    elif key == "CPU":
+        fix = "start Ray with more CPUs (ray start --num-cpus), or ask for fewer env_runners"
+    else:
+        fix = "start a machine that advertises it (ray start --resources), or change the settings"
+    raise UsageError(f"no trial can ever start: each asks Ray for {why}; {fix}")
 
 
 def _check(sc: SweepConfig) -> list[dict[str, Any]]:
@@ -348,11 +388,17 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
         else:  # a single machine: Ray on loopback only
             from hsdag_ray.local_ray import start_local_ray
 
+            if any(_measures(sc.trial_config(t, runs)) for t in grid):
+                # this machine measures (as a local training run's Ray): one slot, so the
+                # trials' measurements never overlap
+                kw["resources"] = {MEASURE_RESOURCE: 1}
             start_local_ray(**kw)
         started = True
     try:
         first = sc.trial_config(grid[0], runs)
-        trainable = tune.with_resources(_trainable, _resources(sc, first))
+        resources = _resources(sc, first)
+        _check_resources(resources, first)
+        trainable = tune.with_resources(_trainable, resources)
         tune_dir = folder / "tune"
         if tune.Tuner.can_restore(str(tune_dir / "trials")):
             tuner = tune.Tuner.restore(str(tune_dir / "trials"), trainable=trainable,
