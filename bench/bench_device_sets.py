@@ -31,7 +31,9 @@ Every method measures on the simulator, every proposal repaired to the devices'
 memory first, the fastest single device known before a run starts; refit and the
 solvers read the cost model (here it is the ground truth), the learned runs read
 it only as their features. Figures are the latency over the reference (1.000 =
-as good; geometric means over problems and ``--seeds``), overall and per set size.
+as good; geometric means over problems and ``--seeds``), overall and per set size,
+and the mean wall time of a run with a budget (learning or searching and measuring:
+here the simulator measures in microseconds, so it is the method's own time).
 Writes ``results.json`` and ``results.md`` to ``--out`` (and the pre-trained weights,
 ``device_gdp.pt``, which ``--reuse`` loads instead of training again).
 """
@@ -56,14 +58,14 @@ def _graphs(specs, coarsen: str = "colocation"):
     return [build_graph(s, coarsen)[2] for s in specs]
 
 
-def problems(graphs, sets, pairs, limit: float, say) -> list:
+def problems(graphs, sets, pairs, limit: float, say, boundary_s: float = 1e-4) -> list:
     """One :class:`Problem` per (graph index, set index) of ``pairs``."""
     from policies.gdp.device_training import make_problem
 
     out = []
     for gi, si in pairs:
         t0 = time.perf_counter()
-        out.append(make_problem(graphs[gi], sets[si], limit))
+        out.append(make_problem(graphs[gi], sets[si], limit, boundary_s))
         p = out[-1]
         say(f"  {graphs[gi].name} on {sets[si].name}: single {p.best_single_s * 1e3:.3f} ms, "
             f"reference {p.teacher_s * 1e3:.3f} ms ({p.teacher_info.get('teacher')}, "
@@ -86,6 +88,10 @@ def pretrain(train, args, say):
     return net, time.perf_counter() - t0
 
 
+def _skipped(args) -> set:
+    return {m for m in args.skip.split(",") if m}
+
+
 def evaluate(net, p, graph, args, seeds) -> dict:
     """Every method's latency on problem ``p`` (module docstring)."""
     from envs.simulator import SimulatorBackend
@@ -102,22 +108,38 @@ def evaluate(net, p, graph, args, seeds) -> dict:
     row["per-node"] = fastest_per_node(p)[1]
     for name in ("fine-tuned", "scratch", "refit", "random"):
         row[name] = []
+    wall = {name: 0.0 for name in ("fine-tuned", "scratch", "refit", "random")}
+    skip = _skipped(args)
     for seed in seeds:
-        row["fine-tuned"].append(finetune(net, p, args.budget, seed=seed)["latency_s"])
+        t0 = time.perf_counter()
+        if "fine-tuned" not in skip:
+            row["fine-tuned"].append(finetune(net, p, args.budget, seed=seed)["latency_s"])
+        wall["fine-tuned"] += time.perf_counter() - t0
         torch.manual_seed(1000 + seed)
         fresh = DeviceGDPNet(p.x.shape[1], len(DEVICE_FEATURES), len(PAIR_FEATURES),
                              GDPConfig(hidden_dim=args.hidden_dim))
-        row["scratch"].append(finetune(fresh, p, args.budget, seed=seed, greedy_first=False)["latency_s"])
+        t0 = time.perf_counter()
+        if "scratch" not in skip:
+            row["scratch"].append(finetune(fresh, p, args.budget, seed=seed, greedy_first=False)["latency_s"])
+        wall["scratch"] += time.perf_counter() - t0
         for method in ("refit", "random"):
+            if method in skip:
+                continue
+            t0 = time.perf_counter()
             res = run_method(method, graph, SimulatorBackend(p.costs), p.costs, budget=args.budget,
                              seed=seed, say=lambda s: None, progress=False)
+            wall[method] += time.perf_counter() - t0
             row[method].append(float(min(res["latency_s"], p.best_single_s)))
+    row["wall_s"] = {k: v / len(seeds) for k, v in wall.items()}
     p.forget()
     return row
 
 
 def _ratio(row, method) -> float:
+    """``method``'s latency over the reference (geometric mean over seeds), nan if not run."""
     v = row[method]
+    if isinstance(v, list) and not v:
+        return float("nan")
     v = float(np.exp(np.mean(np.log(v)))) if isinstance(v, list) else float(v)
     return v / row["reference_s"]
 
@@ -131,9 +153,16 @@ def table(rows) -> str:
         sel = [r for r in rows if size == "all" or r["size"] == size]
         cells = []
         for m in METHODS:
-            cells.append(f"{np.exp(np.mean([np.log(_ratio(r, m)) for r in sel])):.3f}")
+            g = np.exp(np.mean([np.log(_ratio(r, m)) for r in sel]))
+            cells.append("n/a" if np.isnan(g) else f"{g:.3f}")
         lines.append(f"| {size} | {len(sel)} | " + " | ".join(cells) + " |")
-    wins = {m: sum(_ratio(r, m) <= min(_ratio(r, o) for o in METHODS) + 1e-9 for r in rows) for m in METHODS}
+    walls = [r["wall_s"] for r in rows if "wall_s" in r]
+    if walls:
+        ran = [m for m in METHODS[1:] if m in walls[0] and not np.isnan(_ratio(rows[0], m))]
+        lines.append("| wall s per run | | | " + " | ".join(
+            f"{np.mean([w[m] for w in walls]):.1f}" if m in ran else "" for m in METHODS[1:]) + " |")
+    wins = {m: sum(_ratio(r, m) <= np.nanmin([_ratio(r, o) for o in METHODS]) + 1e-9 for r in rows)
+            for m in METHODS}
     lines.append("")
     lines.append("Best (ties count for each): " + ", ".join(f"{m} {wins[m]}" for m in METHODS))
     return "\n".join(lines)
@@ -147,6 +176,14 @@ def main(argv=None) -> None:
     ap.add_argument("--train-sets", type=int, default=24, help="training device sets")
     ap.add_argument("--sets-per-graph", type=int, default=4, help="training sets each training graph meets")
     ap.add_argument("--held-out-sets", type=int, default=6, help="held-out device sets")
+    ap.add_argument("--held-out-split", default="held_out", choices=("held_out", "wide"),
+                    help="held_out: the training ranges of speed and memory; wide: outside them")
+    ap.add_argument("--held-out-boundary-ms", type=float, default=0.1,
+                    help="stage boundary cost of the held-out problems (training: 0.1 ms)")
+    ap.add_argument("--skip", default="", metavar="METHODS",
+                    help="comma-separated runs with a budget to leave out (e.g. refit: minutes per "
+                         "problem on four devices); their columns read n/a")
+    ap.add_argument("--weights", default="", help="pre-trained device_gdp.pt to load (no pre-training)")
     ap.add_argument("--imitate-steps", type=int, default=600)
     ap.add_argument("--rl-steps", type=int, default=300)
     ap.add_argument("--budget", type=int, default=50, help="measured placements per run")
@@ -172,15 +209,16 @@ def main(argv=None) -> None:
     if out:
         out.mkdir(parents=True, exist_ok=True)
     train_sets = device_sets("train", args.train_sets)
-    held_sets = device_sets("held_out", args.held_out_sets)
+    held_sets = device_sets(args.held_out_split, args.held_out_sets)
     held_specs = [s for s in args.held_out_graphs.split(",") if s] or [g.spec for g in fam.held_out]
     say(f"building {len(fam.train)} training and {len(held_specs)} held-out graphs")
     train_graphs, held_graphs = _graphs([g.spec for g in fam.train]), _graphs(held_specs)
     weights = out / "device_gdp.pt" if out else None
     t_pre = 0.0
-    if args.reuse and weights and weights.exists():
-        net = torch.load(weights, weights_only=False)
-        say(f"loaded {weights}")
+    if args.weights or (args.reuse and weights and weights.exists()):
+        path = Path(args.weights) if args.weights else weights
+        net = torch.load(path, weights_only=False)
+        say(f"loaded {path}")
     else:
         pairs = [(g, (g * args.sets_per_graph + k) % len(train_sets))
                  for g in range(len(train_graphs)) for k in range(args.sets_per_graph)]
@@ -193,7 +231,8 @@ def main(argv=None) -> None:
     rows = []
     held_pairs = [(g, s) for g in range(len(held_graphs)) for s in range(len(held_sets))]
     say(f"held-out problems: {len(held_pairs)}")
-    for p in problems(held_graphs, held_sets, held_pairs, args.solver_limit, say):
+    for p in problems(held_graphs, held_sets, held_pairs, args.solver_limit, say,
+                      args.held_out_boundary_ms * 1e-3):
         t0 = time.perf_counter()
         graph = held_graphs[[g.name for g in held_graphs].index(p.graph)]
         rows.append(evaluate(net, p, graph, args, seeds))

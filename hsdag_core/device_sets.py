@@ -12,7 +12,8 @@ inputs and its training and held-out device sets:
   (:data:`~hsdag_core.device_profile.MODELED_DEVICES`) and weight memory unlimited or
   a fraction of the graph's weights, so the same set forces a split on a large graph
   and not on a small one. :data:`DEVICE_SET_SPLITS` fixes which seeds train and
-  which are held out.
+  which are held out; the ``wide`` held-out split draws speeds and memory shares
+  outside the training ranges (where a learned policy extrapolates).
 * :func:`device_set_profile`: a graph's profile on a set (as
   :func:`hsdag_core.families.family_profile` makes one for a family graph).
 * :func:`device_features` and :func:`pair_features`: what a device and a
@@ -43,8 +44,12 @@ DENSE_OPS = frozenset({"Convolution", "GroupConvolution", "MatMul", "Convolution
 SPEED_RANGE = (0.5, 2.0)
 #: weight memory a memory-limited accelerator may hold, as a fraction of the graph's weights
 MEMORY_FRACTIONS = (0.25, 0.5, 0.75)
-#: the seeds of each split: training sets and held-out sets never overlap
-DEVICE_SET_SPLITS = {"train": range(0, 1000), "held_out": range(1000, 2000)}
+#: the ``wide`` held-out split's ranges: speeds and memory shares never met in training
+WIDE_SPEED_RANGE = (0.2, 5.0)
+WIDE_MEMORY_FRACTIONS = (0.1, 0.15, 0.9)
+#: the seeds of each split: training sets and held-out sets never overlap; ``wide`` sets
+#: are held out and drawn from :data:`WIDE_SPEED_RANGE` and :data:`WIDE_MEMORY_FRACTIONS`
+DEVICE_SET_SPLITS = {"train": range(0, 1000), "held_out": range(1000, 2000), "wide": range(2000, 3000)}
 #: names of :func:`device_features`' columns
 DEVICE_FEATURES = ("log_time_vs_fastest", "log_dense_vs_fastest", "log_other_vs_fastest",
                    "weight_share_held", "unlimited_memory", "log_link_vs_node", "num_devices")
@@ -76,15 +81,20 @@ class DeviceSet:
         return len(self.devices)
 
 
-def draw_device_set(seed: int, sizes: Sequence[int] = (2, 3, 4)) -> DeviceSet:
-    """The device set of ``seed``: a host and ``size - 1`` accelerators (module docstring)."""
+def draw_device_set(seed: int, sizes: Sequence[int] = (2, 3, 4), wide: bool = False) -> DeviceSet:
+    """The device set of ``seed``: a host and ``size - 1`` accelerators (module docstring);
+    ``wide``: speeds and memory shares from the ranges training never meets."""
     from hsdag_core.device_profile import MODELED_DEVICES
 
     rng = np.random.default_rng(seed)
     size = int(rng.choice(list(sizes)))
+    speeds, fractions = (WIDE_SPEED_RANGE, WIDE_MEMORY_FRACTIONS) if wide else (SPEED_RANGE, MEMORY_FRACTIONS)
 
     def speed() -> float:
-        return float(np.exp(rng.uniform(*np.log(SPEED_RANGE))))
+        lo, hi = np.log(speeds)
+        if wide:  # outside the training range: below or above it
+            lo, hi = (lo, np.log(SPEED_RANGE[0])) if rng.random() < 0.5 else (np.log(SPEED_RANGE[1]), hi)
+        return float(np.exp(rng.uniform(lo, hi)))
 
     h = speed()
     names, specs, mems, labels = ["HOST"], [MODELED_DEVICES["CPU_MODEL"].scaled(h)], [np.inf], [f"cpu({h:.1f}x)"]
@@ -92,7 +102,7 @@ def draw_device_set(seed: int, sizes: Sequence[int] = (2, 3, 4)) -> DeviceSet:
     for k in range(1, size):
         kind = kinds[int(rng.choice(3, p=[0.5, 0.3, 0.2]))]
         s = speed()
-        mem = float(rng.choice(MEMORY_FRACTIONS)) if kind == "GPU" and rng.random() < 0.7 else np.inf
+        mem = float(rng.choice(fractions)) if kind == "GPU" and rng.random() < 0.7 else np.inf
         names.append(f"{kind}{k}")
         specs.append(MODELED_DEVICES[DEVICE_KINDS[kind]].scaled(s))
         mems.append(mem)
@@ -101,13 +111,13 @@ def draw_device_set(seed: int, sizes: Sequence[int] = (2, 3, 4)) -> DeviceSet:
 
 
 def device_sets(split: str, count: int, sizes: Sequence[int] = (2, 3, 4)) -> list[DeviceSet]:
-    """The first ``count`` sets of ``split`` (``train`` or ``held_out``)."""
+    """The first ``count`` sets of ``split`` (``train``, ``held_out`` or ``wide``)."""
     if split not in DEVICE_SET_SPLITS:
         raise ValueError(f"unknown device-set split {split!r}; choose {' or '.join(DEVICE_SET_SPLITS)}")
     seeds = DEVICE_SET_SPLITS[split]
     if count > len(seeds):
         raise ValueError(f"split {split} has {len(seeds)} sets, not {count}")
-    return [draw_device_set(s, sizes) for s in seeds[:count]]
+    return [draw_device_set(s, sizes, wide=split == "wide") for s in seeds[:count]]
 
 
 def device_set_profile(graph, devset: DeviceSet, boundary_s: float = 1e-4):

@@ -36,6 +36,13 @@ def test_sets_are_drawn_from_fixed_disjoint_splits():
     for s in train + held:
         assert s.devices[0] == "HOST" and np.isinf(s.memory_fraction[0])
         assert len(set(s.devices)) == s.size
+    from hsdag_core.device_sets import MEMORY_FRACTIONS, WIDE_MEMORY_FRACTIONS
+
+    wide = device_sets("wide", 12)
+    assert not {s.name for s in wide} & {s.name for s in train + held}
+    for s in train + held:
+        assert {f for f in s.memory_fraction if np.isfinite(f)} <= set(MEMORY_FRACTIONS)
+    assert {f for s in wide for f in s.memory_fraction if np.isfinite(f)} <= set(WIDE_MEMORY_FRACTIONS)
     with pytest.raises(ValueError, match="unknown device-set split"):
         device_sets("test", 1)
 

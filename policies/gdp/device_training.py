@@ -110,15 +110,16 @@ def teacher_of(costs: CostGraph, time_limit: float = 10.0) -> tuple[Optional[np.
     return best, best_s, info
 
 
-def make_problem(graph, devset, teacher_time_limit: Optional[float] = 10.0) -> Problem:
+def make_problem(graph, devset, teacher_time_limit: Optional[float] = 10.0,
+                 boundary_s: float = 1e-4) -> Problem:
     """The :class:`Problem` of ``graph`` (a :class:`~hsdag_core.compgraph.CompGraph`) on
-    ``devset`` (a :class:`~hsdag_core.device_sets.DeviceSet`); ``teacher_time_limit``
-    None skips the solvers."""
+    ``devset`` (a :class:`~hsdag_core.device_sets.DeviceSet`) with ``boundary_s`` per
+    stage boundary; ``teacher_time_limit`` None skips the solvers."""
     from hsdag_core.device_profile import cost_graph
     from hsdag_core.device_sets import device_features, device_set_profile, pair_features
     from hsdag_core.features import FeatureConfig, node_features
 
-    costs = cost_graph(graph, device_set_profile(graph, devset))
+    costs = cost_graph(graph, device_set_profile(graph, devset, boundary_s))
     x, _ = node_features(graph, FeatureConfig())
     p = Problem(graph=graph.name, device_set=devset.name, costs=costs,
                 x=torch.as_tensor(x, dtype=torch.float32),
