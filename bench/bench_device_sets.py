@@ -1,9 +1,11 @@
 r"""Placing on device sets never seen in training: one policy, devices as inputs.
 
     python bench/bench_device_sets.py --quick                         # a minute: checks it runs
-    python bench/bench_device_sets.py --out /tmp/devsets              # synthetic family
-    python bench/bench_device_sets.py --family real --out /tmp/devsets-real \
-        --held-out-graphs resnet50,tv:convnext_tiny,hf:distilbert
+    python bench/bench_device_sets.py --out devsets-synthetic         # synthetic family
+    python bench/bench_device_sets.py --family real --held-out-sets 4 --out devsets \
+        --held-out-graphs resnet50,tv:convnext_tiny,hf:distilbert,tv:googlenet   # docs/results/device-sets.md
+    python bench/bench_device_sets.py --family real --held-out-split wide --held-out-sets 8 \
+        --weights devsets/device_gdp.pt --skip refit --out devsets-wide          # outside the training ranges
 
 One :class:`~policies.gdp.device_net.DeviceGDPNet` (GDP's encoder, devices read as
 feature vectors, a score per (node, device) pair) is pre-trained on the training
