@@ -170,7 +170,7 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", default="synthetic", help="graph family (hsdag_core.families)")
     ap.add_argument("--held-out-graphs", default="", metavar="SPECS",
@@ -249,7 +249,10 @@ def main(argv=None) -> None:
                                                       "rows": rows}, indent=1, default=float))
         (out / "results.md").write_text(md + "\n")
         say(f"wrote {out / 'results.md'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from hsdag_ray.cli import run
+
+    raise SystemExit(run(main, prog="bench_device_sets"))

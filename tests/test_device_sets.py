@@ -129,3 +129,10 @@ def test_bench_quick_runs_end_to_end(tmp_path):
     md = (tmp_path / "results.md").read_text()
     assert "| all |" in md and "zero-shot" in md
     assert (tmp_path / "device_gdp.pt").exists()
+
+
+def test_bench_says_what_is_wrong_with_a_bad_family():
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_device_sets.py"), "--family", "nope"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2
+    assert "unknown graph family 'nope'" in out.stderr and "Traceback" not in out.stderr
