@@ -76,63 +76,57 @@ def problems(graphs, sets, pairs, limit: float, say, boundary_s: float = 1e-4) -
 
 
 def pretrain(train, args, say):
-    from hsdag_core.device_sets import DEVICE_FEATURES, PAIR_FEATURES
     from policies.gdp.device_net import DeviceGDPNet
     from policies.gdp.device_training import imitate, reinforce
     from policies.gdp.policy import GDPConfig
 
     torch.manual_seed(args.pretrain_seed)
-    net = DeviceGDPNet(train[0].x.shape[1], len(DEVICE_FEATURES), len(PAIR_FEATURES),
-                       GDPConfig(hidden_dim=args.hidden_dim))
+    net = DeviceGDPNet(train[0].x.shape[1], GDPConfig(hidden_dim=args.hidden_dim))
     t0 = time.perf_counter()
     imitate(net, train, args.imitate_steps, seed=args.pretrain_seed, say=say)
     reinforce(net, train, args.rl_steps, seed=args.pretrain_seed, say=say)
     return net, time.perf_counter() - t0
 
 
-def _skipped(args) -> set:
-    return {m for m in args.skip.split(",") if m}
+#: the runs with a budget, measured per seed
+BUDGETED = ("fine-tuned", "scratch", "refit", "random")
 
 
 def evaluate(net, p, graph, args, seeds) -> dict:
-    """Every method's latency on problem ``p`` (module docstring)."""
+    """Every method's latency on problem ``p`` of ``graph`` (module docstring); a run of
+    ``--skip`` is left out (an empty list, and no wall time)."""
     from envs.simulator import SimulatorBackend
-    from hsdag_core.device_sets import DEVICE_FEATURES, PAIR_FEATURES
     from hsdag_ray.inprocess import run_method
     from policies.gdp.device_net import DeviceGDPNet
     from policies.gdp.device_training import fastest_per_node, finetune, zero_shot
     from policies.gdp.policy import GDPConfig
 
+    def scratch(seed: int) -> float:
+        torch.manual_seed(1000 + seed)
+        fresh = DeviceGDPNet(p.x.shape[1], GDPConfig(hidden_dim=args.hidden_dim))
+        return finetune(fresh, p, args.budget, seed=seed, greedy_first=False)["latency_s"]
+
+    def search(method: str, seed: int) -> float:
+        res = run_method(method, graph, SimulatorBackend(p.costs), p.costs, budget=args.budget,
+                         seed=seed, say=lambda s: None, progress=False)
+        return float(min(res["latency_s"], p.best_single_s))
+
+    runs = {"fine-tuned": lambda seed: finetune(net, p, args.budget, seed=seed)["latency_s"],
+            "scratch": scratch, "refit": lambda seed: search("refit", seed),
+            "random": lambda seed: search("random", seed)}
+    skip = {m for m in args.skip.split(",") if m}
     p.forget()
     row = {"graph": p.graph, "set": p.device_set, "size": p.size, "reference_s": p.teacher_s,
-           "single": p.best_single_s, **{k: v for k, v in p.teacher_info.items()}}
+           "single": p.best_single_s, **p.teacher_info, "wall_s": {}}
     row["zero-shot"] = zero_shot(net, p)[1]
     row["per-node"] = fastest_per_node(p)[1]
-    for name in ("fine-tuned", "scratch", "refit", "random"):
+    for name in BUDGETED:
         row[name] = []
-    wall = {name: 0.0 for name in ("fine-tuned", "scratch", "refit", "random")}
-    skip = _skipped(args)
-    for seed in seeds:
+        if name in skip:
+            continue
         t0 = time.perf_counter()
-        if "fine-tuned" not in skip:
-            row["fine-tuned"].append(finetune(net, p, args.budget, seed=seed)["latency_s"])
-        wall["fine-tuned"] += time.perf_counter() - t0
-        torch.manual_seed(1000 + seed)
-        fresh = DeviceGDPNet(p.x.shape[1], len(DEVICE_FEATURES), len(PAIR_FEATURES),
-                             GDPConfig(hidden_dim=args.hidden_dim))
-        t0 = time.perf_counter()
-        if "scratch" not in skip:
-            row["scratch"].append(finetune(fresh, p, args.budget, seed=seed, greedy_first=False)["latency_s"])
-        wall["scratch"] += time.perf_counter() - t0
-        for method in ("refit", "random"):
-            if method in skip:
-                continue
-            t0 = time.perf_counter()
-            res = run_method(method, graph, SimulatorBackend(p.costs), p.costs, budget=args.budget,
-                             seed=seed, say=lambda s: None, progress=False)
-            wall[method] += time.perf_counter() - t0
-            row[method].append(float(min(res["latency_s"], p.best_single_s)))
-    row["wall_s"] = {k: v / len(seeds) for k, v in wall.items()}
+        row[name] = [runs[name](seed) for seed in seeds]
+        row["wall_s"][name] = (time.perf_counter() - t0) / len(seeds)
     p.forget()
     return row
 
@@ -158,11 +152,10 @@ def table(rows) -> str:
             g = np.exp(np.mean([np.log(_ratio(r, m)) for r in sel]))
             cells.append("n/a" if np.isnan(g) else f"{g:.3f}")
         lines.append(f"| {size} | {len(sel)} | " + " | ".join(cells) + " |")
-    walls = [r["wall_s"] for r in rows if "wall_s" in r]
+    walls = [r["wall_s"] for r in rows]
     if walls:
-        ran = [m for m in METHODS[1:] if m in walls[0] and not np.isnan(_ratio(rows[0], m))]
         lines.append("| wall s per run | | | " + " | ".join(
-            f"{np.mean([w[m] for w in walls]):.1f}" if m in ran else "" for m in METHODS[1:]) + " |")
+            f"{np.mean([w[m] for w in walls]):.1f}" if m in walls[0] else "" for m in METHODS[1:]) + " |")
     wins = {m: sum(_ratio(r, m) <= np.nanmin([_ratio(r, o) for o in METHODS]) + 1e-9 for r in rows)
             for m in METHODS}
     lines.append("")
@@ -233,11 +226,11 @@ def main(argv=None) -> int:
     rows = []
     held_pairs = [(g, s) for g in range(len(held_graphs)) for s in range(len(held_sets))]
     say(f"held-out problems: {len(held_pairs)}")
-    for p in problems(held_graphs, held_sets, held_pairs, args.solver_limit, say,
-                      args.held_out_boundary_ms * 1e-3):
+    held = problems(held_graphs, held_sets, held_pairs, args.solver_limit, say,
+                    args.held_out_boundary_ms * 1e-3)
+    for (gi, _), p in zip(held_pairs, held):
         t0 = time.perf_counter()
-        graph = held_graphs[[g.name for g in held_graphs].index(p.graph)]
-        rows.append(evaluate(net, p, graph, args, seeds))
+        rows.append(evaluate(net, p, held_graphs[gi], args, seeds))
         r = rows[-1]
         say(f"  {p.graph} on {p.device_set}: " + ", ".join(f"{m} {_ratio(r, m):.3f}" for m in METHODS)
             + f" ({time.perf_counter() - t0:.0f} s)")

@@ -83,7 +83,7 @@ def test_features_tell_fast_from_slow_devices(graph):
 
 def _net(p, seed=0):
     torch.manual_seed(seed)
-    return DeviceGDPNet(p.x.shape[1], len(DEVICE_FEATURES), len(PAIR_FEATURES), GDPConfig(hidden_dim=32))
+    return DeviceGDPNet(p.x.shape[1], GDPConfig(hidden_dim=32))
 
 
 def test_one_network_places_on_two_three_and_four_devices_equivariantly(graph):

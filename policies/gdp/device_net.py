@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from hsdag_core.device_sets import DEVICE_FEATURES, PAIR_FEATURES
 from policies.gdp.policy import POLICY_INIT_SCALE, GDPConfig, GDPNet
 from policies.layers import mlp
 
@@ -38,13 +39,14 @@ class DeviceGDPNet(nn.Module):
 
     Args:
         num_features: node features ``F`` (device-free).
-        device_features: ``F_d`` per device.
-        pair_features: ``F_p`` per (node, device) pair.
         config: GDP's settings (:class:`GDPConfig`).
+        device_features: ``F_d`` per device (:data:`hsdag_core.device_sets.DEVICE_FEATURES`).
+        pair_features: ``F_p`` per (node, device) pair (:data:`hsdag_core.device_sets.PAIR_FEATURES`).
     """
 
-    def __init__(self, num_features: int, device_features: int, pair_features: int,
-                 config: GDPConfig = GDPConfig()) -> None:
+    def __init__(self, num_features: int, config: GDPConfig = GDPConfig(),
+                 device_features: int = len(DEVICE_FEATURES),
+                 pair_features: int = len(PAIR_FEATURES)) -> None:
         super().__init__()
         h = config.hidden_dim
         self.config = config

@@ -4,10 +4,12 @@ Runs in one process on the simulator, with PyTorch, numpy and scipy only. A
 :class:`Problem` is one graph on one device set (:mod:`hsdag_core.device_sets`):
 its cost graph, the network's inputs, the fastest single device that fits and,
 for training and as a reference, the best placement the solvers find in a time
-limit (:func:`teacher_of`). A placement is measured as every in-process method's
-is (:mod:`hsdag_ray.inprocess`): repaired to the devices' memory first
-(:func:`hsdag_core.fit.repair`), then timed by the simulator, a placement met
-again answered from the problem's cache. The reward is the speedup over the
+limit (:func:`teacher_of`). A placement is measured as the in-process methods'
+are (:mod:`hsdag_ray.inprocess`): repaired to the devices' memory first
+(:func:`hsdag_core.fit.repair`), then timed by the simulator. The problem's cache
+is keyed by the proposal, not by its repair: a new proposal that repairs to a
+placement measured before counts as a measurement (``run_method`` would answer it
+from its cache), so a learned run's budget is, if anything, the stricter. The reward is the speedup over the
 fastest single device, one scale on every graph and set.
 
 * :func:`imitate`: cross-entropy towards each training problem's teacher
@@ -30,7 +32,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
+from hsdag_core.fit import repair
 
 __all__ = ["Problem", "make_problem", "teacher_of", "imitate", "reinforce", "zero_shot", "finetune",
            "fastest_per_node", "TEACHER_METHODS"]
@@ -50,7 +54,8 @@ class Problem:
     edge_index: torch.Tensor
     device_x: torch.Tensor
     pair_x: torch.Tensor
-    best_single_s: float
+    sim: Simulator
+    best_single_s: float = float("inf")
     teacher: Optional[np.ndarray] = None
     teacher_s: float = float("inf")
     teacher_info: dict = field(default_factory=dict)
@@ -69,20 +74,13 @@ class Problem:
         if key not in self.cache:
             if self.measured() >= self.limit:
                 return float("nan")
-            from envs.simulator import Simulator
-            from hsdag_core.fit import feasible, repair
-
-            p = np.asarray(placement, dtype=np.int64)
-            if not feasible(self.costs, p):
-                p = repair(self.costs, p)
-            if "_sim" not in self.cache:
-                self.cache["_sim"] = Simulator(self.costs)
-            self.cache[key] = float("inf") if p is None else self.cache["_sim"].evaluate(p).value
+            p = repair(self.costs, placement)  # the placement itself when it fits
+            self.cache[key] = float("inf") if p is None else self.sim.evaluate(p).value
         return self.cache[key]
 
     def measured(self) -> int:
         """Distinct placements measured so far."""
-        return len(self.cache) - ("_sim" in self.cache)
+        return len(self.cache)
 
     def forget(self) -> None:
         """Empties the cache and lifts the limit (a new run measures from nothing)."""
@@ -125,7 +123,7 @@ def make_problem(graph, devset, teacher_time_limit: Optional[float] = 10.0,
                 x=torch.as_tensor(x, dtype=torch.float32),
                 edge_index=torch.as_tensor(graph.edge_index(), dtype=torch.long),
                 device_x=torch.as_tensor(device_features(costs)),
-                pair_x=torch.as_tensor(pair_features(costs)), best_single_s=float("inf"))
+                pair_x=torch.as_tensor(pair_features(costs)), sim=Simulator(costs))
     singles = [costs.single_device(d) for d in range(costs.num_devices)]
     p.best_single_s = min(p.latency(s) for d, s in enumerate(singles)
                           if costs.memory_use(s)[d] <= costs.mem_capacity[d])
@@ -161,9 +159,9 @@ def imitate(net, problems: Sequence[Problem], steps: int, lr: float = 3e-3, seed
     return losses
 
 
-def _update(net, opt, p: Problem, samples: int, entropy: float, gen: torch.Generator
-            ) -> tuple[np.ndarray, list[float]]:
-    """One REINFORCE step on ``p``: ``samples`` placements, their latencies, the update."""
+def _update(net, opt, p: Problem, samples: int, entropy: float, gen: torch.Generator) -> list[float]:
+    """One REINFORCE step on ``p``: ``samples`` placements drawn, measured and learned
+    from; returns the latencies of those measured (``[inf]`` when the budget took all)."""
     logits = _logits(net, p)
     dist = torch.distributions.Categorical(logits=logits)
     probs = dist.probs.detach()
@@ -171,7 +169,7 @@ def _update(net, opt, p: Problem, samples: int, entropy: float, gen: torch.Gener
     lat = [p.latency(d.numpy()) for d in draws]
     kept = [k for k, s in enumerate(lat) if not np.isnan(s)]  # nan: past the run's budget
     if not kept:
-        return draws.numpy(), [float("inf")]
+        return [float("inf")]
     draws, lat = draws[kept], [lat[k] for k in kept]
     reward = torch.tensor([p.best_single_s / s if np.isfinite(s) else 0.0 for s in lat])
     adv = reward - reward.mean()
@@ -182,7 +180,7 @@ def _update(net, opt, p: Problem, samples: int, entropy: float, gen: torch.Gener
     opt.zero_grad()
     loss.backward()
     opt.step()
-    return draws.numpy(), lat
+    return lat
 
 
 def reinforce(net, problems: Sequence[Problem], steps: int, samples: int = 8, lr: float = 1e-3,
@@ -198,7 +196,7 @@ def reinforce(net, problems: Sequence[Problem], steps: int, samples: int = 8, lr
     history = []
     for step in range(steps):
         p = problems[int(rng.integers(len(problems)))]
-        _, lat = _update(net, opt, p, samples, entropy, gen)
+        lat = _update(net, opt, p, samples, entropy, gen)
         history.append(p.best_single_s / min(lat))
         if (step + 1) % max(1, steps // 5) == 0:
             say(f"  reinforcement {step + 1}/{steps}: best sample {np.mean(history[-20:]):.3f}x "
@@ -238,7 +236,7 @@ def finetune(net, p: Problem, budget: int, samples: int = 8, lr: float = 1e-3, e
     gen = torch.Generator().manual_seed(seed)
     proposed = 0
     while p.measured() < budget and proposed < proposal_cap * budget:
-        _, lat = _update(net, opt, p, samples, entropy, gen)
+        lat = _update(net, opt, p, samples, entropy, gen)
         proposed += samples
         best = min(best, min(lat))
         curve.append(best)
