@@ -182,8 +182,12 @@ def main() -> None:
     ap.add_argument("--mode", default="pipeline", help="OpenVINO backend mode (pipeline, auto, hetero)")
     ap.add_argument("--rounds", type=int, default=5, help="full re-measurements of each setting's best")
     ap.add_argument("--overlap", action="store_true", help="also time the best while another thread compiles")
+    ap.add_argument("--streams", default="cold,converging", help="streams measured, comma-separated")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    unknown = sorted(set(args.streams.split(",")) - {"cold", "converging"})
+    if unknown:
+        ap.error(f"--streams takes cold and converging, not {', '.join(unknown)}")
     # (label, devices) of each backend compared; OpenVINO only where it is importable
     kinds: list[tuple[str, list[str]]] = []
     if args.backend in ("openvino", "both"):
@@ -200,9 +204,10 @@ def main() -> None:
               + f", timing: {default.warmup} warm-up + {default.repeats}x{default.block} runs, 1 thread "
               f"per device; race margin {default.race_margin:.0%}, cache {default.stage_cache} stages"
               + (f" / {default.stage_cache_mb:g} MB" if label == "openvino" else ""))
+    mw = max(11, max(len(m) for m in args.models.split(",")) + 1)
     tag = args.backend != "openvino"  # a backend column when it is not the only one of old
     print((f"{'backend':<10}" if tag else "")
-          + f"{'model':<11}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
+          + f"{'model':<{mw}}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
           f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'spread':>8}{'range':>8}")
     for model_name, (label, devices) in ((m, k) for m in args.models.split(",") for k in kinds):
         if label == "torch":
@@ -211,7 +216,9 @@ def main() -> None:
             graph, make_backend = openvino_backends(model_name, args.coarsen, devices, args.mode)
         n = graph.num_nodes
         col = f"{label:<10}" if tag else ""
-        for stream_name, make in (("cold", cold_stream), ("converging", converging_stream)):
+        streams = {"cold": cold_stream, "converging": converging_stream}
+        for stream_name in args.streams.split(","):
+            make = streams[stream_name]
             backends = {k: make_backend(TimingConfig(**kw)) for k, kw in SETTINGS.items()}
             stream = make(n, args.placements, args.seed)
             res = run_stream(backends, graph, stream, devices)
@@ -220,16 +227,16 @@ def main() -> None:
                 rate = len(stream) / res["spent"][k]
                 best = res["best"].get(k)
                 if best is None:
-                    print(f"{col}{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
+                    print(f"{col}{model_name:<{mw}}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
                     continue
                 med, spread, width = remeasure(backend, graph, best[1], devices, args.rounds)
-                print(f"{col}{model_name:<11}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
+                print(f"{col}{model_name:<{mw}}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
                       f"{res['stopped'][k]:>9}{res['failed'][k]:>8}{best[0] * 1e3:>9.2f}{med * 1e3:>16.2f}"
                       f"{spread:>8.1%}{width:>8.1%}")
             if args.overlap and label == "openvino" and "+settle" in res["best"]:
                 alone, busy = overlap(backends["+settle"], graph, res["best"]["+settle"][1], devices,
                                       args.rounds)
-                print(f"{col}{model_name:<11}{stream_name:<12}overlap: best alone {alone * 1e3:.2f} ms, while "
+                print(f"{col}{model_name:<{mw}}{stream_name:<12}overlap: best alone {alone * 1e3:.2f} ms, while "
                       f"another thread compiles {busy * 1e3:.2f} ms ({busy / alone - 1:+.1%})")
             del backends
 

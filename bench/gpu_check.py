@@ -210,7 +210,13 @@ def capped(spec: str, gpu: str, cap: str, hsdag_budget: int, refit_budget: int, 
                       "seconds": time.perf_counter() - t0, "curve_s": r["curve"]}
         if r["placement"] is not None:
             candidates[name] = np.asarray(r["placement"], np.int64)
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
     final = remeasure(lambda p: backend.measure_array(p).to_dict(), candidates, rounds=3)
+    if torch.cuda.is_available():  # the finalists' peak under the cap
+        out["gpu_peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2 ** 20
     for name, fig in final.items():
         rows.setdefault(name, {}).update(fig)
         rows[name]["gpu_nodes"] = int(np.asarray(candidates[name]).sum())

@@ -165,6 +165,29 @@ def test_a_memory_cap_refuses_weights_over_it(tiny):
     assert m.info["stages"] == 1 + device_changes(graph, light) > 10
 
 
+def test_a_capped_device_lets_go_of_an_evicted_placements_weights_at_once(tiny):
+    """A placed program is an fx module in reference cycles: the copies a placement put on a
+    capped device must go when the next placement replaces it, not when the garbage
+    collector runs (on a capped GPU they would fill the cap beside the next placement's)."""
+    import gc
+    import weakref
+
+    program, graph = tiny
+    one_built = TimingConfig(warmup=1, repeats=2, block=1, stage_cache=1)
+    capped = TorchBackend(graph, program, ["cpu", "cpu:bf16:mem=1GB"], one_built)
+    assert capped.measure(parse_placement("all:cpu:bf16", graph, DEVICES)).ok
+    copies = [weakref.ref(t) for (_, dev), t in capped.cache._copies.items() if dev == "cpu:bf16"]
+    assert copies
+    gc.collect()
+    gc.disable()
+    try:
+        assert capped.measure(parse_placement("all:cpu", graph, DEVICES)).ok
+        alive = sum(ref() is not None for ref in copies)
+    finally:
+        gc.enable()
+    assert alive == 0, f"{alive} of {len(copies)} copies on the capped device outlived their placement"
+
+
 # --------------------------------------------------------------- Accelerate's map
 def test_accelerate_map_puts_a_prefix_of_the_layers_on_the_accelerator():
     from envs.pytorch.accelerate_map import accelerate_device_map, accelerate_placement
