@@ -15,7 +15,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BackendKind", "BACKENDS", "register", "get", "is_real", "build", "graph_source"]
+__all__ = ["BackendKind", "BACKENDS", "register", "get", "is_real", "build", "graph_source",
+           "objective_error"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class BackendKind:
         source: where its graph comes from: ``openvino`` (an ``openvino.Model``,
             :func:`hsdag_core.compgraph.from_ov_model`) or ``torch`` (``torch.export``,
             :mod:`hsdag_core.torch_graph`); the simulator's follows its profile.
+        objectives: the objectives it measures (``sequential``: the latency of one
+            inference; ``throughput``: a pipeline's time per sample; ``parallel``:
+            independent stages of one inference concurrently).
     """
 
     name: str
@@ -39,6 +43,7 @@ class BackendKind:
     real: bool
     description: str
     source: str = "openvino"
+    objectives: tuple[str, ...] = ("sequential",)
 
 
 BACKENDS: dict[str, BackendKind] = {}
@@ -73,8 +78,22 @@ def graph_source(name: str, profile_source: str = "") -> str:
     return kind.source
 
 
+def objective_error(name: str, objective: str) -> str:
+    """A sentence when backend ``name`` cannot measure ``objective``, else ``""``."""
+    kind = get(name)
+    if objective in kind.objectives:
+        return ""
+    able = [k.name for k in BACKENDS.values() if objective in k.objectives]
+    return (f"the {name} backend measures the {' or '.join(kind.objectives)} objective, not "
+            f"{objective}; use --backend {' or '.join(able)} for it")
+
+
 def build(name: str, graph, **kwargs: Any):
-    """The backend ``name`` for ``graph`` (see the module docstring for ``kwargs``)."""
+    """The backend ``name`` for ``graph`` (see the module docstring for ``kwargs``);
+    ``ValueError`` when it cannot measure ``kwargs["objective"]``."""
+    error = objective_error(name, kwargs.get("objective", "sequential"))
+    if error:
+        raise ValueError(error)
     mod, _, attr = get(name).factory.partition(":")
     return getattr(importlib.import_module(mod), attr)(graph, **kwargs)
 
@@ -86,7 +105,9 @@ register(BackendKind("hetero", "envs.graph_backend:openvino_backend", True,
 register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
                      "OpenVINO: the model split into stages compiled per device"))
 register(BackendKind("simulator", "envs.graph_backend:simulator_backend", False,
-                     "the cost model of a profile (sequential, parallel or throughput objective)"))
+                     "the cost model of a profile (sequential, parallel or throughput objective)",
+                     objectives=("sequential", "parallel", "throughput")))
 register(BackendKind("torch", "envs.pytorch:torch_backend", True,
                      "PyTorch: the model exported with torch.export, split into stages per device "
-                     "(cpu, cpu:bf16, cuda:N; :mem=SIZE caps a device)", source="torch"))
+                     "(cpu, cpu:bf16, cuda:N; :mem=SIZE caps a device); sequential or pipelined "
+                     "(throughput objective)", source="torch", objectives=("sequential", "throughput")))

@@ -33,7 +33,8 @@ class EnvConfig:
         profile: a profile as a JSON dict (the simulator needs one): what the run knows of
             the devices (cost features, the memory repair, the start) and, without
             ``sim_profile``, the simulator's costs.
-        objective: simulator objective.
+        objective: what the backend measures: sequential, throughput or parallel
+            (:data:`envs.backends.BackendKind.objectives` says which a backend can).
         reward: one of :data:`REWARDS`.
         episode_len: placements per episode.
         failure_factor: a failed placement is rewarded as this many times the

@@ -85,7 +85,9 @@ class TrainConfig:
             profile whose op times are off, to see how a method does when its profile is
             wrong, as a recorded one is on a real machine (empty = the simulator measures
             with --profile).
-        objective: simulator objective: sequential, parallel or throughput.
+        objective: what is minimised: sequential (the latency of one inference),
+            throughput (a pipeline's time per sample: the simulator and the torch backend
+            measure it) or parallel (independent stages at once: the simulator).
         coarsen: graph coarsening before learning: none, colocation, openvino.
         budget: placements the policy proposes, each measured or (when proposed
             before) read from the cache (the paper: about 500); training stops
@@ -317,6 +319,7 @@ class TrainConfig:
     neighbour_order: str = "profile"
 
     def validate(self) -> None:
+        from envs.backends import BACKENDS, objective_error
         from envs.env_config import MEMORY_PENALTIES, REWARDS
         from envs.simulator import OBJECTIVES
         from hsdag_core.coarsening import COARSENINGS
@@ -332,6 +335,8 @@ class TrainConfig:
              f"unknown backend {self.backend!r}; choose one of {', '.join(backend_choices())}"),
             (self.objective in OBJECTIVES,
              f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}"),
+            (self.backend not in BACKENDS or not objective_error(self.backend, self.objective),
+             self.backend in BACKENDS and objective_error(self.backend, self.objective)),
             (self.coarsen in COARSENINGS,
              f"unknown coarsening {self.coarsen!r}; choose one of {', '.join(COARSENINGS)}"),
             (self.advantages in ADVANTAGES,

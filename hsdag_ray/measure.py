@@ -32,7 +32,7 @@ import sys
 from collections import Counter
 from typing import Optional, Sequence
 
-from envs.backends import graph_source
+from envs.backends import graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
@@ -60,7 +60,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "torch (PyTorch devices: cpu, cpu:bf16, cuda:N)")
     ap.add_argument("--profile", help="profile JSON for --backend simulator")
     ap.add_argument("--objective", default="sequential", choices=("sequential", "parallel", "throughput"),
-                    help="simulator objective (default sequential)")
+                    help="sequential: the latency of one inference (default); throughput: a "
+                         "pipeline's time per sample (simulator, torch); parallel: independent "
+                         "stages at once (simulator)")
     ap.add_argument("--coarsen", choices=COARSENINGS, default="none",
                     help="graph the shorthand placements are made on (default none)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
@@ -71,6 +73,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     timing = timing_from_args(args, args.validate)
+    if objective_error(args.backend, args.objective):
+        raise UsageError(objective_error(args.backend, args.objective))
     auto = args.placement.lower() == "auto"
     if auto and args.backend == "simulator":
         raise UsageError("--placement auto measures OpenVINO's AUTO device on real devices, "

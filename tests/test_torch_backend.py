@@ -415,6 +415,8 @@ def test_train_refit_on_a_recorded_torch_profile(tmp_path):
      ["OpenVINO/ONNX file"]),
     ("hsdag_ray.measure", ["--backend", "torch", "--devices", "cpu,cpu:int3", "--model", "tiny_cnn"],
      ["cpu:int3"]),
+    ("hsdag_ray.measure", ["--backend", "torch", "--objective", "parallel", "--model", "tiny_cnn"],
+     ["sequential or throughput", "--backend simulator"]),
 ])
 def test_bad_input_exits_2_with_one_sentence(prog, argv, words, tmp_path, monkeypatch, capsys):
     import importlib

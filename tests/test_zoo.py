@@ -82,13 +82,10 @@ def test_a_small_decoder_llm_and_a_vision_transformer_build_from_their_specs():
                                                      marks=pytest.mark.slow),
                                         pytest.param("hf:xlnet:n_layer=1", "export the model yourself",
                                                      marks=pytest.mark.slow)])
-def test_unknown_architecture_names_are_one_sentence(spec, words):
-    import subprocess
-    import sys
+def test_unknown_architecture_names_are_one_sentence(spec, words, capsys):
+    from tests.test_bad_inputs import one_error
 
-    r = subprocess.run([sys.executable, "-m", "hsdag_ray.graph", spec], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
+    assert words in one_error(capsys, "graph", [spec])
 
 
 @pytest.mark.slow

@@ -18,6 +18,9 @@ For each placement (:meth:`TorchBackend.measure_ops`, an fx node name -> device 
    the host (page-locked when a GPU is used) and returning the outputs to it. On a GPU
    every block ends with ``torch.cuda.synchronize()``, and a placement entirely on one
    GPU is timed with CUDA events; otherwise ``time.perf_counter``.
+   Under the throughput objective (``objective="throughput"``) each timed run is a round
+   of pipelined inference instead, several samples in flight
+   (:mod:`envs.pytorch.pipelined`), and the latency is the time per sample.
 4. **Check.** With ``TimingConfig.validate_outputs`` the outputs are compared once with the
    unsplit program's on the CPU in float32 (relative error within
    :data:`envs.openvino.runners.TOLERANCE`-like bounds per precision, :data:`TOLERANCE`).
@@ -37,11 +40,17 @@ import torch
 
 from envs.base import Backend, Measurement, TimingConfig, summarize_times
 from envs.pytorch.devices import TorchDevice, check_devices
+from envs.pytorch.pipelined import PipelinedRunner, in_flight_for
 from envs.pytorch.stages import TensorCache, build_placed, to_host, weight_bytes_per_device
 from envs.timing import StageFailure, time_runs, timeout_text
 
-__all__ = ["TorchBackend", "TOLERANCE", "output_error", "weight_budget", "WORKSPACE_BYTES",
-           "ALLOCATOR_SLACK_BYTES"]
+__all__ = ["TorchBackend", "OBJECTIVES", "PIPELINE_ROUND", "TOLERANCE", "output_error", "weight_budget",
+           "WORKSPACE_BYTES", "ALLOCATOR_SLACK_BYTES"]
+
+#: what the backend measures: one inference at a time, or a pipeline's time per sample
+OBJECTIVES = ("sequential", "throughput")
+#: samples per worker in a round of pipelined inference (the pipeline fills and drains once)
+PIPELINE_ROUND = 4
 
 #: relative output error (max abs error / max abs reference output) a placement may show,
 #: by the least precise device it uses
@@ -138,8 +147,12 @@ class TorchBackend(Backend):
 
     races = True
 
-    def __init__(self, graph, program, devices: Sequence[str], timing: TimingConfig = TimingConfig()) -> None:
-        self.graph, self.program, self.timing = graph, program, timing
+    def __init__(self, graph, program, devices: Sequence[str], timing: TimingConfig = TimingConfig(),
+                 objective: str = "sequential") -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"the torch backend measures the {' or '.join(OBJECTIVES)} objective, "
+                             f"not {objective}")
+        self.graph, self.program, self.timing, self.objective = graph, program, timing, objective
         self.torch_devices: list[TorchDevice] = check_devices(list(devices))
         self.by_name = {d.name: d for d in self.torch_devices}
         self.devices = [d.name for d in self.torch_devices]
@@ -206,18 +219,9 @@ class TorchBackend(Backend):
             placed, stages = self._placed(affinity)
             info["stages"] = len(stages)
             info["compile_s"] = time.perf_counter() - start
-            single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
-            runner = (_EventRunner if single_gpu else _Runner)(placed, self.inputs, self.cuda)
-            if fresh and self.cuda:  # its first run's one-time costs (see the module docstring)
-                start = time.perf_counter()
-                runner.infer()
-                info["first_run_s"] = time.perf_counter() - start
-            best = self._race_best if race else None
-            samples = time_runs(runner, self.timing, 0, deadline, info, best)
-            if single_gpu and not info.get("raced"):
-                info["cuda_event_s"] = runner.last_s
+            samples, outputs = self._time(placed, len(stages), used, fresh, race, deadline, info)
             if self.timing.validate_outputs if validate is None else validate:
-                err = output_error(runner.outputs, self.reference())
+                err = output_error(outputs, self.reference())
                 info["output_error"] = err
                 tol = max(TOLERANCE[self.by_name[d].dtype] for d in used)
                 if not err <= tol:
@@ -242,6 +246,34 @@ class TorchBackend(Backend):
                            backend=self.name, samples_s=list(samples), info=info)
 
     # ---------------------------------------------------------------- helpers
+    def _time(self, placed, stages: int, used: list[str], fresh: bool, race: bool, deadline: float,
+              info: dict) -> tuple[list[float], list[torch.Tensor]]:
+        """The timed samples (seconds per inference, or per sample of a pipeline under the
+        throughput objective) and the outputs of the last run."""
+        best = self._race_best if race else None
+        if self.objective == "throughput":
+            in_flight = in_flight_for(stages)
+            runner = PipelinedRunner(placed, self.inputs, in_flight, PIPELINE_ROUND * in_flight)
+            info.update(objective="throughput", in_flight=in_flight, samples_per_round=runner.samples)
+            try:  # time_runs times rounds: the best so far and the samples in rounds' units
+                if fresh and self.cuda:
+                    runner.infer()
+                rounds = time_runs(runner, self.timing, 0, deadline, info,
+                                   None if best is None else best * runner.samples)
+            finally:
+                runner.close()
+            return [r / runner.samples for r in rounds], runner.outputs
+        single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
+        runner = (_EventRunner if single_gpu else _Runner)(placed, self.inputs, self.cuda)
+        if fresh and self.cuda:  # its first run's one-time costs (see the module docstring)
+            start = time.perf_counter()
+            runner.infer()
+            info["first_run_s"] = time.perf_counter() - start
+        samples = time_runs(runner, self.timing, 0, deadline, info, best)
+        if single_gpu and not info.get("raced"):
+            info["cuda_event_s"] = runner.last_s
+        return samples, runner.outputs
+
     def reference(self) -> list[torch.Tensor]:
         """The unsplit program's outputs on the CPU in float32 (computed once)."""
         if self._reference is None:

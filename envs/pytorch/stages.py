@@ -25,7 +25,9 @@ __all__ = ["OnDevice", "TensorCache", "retarget", "stage_of_nodes", "build_place
 
 class OnDevice(nn.Module):
     """A stage that runs on ``device``: its floating inputs are moved there (and cast to
-    the device's precision) on the way in."""
+    the device's precision) on the way in. With a ``lock`` (pipelined inference,
+    :mod:`envs.pytorch.pipelined`) the stage holds it while it runs, on a GPU until its
+    work is done, so that one stage at a time uses the device."""
 
     def __init__(self, stage: nn.Module, device: TorchDevice) -> None:
         super().__init__()
@@ -33,6 +35,8 @@ class OnDevice(nn.Module):
         self.device = device.torch_device
         self.dtype = device.torch_dtype
         self.non_blocking = device.is_cuda
+        self.device_name = device.name
+        self.lock = None
 
     def _move(self, x):
         if not isinstance(x, torch.Tensor):
@@ -43,7 +47,13 @@ class OnDevice(nn.Module):
         return x.to(self.device, dtype, non_blocking=self.non_blocking and x.device.type == "cpu")
 
     def forward(self, *args):
-        return self.stage(*(self._move(a) for a in args))
+        if self.lock is None:
+            return self.stage(*(self._move(a) for a in args))
+        with self.lock:
+            out = self.stage(*(self._move(a) for a in args))
+            if self.non_blocking:
+                torch.cuda.current_stream(self.device).synchronize()
+            return out
 
 
 class TensorCache:
