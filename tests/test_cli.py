@@ -181,6 +181,9 @@ def test_the_result_table_compares_with_the_cpu_alone(cpu):
     text = console.export_text()
     assert f"vs {cpu}_only" in text
     assert "50.0% faster" in text and "60.0% faster" in text and "0.0% faster" in text
+    assert "latency" in text and "time per sample" not in text
+    console.print(result_table({**summary, "objective": "throughput"}))
+    assert "time per sample" in console.export_text()  # a pipeline's figure, named as such
 
 
 @pytest.mark.parametrize("measured", [True, False])
