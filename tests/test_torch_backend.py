@@ -188,6 +188,26 @@ def test_a_capped_device_lets_go_of_an_evicted_placements_weights_at_once(tiny):
     assert alive == 0, f"{alive} of {len(copies)} copies on the capped device outlived their placement"
 
 
+def test_placements_that_share_stages_build_only_their_new_ones(tiny):
+    """A stage depends on its node set alone: the next placement of a local search reuses
+    the stages it shares with earlier ones (outputs still checked), except on a capped
+    device, whose stages leave with their placement."""
+    program, graph = tiny
+    backend = TorchBackend(graph, program, DEVICES, TIMING)
+    names = graph.names
+    half = len(names) // 2
+    first = {n: "cpu" if i < half else "cpu:bf16" for i, n in enumerate(names)}
+    second = {**first, names[-1]: "cpu"}  # the last node moves: the first stage is unchanged
+    for placement in (first, second):
+        m = backend.measure(placement)
+        assert m.ok and m.info["output_error"] <= 8e-2, m.error
+    assert backend.stages.hits == 1 and backend.stages.misses == 2 + 2
+    capped = TorchBackend(graph, program, ["cpu", "cpu:bf16:mem=1GB"], TIMING)
+    for placement in (first, second):
+        assert capped.measure(placement).ok
+    assert capped.stages.hits == 1 and capped.stages.misses == 1 + 1  # the cpu stage alone
+
+
 # --------------------------------------------------------------- Accelerate's map
 def test_accelerate_map_puts_a_prefix_of_the_layers_on_the_accelerator():
     from envs.pytorch.accelerate_map import accelerate_device_map, accelerate_placement

@@ -8,9 +8,12 @@ For each placement (:meth:`TorchBackend.measure_ops`, an fx node name -> device 
    libraries' workspaces and the largest activations (:func:`weight_budget`), so what
    passes the check also runs under the allocator's cap.
 2. **Build.** The program is cut into stages (:mod:`envs.pytorch.stages`); parameters are
-   moved to a device once and shared by every placement that puts them there, and the
-   last few built placements are kept (``TimingConfig.stage_cache``; only one while a
-   CUDA device is capped, so cached stages never hold GPU memory a placement needs).
+   moved to a device once and shared by every placement that puts them there. Built
+   stages are kept (``TimingConfig.stage_cache`` of them), so a placement that shares
+   stages with earlier ones builds only its new ones, as OpenVINO's compiled-stage cache
+   does; stages on a capped device are built per placement. The last few built
+   placements are kept too (only one while a CUDA device is capped, so cached stages
+   never hold GPU memory a placement needs).
 3. **Time.** On a GPU a newly built placement first runs once untimed: that run loads
    kernels and grows the allocator, a one-time cost racing would otherwise judge the
    placement by. Then warm-up runs and timed blocks (:func:`envs.timing.time_runs`, raced
@@ -41,7 +44,8 @@ import torch
 from envs.base import Backend, Measurement, TimingConfig, summarize_times
 from envs.pytorch.devices import TorchDevice, check_devices
 from envs.pytorch.pipelined import PipelinedRunner, in_flight_for
-from envs.pytorch.stages import TensorCache, build_placed, to_host, weight_bytes_per_device
+from envs.pytorch.stages import (OnDevice, StageCache, TensorCache, build_placed, to_host,
+                                 weight_bytes_per_device)
 from envs.timing import StageFailure, time_runs, timeout_text
 
 __all__ = ["TorchBackend", "OBJECTIVES", "PIPELINE_ROUND", "TOLERANCE", "output_error", "weight_budget",
@@ -99,11 +103,14 @@ def weight_budget(device: TorchDevice, program) -> float:
 
 
 def _free(placed) -> None:
-    """Drop a built placement's device copies now. A placed program is an fx module, which
-    sits in reference cycles, so without this its copies would stay allocated until the
+    """Drop the device copies of a built placement's own stages now (those a
+    :class:`~envs.pytorch.stages.StageCache` shares stay). Its stages are fx modules, which
+    sit in reference cycles, so without this the copies would stay allocated until the
     garbage collector runs: on a capped GPU, beside the next placement's, past the cap."""
-    for name in list(placed._buffers):
-        placed._buffers[name] = None
+    for m in placed.modules():
+        if isinstance(m, OnDevice) and not m.shared:
+            for name in list(m.stage._buffers):
+                m.stage._buffers[name] = None
 
 
 class _Runner:
@@ -167,6 +174,7 @@ class TorchBackend(Backend):
         self.weight_budget = {d.name: weight_budget(d, program) for d in self.torch_devices
                               if d.mem_bytes is not None}
         self.cache = TensorCache()
+        self.stages = StageCache(timing.stage_cache)
         self._built: OrderedDict = OrderedDict()
         self._race_best: Optional[float] = None
         self._reference: Optional[list[torch.Tensor]] = None
@@ -309,7 +317,7 @@ class TorchBackend(Backend):
         keep = 1 if any(self.by_name[d].is_cuda for d in self.capped) else max(1, self.timing.stage_cache)
         while len(self._built) >= keep:
             _free(self._built.popitem(last=False)[1][0])
-        built = build_placed(self.program.gm, affinity, self.by_name, self.cache)
+        built = build_placed(self.program.gm, affinity, self.by_name, self.cache, self.stages)
         self._built[key] = built
         return built
 
@@ -318,6 +326,7 @@ class TorchBackend(Backend):
         for placed, _ in self._built.values():
             _free(placed)
         self._built.clear()
+        self.stages.clear()
         self.cache.clear()
         if self.cuda:
             torch.cuda.empty_cache()

@@ -3,8 +3,9 @@
 The ATen graph's nodes, in graph order, are cut wherever the device of a compute node
 changes (the stage boundaries the simulator counts); ``getitem`` nodes go with the op
 they read, and ops computed from parameters alone with their first consumer.
-``torch.fx.passes.split_module`` turns the stages into one sub-``GraphModule`` each; the
-top-level module calls them in order. Each stage runs on its device in its precision
+Each stage becomes a ``GraphModule`` of its own nodes (:class:`Staged` runs them in order,
+handing values on by node name); a stage depends on its node set alone, so
+:class:`StageCache` keeps built stages for the next placement that has them. Each stage runs on its device in its precision
 (:class:`OnDevice`): tensors arriving from another device are copied at the stage's
 entrance (host to GPU without blocking the host; GPU to host waits for the data), and
 parameters are moved once per device by :class:`TensorCache`, never per inference.
@@ -12,15 +13,16 @@ parameters are moved once per device by :class:`TensorCache`, never per inferenc
 from __future__ import annotations
 
 import operator
-from typing import Mapping
+from collections import OrderedDict
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
 
 from envs.pytorch.devices import TorchDevice
 
-__all__ = ["OnDevice", "TensorCache", "retarget", "stage_of_nodes", "build_placed", "to_host",
-           "weight_bytes_per_device"]
+__all__ = ["OnDevice", "TensorCache", "StageCache", "Staged", "retarget", "stage_of_nodes", "build_placed",
+           "to_host", "weight_bytes_per_device"]
 
 
 class OnDevice(nn.Module):
@@ -37,6 +39,7 @@ class OnDevice(nn.Module):
         self.non_blocking = device.is_cuda
         self.device_name = device.name
         self.lock = None
+        self.shared = False  # held by a StageCache, so shared with other placements
 
     def _move(self, x):
         if not isinstance(x, torch.Tensor):
@@ -95,21 +98,6 @@ def retarget(kwargs: Mapping, device: TorchDevice) -> dict:
     return out
 
 
-def _retarget_graph(module: nn.Module, device: TorchDevice) -> None:
-    graph = getattr(module, "graph", None)
-    if graph is None:
-        return
-    changed = False
-    for n in graph.nodes:
-        if n.op == "call_function" and n.kwargs:
-            new = retarget(n.kwargs, device)
-            if new != dict(n.kwargs):
-                n.kwargs = new
-                changed = True
-    if changed:
-        module.recompile()
-
-
 def stage_of_nodes(gm, affinity: Mapping[str, str]) -> tuple[dict[str, int], list[str]]:
     """Each fx node's stage and each stage's device name, for ``affinity`` (fx node name
     -> device name, covering every compute node). Stages are numbered in graph order, so a
@@ -136,43 +124,109 @@ def stage_of_nodes(gm, affinity: Mapping[str, str]) -> tuple[dict[str, int], lis
     return stage, devices
 
 
+class Staged(nn.Module):
+    """A placement's stages run in order: each reads the program's inputs and earlier
+    stages' outputs by fx node name, and the program's outputs are gathered at the end."""
+
+    def __init__(self, gm, stages: list[OnDevice], plan: list[tuple[list[str], list[str]]]) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList(stages)
+        self.plan = plan
+        self.gm = [gm]  # not a submodule: its parameters stay where they are
+        self.inputs = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.output = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+
+    def forward(self, *args):
+        env = dict(zip(self.inputs, args))
+        for stage, (ins, outs) in zip(self.stages, self.plan):
+            env.update(zip(outs, stage(*(env[i] for i in ins))))
+        return torch.fx.node.map_arg(
+            self.output, lambda n: env[n.name] if n.name in env else _attr(self.gm[0], n.target))
+
+
+def _stage(gm, nodes: list, device: TorchDevice, cache: "TensorCache") -> tuple[OnDevice, list[str], list[str]]:
+    """One stage: the ``nodes`` (graph order) as a GraphModule on ``device``, the names of
+    the values it reads from outside and of those it hands on. Both follow from the node
+    set alone, so a stage is the same in every placement that has it."""
+    names = {n.name for n in nodes}
+    graph, root = torch.fx.Graph(), nn.Module()
+    env: dict[str, torch.fx.Node] = {}
+    ins: list[str] = []
+
+    def outside(a: torch.fx.Node) -> torch.fx.Node:
+        if a.name not in env:
+            if a.op == "get_attr":  # a parameter: its copy on this device, held by the stage
+                attr = "p_" + a.target.replace(".", "_")
+                root.register_buffer(attr, cache.get(a.target, _attr(gm, a.target), device),
+                                     persistent=False)
+                env[a.name] = graph.get_attr(attr)
+            else:
+                ins.append(a.name)
+                env[a.name] = graph.placeholder(a.name)
+        return env[a.name]
+
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a.name not in names:
+                outside(a)
+        copy = graph.node_copy(n, lambda a: env[a.name])
+        if copy.op == "call_function" and copy.kwargs:
+            copy.kwargs = retarget(copy.kwargs, device)
+        env[n.name] = copy
+    outs = [n.name for n in nodes if any(u.name not in names for u in n.users)]
+    graph.output(tuple(env[o] for o in outs))
+    return OnDevice(torch.fx.GraphModule(root, graph), device), ins, outs
+
+
+class StageCache:
+    """Built stages kept between placements, keyed by device and node set, so a placement
+    that shares stages with an earlier one builds only its new stages. Stages on a device
+    with a memory cap are not kept: their parameter copies must leave with their placement.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._stages: "OrderedDict[tuple, tuple[OnDevice, list[str], list[str]]]" = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, gm, nodes: list, device: TorchDevice, cache: "TensorCache"):
+        if self.size <= 0 or device.mem_bytes is not None:
+            return _stage(gm, nodes, device, cache)
+        key = (device.name, tuple(n.name for n in nodes))
+        hit = self._stages.get(key)
+        if hit is not None:
+            self.hits += 1
+            self._stages.move_to_end(key)
+            return hit
+        self.misses += 1
+        built = _stage(gm, nodes, device, cache)
+        built[0].shared = True
+        self._stages[key] = built
+        while len(self._stages) > self.size:
+            self._stages.popitem(last=False)
+        return built
+
+    def clear(self) -> None:
+        self._stages.clear()
+
+
 def build_placed(gm, affinity: Mapping[str, str], devices: Mapping[str, TorchDevice],
-                 cache: TensorCache) -> tuple[nn.Module, list[str]]:
+                 cache: TensorCache, stages: Optional["StageCache"] = None) -> tuple[nn.Module, list[str]]:
     """The placed program of ``affinity``: a module taking the program's inputs (on the
     host) and returning its outputs where the last stages leave them, and the stages'
-    device names in run order."""
-    from torch.fx.passes.split_module import split_module
-
+    device names in run order. Stages come from ``stages`` where it holds them."""
     stage, order = stage_of_nodes(gm, affinity)
-    split = split_module(gm, gm, lambda n: stage[n.name], keep_original_order=True)
-    graph = split.graph
-    params: dict[str, torch.Tensor] = {}
-    calls = [n for n in graph.nodes if n.op == "call_module" and n.target.startswith("submod_")]
+    members: list[list] = [[] for _ in order]
+    for n in gm.graph.nodes:
+        if n.name in stage:
+            members[stage[n.name]].append(n)
     # copies the placement does not use leave a capped device before any new one arrives
-    needed = {(a.target, devices[order[int(c.target.split("_")[-1])]].name)
-              for c in calls for a in c.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"}
+    needed = {(a.target, devices[order[k]].name) for k, nodes in enumerate(members)
+              for n in nodes for a in n.all_input_nodes if a.op == "get_attr"}
     cache.keep(needed, {d.name for d in devices.values() if d.mem_bytes is not None})
-    for call in calls:
-        k = int(call.target.split("_")[-1])
-        dev = devices[order[k]]
-        stage_module = getattr(split, call.target)
-        _retarget_graph(stage_module, dev)
-        setattr(split, call.target, OnDevice(stage_module, dev))
-        new_args = []
-        for a in call.args:
-            if isinstance(a, torch.fx.Node) and a.op == "get_attr":
-                attr = f"_on_{dev.name.replace(':', '_')}_{a.target.replace('.', '_')}"
-                if attr not in params:
-                    params[attr] = cache.get(a.target, _attr(gm, a.target), dev)
-                    split.register_buffer(attr, params[attr], persistent=False)
-                with graph.inserting_before(call):
-                    a = graph.get_attr(attr)
-            new_args.append(a)
-        call.args = tuple(new_args)
-    for n in [n for n in graph.nodes if n.op == "get_attr" and not n.users]:
-        graph.erase_node(n)
-    split.recompile()
-    return split, order
+    stages = stages or StageCache(0)
+    built = [stages.get(gm, nodes, devices[order[k]], cache) for k, nodes in enumerate(members)]
+    return Staged(gm, [b[0] for b in built], [(b[1], b[2]) for b in built]), order
 
 
 def _attr(module, target: str) -> torch.Tensor:
