@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import time
 
-
 from bench.bench_measure import cold_stream, converging_stream
 
 __all__ = ["main"]
