@@ -181,11 +181,9 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
 
     own, ref = over_what(base.objective)
     exact = own == "optimum"
-    started = not ray.is_initialized()
-    if started:
-        from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.local_ray import start_or_join
 
-        start_local_ray(log_to_driver=False, configure_logging=False)
+    started = start_or_join()
     cases = []
     with tempfile.TemporaryDirectory() as out:
         for model in models:

@@ -17,9 +17,9 @@ its own Ray only, so the GCS, raylet and workers are given the loopback address.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Optional
 
-__all__ = ["LOOPBACK", "start_local_ray"]
+__all__ = ["LOOPBACK", "start_local_ray", "start_or_join"]
 
 #: the node address asked for (Ray resolves it to ``::1`` on a host without IPv4)
 LOOPBACK = "127.0.0.1"
@@ -40,3 +40,30 @@ def start_local_ray(**kwargs: Any):
         return ray.init(**opts)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = clusters
+
+
+def start_or_join(address: str = "", measures: bool = False,
+                  env_vars: Optional[Mapping[str, str]] = None, **kwargs: Any) -> bool:
+    """Ray for a command, as ``train``, ``sweep`` and ``pretrain`` all get it: nothing
+    when this process already runs one (a caller's, or the test session's); else join the
+    cluster at ``address`` (``ray start``), or start a local Ray on loopback
+    (:func:`start_local_ray`) holding one measuring slot when this machine ``measures``
+    on real devices (so measurements never overlap). ``env_vars`` go to every worker;
+    ``kwargs`` are other ``ray.init`` settings. True when Ray was started or joined
+    here, so the caller shuts it down."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    opts = {"log_to_driver": False, "configure_logging": False, **kwargs}
+    if env_vars:
+        opts["runtime_env"] = {"env_vars": dict(env_vars)}
+    if address:
+        ray.init(address=address, include_dashboard=False, **opts)
+        return True
+    if measures:
+        from hsdag_ray.config import MEASURE_RESOURCE
+
+        opts["resources"] = {MEASURE_RESOURCE: 1}
+    start_local_ray(**opts)
+    return True

@@ -137,7 +137,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     from envs.multi_graph import MultiGraphEnv, padding_of
     from hsdag_ray.algos import algo_config
     from hsdag_core.families import family_devices, get_family
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.local_ray import start_or_join
     from hsdag_ray.pretrained import save_pretrained
     from policies.registry import get
 
@@ -169,10 +169,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     env = MultiGraphEnv(multi_cfg)
     say(f"padding {n} nodes / {e} edges; {env.observation_space['x'].shape[1]} features; "
         f"devices {', '.join(env.devices)}")
-    started = not ray.is_initialized()  # joins a running Ray, as train and sweep do
-    if started:
-        start_local_ray(log_to_driver=False, configure_logging=False,
-                        num_cpus=max(1, cfg.env_runners + 1))
+    started = start_or_join(num_cpus=max(1, cfg.env_runners + 1))  # or a running one, as train's
     try:
         ac = algo_config(cfg, method, multi_cfg, False, env.steps_per_episode)
         ac = ac.environment(MultiGraphEnv, env_config=multi_cfg)

@@ -353,6 +353,7 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     import ray
     from ray import tune
 
+    from hsdag_ray.local_ray import start_or_join
     from hsdag_ray.results import load_summary, rows_from_summary, write_all
     from hsdag_ray.rundir import absolute
 
@@ -376,24 +377,12 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
 
     wandb_mode = "online" if sc.train.get("wandb") == "online" else "offline"
     os.environ.setdefault("WANDB_MODE", wandb_mode)  # before ray.init: the workers inherit it
-    started = False
     signals = _Signals().__enter__()
     errored: set[str] = set()
-    if not ray.is_initialized():
-        kw = {"log_to_driver": False, "configure_logging": False,
-              "runtime_env": {"env_vars": {"WANDB_MODE": os.environ["WANDB_MODE"],
-                                           "OMP_NUM_THREADS": "1"}}}
-        if sc.address:
-            ray.init(address=sc.address, include_dashboard=False, **kw)
-        else:  # a single machine: Ray on loopback only
-            from hsdag_ray.local_ray import start_local_ray
-
-            if any(_measures(sc.trial_config(t, runs)) for t in grid):
-                # this machine measures (as a local training run's Ray): one slot, so the
-                # trials' measurements never overlap
-                kw["resources"] = {MEASURE_RESOURCE: 1}
-            start_local_ray(**kw)
-        started = True
+    # on one machine that measures (as a local training run's Ray): one measuring slot,
+    # so the trials' measurements never overlap
+    started = start_or_join(sc.address, any(_measures(sc.trial_config(t, runs)) for t in grid),
+                            {"WANDB_MODE": os.environ["WANDB_MODE"], "OMP_NUM_THREADS": "1"})
     try:
         first = sc.trial_config(grid[0], runs)
         resources = _resources(sc, first)

@@ -58,25 +58,10 @@ __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args
 
 def _start_ray(cfg: TrainConfig, real: bool) -> bool:
     """Start (or join, with ``--address``) Ray unless it runs already; True if started here."""
-    import ray
+    from hsdag_ray.local_ray import start_or_join
 
-    if ray.is_initialized():
-        return False
-    init_kw: dict[str, Any] = {
-        "include_dashboard": False, "log_to_driver": False, "configure_logging": False,
-        "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(cfg.torch_threads),
-                                     "WANDB_MODE": os.environ["WANDB_MODE"]}}}
-    if cfg.address:
-        ray.init(address=cfg.address, **init_kw)
-        return True
-    from hsdag_ray.local_ray import start_local_ray
-
-    # a new local Ray, even when another one runs on this machine (ray.init() alone
-    # would join the latest cluster started with `ray start`), on loopback only
-    if real:
-        init_kw["resources"] = {MEASURE_RESOURCE: 1}
-    start_local_ray(**init_kw)
-    return True
+    return start_or_join(cfg.address, real, {"OMP_NUM_THREADS": str(cfg.torch_threads),
+                                             "WANDB_MODE": os.environ["WANDB_MODE"]})
 
 
 def _measuring_runners(cfg: TrainConfig, real: bool, devices: list[str],
