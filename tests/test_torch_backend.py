@@ -421,6 +421,15 @@ def test_train_refit_on_a_recorded_torch_profile(tmp_path):
     assert summary["method"] == "refit"
 
 
+@pytest.mark.slow
+def test_train_for_throughput_on_the_torch_backend(tmp_path, capsys):
+    """--objective throughput: every placement and baseline is a pipeline's measured time
+    per sample, and the run says so."""
+    summary = _train(tmp_path, "thr", "--method", "random", "--objective", "throughput")
+    assert summary["objective"] == "throughput"
+    assert "time per sample" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("prog,argv,words", [
     ("hsdag_ray.train", ["--backend", "torch", "--devices", "cpu,cuda:0", "--model", "tiny_cnn",
