@@ -90,10 +90,12 @@ def objective_error(name: str, objective: str) -> str:
 
 def build(name: str, graph, **kwargs: Any):
     """The backend ``name`` for ``graph`` (see the module docstring for ``kwargs``);
-    ``ValueError`` when it cannot measure ``kwargs["objective"]``."""
+    :class:`~hsdag_core.errors.GraphError` when it cannot measure ``kwargs["objective"]``."""
+    from hsdag_core.errors import GraphError
+
     error = objective_error(name, kwargs.get("objective", "sequential"))
     if error:
-        raise ValueError(error)
+        raise GraphError(error)
     mod, _, attr = get(name).factory.partition(":")
     return getattr(importlib.import_module(mod), attr)(graph, **kwargs)
 

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from envs.backends import BACKENDS, build, objective_error
+from envs.backends import BACKENDS, build
 from envs.base import Backend, Measurement, TimingConfig
 from hsdag_core.compgraph import CompGraph, GraphError
 

@@ -326,6 +326,7 @@ class TrainConfig:
         from policies.registry import METHODS
         from policies.advantages import ADVANTAGES
 
+        unmeasured = objective_error(self.backend, self.objective) if self.backend in BACKENDS else ""
         checks = [
             (self.method in METHODS,
              f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}"),
@@ -335,8 +336,7 @@ class TrainConfig:
              f"unknown backend {self.backend!r}; choose one of {', '.join(backend_choices())}"),
             (self.objective in OBJECTIVES,
              f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}"),
-            (self.backend not in BACKENDS or not objective_error(self.backend, self.objective),
-             self.backend in BACKENDS and objective_error(self.backend, self.objective)),
+            (not unmeasured, unmeasured),
             (self.coarsen in COARSENINGS,
              f"unknown coarsening {self.coarsen!r}; choose one of {', '.join(COARSENINGS)}"),
             (self.advantages in ADVANTAGES,

@@ -36,6 +36,7 @@ from envs.backends import graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
+from hsdag_ray.resolve import default_devices
 from hsdag_core.coarsening import COARSENINGS, build_graph
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
@@ -73,8 +74,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     timing = timing_from_args(args, args.validate)
-    if objective_error(args.backend, args.objective):
-        raise UsageError(objective_error(args.backend, args.objective))
+    unmeasured = objective_error(args.backend, args.objective)
+    if unmeasured:
+        raise UsageError(unmeasured)
     auto = args.placement.lower() == "auto"
     if auto and args.backend == "simulator":
         raise UsageError("--placement auto measures OpenVINO's AUTO device on real devices, "
@@ -104,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         described = [f"{d}: {'modeled' if profile.is_modeled(d) else 'measured'} (profile {args.profile})"
                      for d in names]
     else:
-        specs = specs or (["cpu", "cpu:bf16"] if args.backend == "torch" else ["CPU", "CPU_F32"])
+        specs = specs or default_devices(args.backend)
         names = resolve_devices(specs, timing.threads, args.backend)
         described = describe_devices(specs, timing.threads, args.backend)
     source = graph_source(args.backend, profile.source if profile is not None else "")

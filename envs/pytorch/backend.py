@@ -41,6 +41,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import torch
 
+from envs.backends import objective_error
 from envs.base import Backend, Measurement, TimingConfig, summarize_times
 from envs.pytorch.devices import TorchDevice, check_devices
 from envs.pytorch.pipelined import PipelinedRunner, in_flight_for
@@ -48,11 +49,9 @@ from envs.pytorch.stages import (OnDevice, StageCache, TensorCache, build_placed
                                  weight_bytes_per_device)
 from envs.timing import StageFailure, time_runs, timeout_text
 
-__all__ = ["TorchBackend", "OBJECTIVES", "PIPELINE_ROUND", "TOLERANCE", "output_error", "weight_budget",
+__all__ = ["TorchBackend", "PIPELINE_ROUND", "TOLERANCE", "output_error", "weight_budget",
            "WORKSPACE_BYTES", "ALLOCATOR_SLACK_BYTES"]
 
-#: what the backend measures: one inference at a time, or a pipeline's time per sample
-OBJECTIVES = ("sequential", "throughput")
 #: samples per worker in a round of pipelined inference (the pipeline fills and drains once)
 PIPELINE_ROUND = 4
 
@@ -127,6 +126,9 @@ class _Runner:
         if self.cuda:
             torch.cuda.synchronize()
 
+    def close(self) -> None:
+        pass
+
 
 class _EventRunner(_Runner):
     """A placement entirely on one GPU: each run is timed with CUDA events as well, and
@@ -156,9 +158,8 @@ class TorchBackend(Backend):
 
     def __init__(self, graph, program, devices: Sequence[str], timing: TimingConfig = TimingConfig(),
                  objective: str = "sequential") -> None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"the torch backend measures the {' or '.join(OBJECTIVES)} objective, "
-                             f"not {objective}")
+        if objective_error("torch", objective):  # what the registry says it measures
+            raise ValueError(objective_error("torch", objective))
         self.graph, self.program, self.timing, self.objective = graph, program, timing, objective
         self.torch_devices: list[TorchDevice] = check_devices(list(devices))
         self.by_name = {d.name: d for d in self.torch_devices}
@@ -223,8 +224,7 @@ class TorchBackend(Backend):
         deadline = time.perf_counter() + self.timing.timeout_s
         try:
             start = time.perf_counter()
-            fresh = tuple(sorted(affinity.items())) not in self._built
-            placed, stages = self._placed(affinity)
+            placed, stages, fresh = self._placed(affinity)
             info["stages"] = len(stages)
             info["compile_s"] = time.perf_counter() - start
             samples, outputs = self._time(placed, len(stages), used, fresh, race, deadline, info)
@@ -259,28 +259,27 @@ class TorchBackend(Backend):
         """The timed samples (seconds per inference, or per sample of a pipeline under the
         throughput objective) and the outputs of the last run."""
         best = self._race_best if race else None
-        if self.objective == "throughput":
+        single_gpu = False
+        if self.objective == "throughput":  # a timed run is a round of `unit` samples
             in_flight = in_flight_for(stages)
             runner = PipelinedRunner(placed, self.inputs, in_flight, PIPELINE_ROUND * in_flight)
-            info.update(objective="throughput", in_flight=in_flight, samples_per_round=runner.samples)
-            try:  # time_runs times rounds: the best so far and the samples in rounds' units
-                if fresh and self.cuda:
-                    runner.infer()
-                rounds = time_runs(runner, self.timing, 0, deadline, info,
-                                   None if best is None else best * runner.samples)
-            finally:
-                runner.close()
-            return [r / runner.samples for r in rounds], runner.outputs
-        single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
-        runner = (_EventRunner if single_gpu else _Runner)(placed, self.inputs, self.cuda)
-        if fresh and self.cuda:  # its first run's one-time costs (see the module docstring)
-            start = time.perf_counter()
-            runner.infer()
-            info["first_run_s"] = time.perf_counter() - start
-        samples = time_runs(runner, self.timing, 0, deadline, info, best)
+            unit = runner.samples
+            info.update(objective="throughput", in_flight=in_flight, samples_per_round=unit)
+        else:
+            single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
+            runner = (_EventRunner if single_gpu else _Runner)(placed, self.inputs, self.cuda)
+            unit = 1
+        try:
+            if fresh and self.cuda:  # its first run's one-time costs (see the module docstring)
+                start = time.perf_counter()
+                runner.infer()
+                info["first_run_s"] = time.perf_counter() - start
+            runs = time_runs(runner, self.timing, 0, deadline, info, None if best is None else best * unit)
+        finally:
+            runner.close()
         if single_gpu and not info.get("raced"):
             info["cuda_event_s"] = runner.last_s
-        return samples, runner.outputs
+        return [r / unit for r in runs], runner.outputs
 
     def reference(self) -> list[torch.Tensor]:
         """The unsplit program's outputs on the CPU in float32 (computed once)."""
@@ -292,7 +291,7 @@ class TorchBackend(Backend):
     def outputs(self, affinity: Mapping[str, str]) -> list[torch.Tensor]:
         """The outputs of one run of the placement ``affinity`` on the host (the built
         placement is the one :meth:`measure_ops` timed, from the cache when it was)."""
-        placed, _ = self._placed(affinity)
+        placed, _, _ = self._placed(affinity)
         with torch.inference_mode():
             return to_host(placed(*self.inputs))
 
@@ -309,17 +308,19 @@ class TorchBackend(Backend):
         return None
 
     def _placed(self, affinity: Mapping[str, str]):
+        """The built placement of ``affinity``, its stages' devices, and whether it was built
+        now (False: from the cache of built placements)."""
         key = tuple(sorted(affinity.items()))
         hit = self._built.get(key)
         if hit is not None:
             self._built.move_to_end(key)
-            return hit
+            return (*hit, False)
         keep = 1 if any(self.by_name[d].is_cuda for d in self.capped) else max(1, self.timing.stage_cache)
         while len(self._built) >= keep:
             _free(self._built.popitem(last=False)[1][0])
         built = build_placed(self.program.gm, affinity, self.by_name, self.cache, self.stages)
         self._built[key] = built
-        return built
+        return (*built, True)
 
     def _release(self) -> None:
         """After a failure: drop built placements and cached copies, free GPU memory."""
