@@ -29,49 +29,13 @@ method costs, the wall time what it cost while sharing the cores.
 HSDAG's update batch carries each step's sampled grouping (the stored action
 distribution inputs) and gate edges, as a learner's batch does, so the learner
 re-uses them rather than parsing the grouping again; ``--parse-grouping`` leaves
-both out (every step parses afresh, as this benchmark did before),
-``--parse-gates`` the gate edges only.
+both out (every step parses afresh), ``--parse-gates`` the gate edges only.
 
-HSDAG's learner embeds each graph once per episode (its input MLP + GCN see
-the same graph at every step); before it did so per step, 50,000 nodes took
-19.4 s CPU and 7.8 GB per update, then 5.7 s and 4.4 GB (one run each, same
-machine). Its graph parsing then stopped keeping the ``[E, H]`` edge-scoring
-activations for backward (only the dominant edges' scores are differentiable
-outputs: every edge is scored without gradients, the dominant ones again with
-them), and the move distribution's ``logp`` stopped looping over devices:
-first update 6.1 -> 4.4-4.6 s CPU, next update 5.5-6.1 -> 4.0-4.2 s, peak
-6.0-6.2 -> 3.7 GB (before and after run alternately, twice each, on the same
-heavily shared machine).
-
-Then the GCN layers started sharing one normalised sparse adjacency (a sparse
-matrix product instead of per-edge messages: embedding forward + backward 480
--> 150 ms), the placement distribution's group terms started being evaluated
-at the groups' representatives only (logp + entropy forward + backward of a
-20-step batch 400 -> 190 ms), and group ids stopped being renumbered by sorts:
-next 20-step update 3.79 -> 3.45 s CPU, 10-step 2.21 -> 1.90 s (old and new
-alternately, one run each, on a machine with a load average of 8-9 on 2 cores).
-What remains is per step (about 0.15 s each at 50,000 nodes): dozens of passes
-over ``[N, H]`` tensors (scoring every edge, the dominant edges' scores with
-gradients, the move head, LayerNorm, pooling) and their backward, none above
-about 15% of a step.
-
-Then the sampler started keeping each node's gate edge (the dominant edge whose
-score gates its pooled state) with the sample, as it keeps the grouping, and the
-learner stopped scoring every edge of every step to find them again: it scores
-only the gate edges (``--parse-gates`` leaves them out of the batch, as
-before). On another machine (GDP's and HSDAG's updates 1.2-1.4x slower than on the one
-above), CPU time of an update, the two alternated five times in one process
-after a warm-up (``--alternate-gates 5``), median: 10 steps 2.31 -> 1.95 s,
-20 steps 4.16 -> 3.35 s (0.85x and 0.81x); in fresh processes, one run each,
-20 steps 4.52 -> 4.18 s and 4.40 -> 3.73 s next update.
-
-With ``--threads 2`` on the same shared 2-core machine (load average 3) the
-20-step update took 12-15 s CPU and 12-15 s wall, old and new code alike,
-against 3.4-3.9 s with one thread: while other processes hold the cores, torch's
-second thread mostly waits at every operation's barrier. On the second machine
-with its cores free (load average 0.5, before the gate edges were kept), two
-threads made the 20-step update 1.55x faster in wall time (4.39 -> 2.83 s, 5.6 s
-CPU).
+HSDAG's learner embeds each graph once per episode, its GCN layers share one
+normalised sparse adjacency, graph parsing keeps no per-edge activations for
+backward, and each sample keeps its gate edges so the learner scores only
+those. What each of these choices changed, and what a second torch thread does on a shared
+machine, is in docs/results/scale.md.
 
 The goal for 50,000 nodes is at most 2 s and 8 GB per update on a 2-core
 machine. A method that misses it is reported as it is (``timeout`` when it

@@ -8,13 +8,11 @@ It is the run's best placement so far, except where the run has measured better:
 * before anything is measured, :func:`start_placement`: with a profile of every
   device, the single-device placement repaired to fit memory that the profile
   estimates fastest, so a run with a small accelerator starts from as much on the
-  accelerator as fits (within 0-2% of the optimum on the profiles of
-  ResNet-50, Inception-V3, BERT-base, DistilBERT, GPT-2 and six architectures
-  outside the zoo with a 64 MB accelerator since the repair prices transfers,
-  1-14% before) instead of from the CPU alone (1.2-5.5x).
+  accelerator as fits instead of from the CPU alone (how close that start is to
+  the optimum: docs/results/design-choices.md).
 
-Without this a policy had nothing to sample around until its own first placements
-were measured, and those, drawn with no prior, were far from every good one.
+Without this a policy has nothing to sample around until its own first placements
+are measured, and those, drawn with no prior, are far from every good one.
 """
 from __future__ import annotations
 

@@ -16,9 +16,8 @@ The model is that of the ``sequential`` objective (what the simulator of that
 objective computes); a machine departs from it, which the model's fitted noise
 level absorbs: the further the measurements stray from the linear model, the
 wider its predictions and the more it measures. ``Z`` (above 0; 0 is off) is
-how sure the screen must be: the larger, the less it leaves out (on the
-wrong-profile cases of docs/results/search-aids.md 2 measured about twice as much as 1 and reached
-the optimum more often).
+how sure the screen must be: the larger, the less it leaves out
+(docs/results/search-aids.md measures the trade).
 """
 from __future__ import annotations
 

@@ -25,21 +25,16 @@ fine-tuning placement follow):
    node holding no bytes moves only where that removes boundaries or transfers
    (one left alone between nodes that moved would be a stage of its own).
 
-An exact set matters: the earlier rule moved one node at a time, the cheapest
-extra time per byte freed, and so could not *exchange*. Moving a large node onto
-a full accelerator made it evict that node again (or one as costly) rather than
-the two smaller ones whose leaving costs less in all, so a policy proposing the
-large node never saw the placement it pointed at (ResNet-50 with a 64 MB
-accelerator stayed 1.02-1.04x above the optimum on one recorded profile). That
-rule remains as the fallback when HiGHS finds no set within its time limit.
+An exact set matters: a rule that moves one node at a time (the cheapest extra
+time per byte freed) cannot *exchange*. Moving a large node onto a full
+accelerator makes it evict that node again (or one as costly) rather than the
+two smaller ones whose leaving costs less in all, so a policy proposing the
+large node never sees the placement it points at. That greedy rule remains as
+the fallback when HiGHS finds no set within its time limit.
 
-Transfers matter as much: blind to them, the rule sent a squeeze-and-excitation
+Transfers matter as much: blind to them, a repair sends a squeeze-and-excitation
 pool or a few zero-byte Gathers alone to the CPU (cheap to run there, dear to
-feed), and the repaired start of EfficientNet-V2-S and Swin-T with a 64 MB
-accelerator was 1.04-1.09x the optimum, which neither HSDAG nor annealing left
-in 200 measurements; priced, it is 1.006-1.021x (ResNet-50 1.014-1.019 ->
-1.000-1.002, BERT-base 1.013-1.018 -> 1.001-1.002, GPT-2 1.028-1.043 -> 1.006-1.011;
-three profiles each).
+feed). docs/results/design-choices.md gives the figures for both choices.
 With more than two devices a moved source's transfer is priced from the
 slowest other device (exact for two).
 

@@ -13,21 +13,12 @@ places one node per step (Placeto) learns each step's device along the
 optimum, its environment walked with the optimum's devices (teacher
 forcing), so every observation it learns from is one it meets on the way.
 
-Measured (``bench/bench_transfer.py``, one pre-training seed): pre-training
-by reinforcement alone (1,000 placements on the synthetic family) converged
-to the fastest single device (HSDAG, GDP), so zero-shot it placed held-out
-graphs like the best single device and no better. With 300 imitation steps
-then 500 placements of reinforcement, HSDAG's greedy zero-shot placement was
-1.20x and 1.26x of the optimum on the held-out layered graphs (best single
-device 1.43x, 1.62x) and 1.05-1.28x on ResNet-50, Inception-V3 and ConvNeXt
-held out of the real family (best single device 4.3-5.5x); on BERT-base it
-broke the accelerator's memory. GDP's reinforcement after imitation (PPO)
-returned it to the best single device. On the real family, reinforcement
-alone (800 placements) with the scale-free features already transferred for
-HSDAG (best of 10: 1.13-1.27x on four of five held-out models, where the raw
-features broke the accelerator's memory on three), so imitation is an option,
-not the default. Without the entropy bonus
-(:data:`IMITATION_ENTROPY`) fine-tuning from an imitated HSDAG stalled.
+Reinforcement alone over a family tends to converge to the fastest single
+device, which imitation avoids; reinforcement after imitation can drift back to
+it (GDP's PPO does), so imitation is an option, not the default. The entropy
+bonus (:data:`IMITATION_ENTROPY`) keeps an imitated policy able to move during
+fine-tuning. What imitation was measured to do is in
+docs/results/design-choices.md and docs/results/transfer.md.
 """
 from __future__ import annotations
 
