@@ -1,2 +1,3 @@
-"""hsdag_ray: learned device placement of OpenVINO computation graphs (HSDAG) on Ray."""
+"""hsdag_ray: learned device placement of neural networks' computation graphs (HSDAG
+and the methods it is compared with), measured on OpenVINO or PyTorch devices, on Ray."""
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ Node and edge counts before and after coarsening and the op-type histogram::
     python -m hsdag_ray.graph resnet50
     python -m hsdag_ray.graph bert_base --coarsen openvino --out bert.json
     python -m hsdag_ray.graph path/to/model.xml
-    python -m hsdag_ray.graph hf:gpt2 --source torch     # the torch backend's graph (torch.export)
+    python -m hsdag_ray.graph hf:gpt2 --backend torch    # the torch backend's graph (torch.export)
 """
 from __future__ import annotations
 
@@ -13,12 +13,20 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from hsdag_ray.cli import run
+from envs import backends
+from hsdag_ray.cli import UsageError, run
 from hsdag_core.coarsening import COARSENINGS, build_graph
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
 
 __all__ = ["main"]
+
+
+def source_size(model, source: str) -> str:
+    """How many ops the model has in the graph ``source`` gives (``openvino`` or ``torch``)."""
+    if source == "torch":
+        return f"{len(model.gm.graph.nodes)} torch.export (ATen) graph nodes"
+    return f"{len(model.get_ordered_ops())} OpenVINO ops"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -30,17 +38,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="coarsening to report (default: colocation)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model, "
                     "e.g. 1,3,224,224 or input_ids:1,128;attention_mask:1,128")
-    ap.add_argument("--source", choices=("openvino", "torch"), default="openvino",
-                    help="the OpenVINO graph (default) or the torch backend's torch.export graph")
+    ap.add_argument("--backend", choices=tuple(backends.BACKENDS), default="auto",
+                    help="the graph the backend places: OpenVINO's (auto, hetero, pipeline, "
+                    "simulator; default) or torch.export's (torch)")
+    ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--out", help="write the coarsened graph as JSON to this file")
     ap.add_argument("--top", type=int, default=15, help="op types to list (default 15)")
     args = ap.parse_args(argv)
+    if args.source is not None:
+        raise UsageError(f"--source is now --backend: use --backend "
+                         f"{'torch' if args.source == 'torch' else 'auto'} for the {args.source} graph")
+    source = backends.graph_source(args.backend)
     model, fine, coarse, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape),
-                                         args.source)
-    if args.source == "torch":
-        print(f"model {fine.name}: {len(model.gm.graph.nodes)} torch.export (ATen) graph nodes")
-    else:
-        print(f"model {fine.name}: {len(model.get_ordered_ops())} OpenVINO ops")
+                                         source)
+    print(f"model {fine.name}: {source_size(model, source)}")
     print(f"  placeable graph: {fine.num_nodes} nodes, {len(fine.edges)} edges")
     print(f"  after {args.coarsen} coarsening: {coarse.num_nodes} nodes, {len(coarse.edges)} edges")
     print("  op types (placeable graph):")

@@ -150,3 +150,19 @@ def test_openvino_fusion_coarsening_follows_the_runtime_model():
         op.get_friendly_name() for op in model.get_ordered_ops())
     assert all(coarse.nodes[mapping[i]].name == coarse.nodes[mapping[i]].members[0]
                and fine.nodes[i].name in coarse.nodes[mapping[i]].members for i in range(fine.num_nodes))
+
+
+def test_graph_command_takes_backend_like_every_command(capsys):
+    """``graph --backend torch`` prints the torch.export graph the torch backend places;
+    the old ``--source`` flag is refused in one sentence naming ``--backend``."""
+    from hsdag_ray.cli import run
+    from hsdag_ray.graph import main
+
+    assert run(main, ["tiny_cnn", "--backend", "torch"], prog="hsdag_ray.graph") == 0
+    out = capsys.readouterr().out
+    assert "torch.export (ATen) graph nodes" in out and "placeable graph" in out
+    assert run(main, ["tiny_cnn", "--backend", "simulator"], prog="hsdag_ray.graph") == 0
+    assert "OpenVINO ops" in capsys.readouterr().out
+    assert run(main, ["tiny_cnn", "--source", "torch"], prog="hsdag_ray.graph") == 2
+    err = capsys.readouterr().err
+    assert "--backend torch" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
