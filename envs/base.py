@@ -23,6 +23,11 @@ class TimingConfig:
 
     Attributes:
         warmup: untimed runs after compiling.
+        warmup_agree: unraced (a baseline, a re-measurement), after ``warmup`` runs warm up further until two consecutive runs
+            agree within this relative difference (``0`` = the fixed ``warmup`` only), at
+            most ``warmup_max`` runs in all: caches, allocators and clocks settle before
+            anything is timed.
+        warmup_max: the most warm-up runs ``warmup_agree`` may take.
         repeats: timed blocks; the reported latency is the median over blocks.
         block: runs per timed block (a block's mean is one sample); larger
             blocks smooth scheduler noise on a shared machine.
@@ -53,6 +58,8 @@ class TimingConfig:
     """
 
     warmup: int = 2
+    warmup_agree: float = 0.05
+    warmup_max: int = 6
     repeats: int = 7
     block: int = 3
     timeout_s: float = 120.0
@@ -73,8 +80,11 @@ class Measurement:
     """The result of measuring one placement.
 
     ``ok`` is True when the placement compiled and ran; then ``latency_s`` is
-    the median time of one inference and ``spread`` the relative spread
-    (interquartile range / median) of the timed samples. When ``ok`` is False,
+    the median time of one inference, ``spread`` the relative spread
+    (interquartile range / median) of the timed samples, and ``interval_s`` the
+    95% confidence interval ``[low, high]`` of the median (:mod:`envs.intervals`,
+    computed from ``samples_s`` when a backend does not give it) with
+    ``interval_level`` its coverage (below 0.95 with fewer than 6 samples). When ``ok`` is False,
     ``stage`` says where it failed (``validate``, ``compile``, ``infer``,
     ``timeout``, ``memory``) and ``error`` says why in one sentence.
     """
@@ -88,6 +98,22 @@ class Measurement:
     error: Optional[str] = None
     samples_s: list[float] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    interval_s: Optional[list[float]] = None
+    interval_level: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.ok and self.interval_s is None and self.samples_s:
+            from envs.intervals import median_interval
+
+            low, high, self.interval_level = median_interval(self.samples_s)
+            self.interval_s = [low, high]
+
+    @property
+    def half_width(self) -> Optional[float]:
+        """Half the interval over the median: the timing's relative precision."""
+        from envs.intervals import half_width
+
+        return half_width(self.latency_s, self.interval_s) if self.ok else None
 
     @classmethod
     def failure(cls, backend: str, stage: str, error: str, **info: Any) -> "Measurement":

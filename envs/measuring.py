@@ -33,6 +33,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from envs.base import summarize_times
+from envs.intervals import half_width, interval_fields
 
 __all__ = ["MeasuringService", "measuring_service", "remeasure", "AUTO", "HETERO_AUTO", "HETERO_PIPELINE"]
 
@@ -133,10 +134,13 @@ def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[s
     Returns, per candidate name: ``latency_s`` (median over rounds; ``inf``
     if any round failed), ``spread`` (interquartile range / median of the
     rounds), ``range`` (``(max - min) / median``), ``samples_s`` (each
-    round's figure), ``ok`` and ``error``.
+    round's figure), ``interval_s`` (the 95% interval of the median from every
+    round's timed blocks pooled, :mod:`envs.intervals`), ``interval_level``,
+    ``half_width`` (half the interval over ``latency_s``), ``ok`` and ``error``.
     """
     names = list(candidates)
     samples: dict[str, list[float]] = {n: [] for n in names}
+    pooled: dict[str, list[float]] = {n: [] for n in names}
     errors: dict[str, Optional[str]] = {n: None for n in names}
     for r in range(max(1, rounds)):
         order = names[r % len(names):] + names[: r % len(names)] if names else []
@@ -146,6 +150,7 @@ def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[s
             m = measure(candidates[name])
             if m["ok"]:
                 samples[name].append(float(m["latency_s"]))
+                pooled[name] += [float(t) for t in m.get("samples_s") or [m["latency_s"]]]
             else:
                 errors[name] = f"{m['stage']}: {m['error']}"
     out = {}
@@ -156,9 +161,12 @@ def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[s
                          "samples_s": s, "error": errors[name]}
             continue
         med, spread = summarize_times(s)
+        fields = interval_fields(pooled[name])
         out[name] = {"ok": True, "latency_s": med, "spread": spread,
                      "range": float((max(s) - min(s)) / med) if med > 0 else 0.0,
-                     "samples_s": s, "error": None}
+                     "samples_s": s, "error": None,
+                     "interval_s": fields["interval_s"], "interval_level": fields["interval_level"],
+                     "half_width": half_width(med, fields["interval_s"])}
     return out
 
 

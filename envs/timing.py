@@ -11,9 +11,11 @@ import time
 from typing import Mapping, Optional
 
 from envs.base import TimingConfig
+from envs.intervals import LEVEL, WITHIN_NOISE, compare, half_width, interval_fields, median_interval
 from envs.openvino.racing import far_slower, race_step
 
-__all__ = ["OVERSUBSCRIPTION", "StageFailure", "time_runs", "timeout_text", "busy_threads", "cpu_per_wall"]
+__all__ = ["OVERSUBSCRIPTION", "StageFailure", "time_runs", "timeout_text", "busy_threads", "cpu_per_wall",
+           "median_interval", "interval_fields", "half_width", "compare", "LEVEL", "WITHIN_NOISE"]
 
 # Busy threads (CPU time / wall time) above limit * this mean a thread limit was ignored.
 OVERSUBSCRIPTION = 1.15
@@ -32,6 +34,10 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
                info: dict[str, object], best: Optional[float] = None) -> list[float]:
     """Warm-up runs, then ``timing.repeats`` blocks of ``timing.block`` runs; returns block means.
 
+    Unraced (``best`` None: baselines, re-measurements, ``measure``, ``apply``) the warm-up
+    goes on past ``timing.warmup`` runs until two consecutive runs agree within
+    ``timing.warmup_agree`` (at most ``timing.warmup_max`` runs; ``info['warmup_runs']``).
+
     With ``best`` (the best latency so far, seconds) the blocks are raced
     against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
     clearly slower placement (``info['raced'] = 'stopped'``) or one that
@@ -42,14 +48,20 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
     ``info['warning']`` when more than ``limit`` threads (0 = no limit) were
     busy; raises ``StageFailure('timeout')`` past ``deadline``.
     """
-    runs, warm_s = 0, 0.0
-    for _ in range(timing.warmup):
+    runs, warm_s, last = 0, 0.0, None
+    # untimed runs: ``warmup`` of them; unraced, more until two in a row agree (TimingConfig)
+    settle = timing.warmup_agree > 0 and best is None and timing.warmup > 0
+    while runs < timing.warmup or (settle and runs < max(timing.warmup, timing.warmup_max)
+                                   and abs(warm_s - last) > timing.warmup_agree * min(warm_s, last)):
         start = time.perf_counter()
         runner.infer()
-        warm_s = time.perf_counter() - start
+        last, warm_s = warm_s if runs else None, time.perf_counter() - start
         runs += 1
+        if last is None:
+            last = 0.0  # a single run agrees with nothing
         if time.perf_counter() > deadline:
             raise StageFailure("timeout", timeout_text(timing, info, runs))
+    info["warmup_runs"] = runs
     if timing.warmup and far_slower(warm_s, best, timing):
         info.update(raced="stopped", race_best_s=best)
         return [warm_s]

@@ -27,8 +27,9 @@ compared with the unsplit model run at f32 on the same random inputs; the
 allowed relative error (max abs error / max abs output) is that of the least
 precise device used: 1e-4 for f32, 1e-2 for f16, 5e-2 for bf16. Every
 latency is the median of ``--repeats`` blocks of ``--block`` runs (times
-``--rounds``, interleaved), with its relative spread (interquartile range /
-median). ``apply.json`` goes to
+``--rounds``, interleaved, the samples pooled), with the 95% interval of that median
+(:mod:`envs.intervals`); the placement is called faster or slower than a row only when
+their intervals do not overlap, and "within the noise" otherwise. ``apply.json`` goes to
 ``--out``, by default into ``--save DIR``, else beside the placement file.
 Exit status: 0 when the placement ran and its outputs matched, 1 when it
 failed or did not match, 2 for bad input (unknown model, a placement file
@@ -64,6 +65,7 @@ import numpy as np
 
 from envs.backends import BACKENDS, graph_source
 from envs.base import Measurement, TimingConfig, summarize_times
+from envs.intervals import WITHIN_NOISE, compare
 from envs.graph_backend import parse_placement
 from envs.openvino_backend import (
     HETERO_MODES, TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, measure_hetero_mode,
@@ -136,6 +138,15 @@ def _row(name: str, m: Measurement) -> dict[str, Any]:
     return {"name": name, **m.to_dict()}
 
 
+def _versus(row: dict[str, Any], placed: Measurement) -> None:
+    """Add to a row the placement's speed-up over it and the comparison's words: the
+    placement is ``faster``/``slower`` than the row only when their 95% intervals do not
+    overlap, else ``within the noise`` (:func:`envs.intervals.compare`)."""
+    ok = row["ok"] and placed.ok
+    row["placement_speedup"] = (row["latency_s"] / placed.latency_s) if ok else None
+    row["placement_is"] = compare(placed.interval_s, row.get("interval_s")) if ok else None
+
+
 def _combine(rounds: Sequence[Measurement]) -> Measurement:
     """One measurement from several rounds: all samples pooled (the first failure if any)."""
     failed = [m for m in rounds if not m.ok]
@@ -196,9 +207,8 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     result["single"] = {name: _row(f"{name} only", _combine(rounds[name])) for name in names}
     result["auto"] = _row("OpenVINO AUTO", _combine(rounds["auto"]))
     result["hetero"] = {mode: _row(HETERO_ROWS[mode], _combine(rounds[mode])) for mode in HETERO_MODES}
-    t = placed.latency_s
     for row in [*result["single"].values(), result["auto"], *result["hetero"].values()]:
-        row["placement_speedup"] = (row["latency_s"] / t) if row["ok"] else None
+        _versus(row, placed)
     if args.save:
         result["saved"] = _save_and_check(args.save, model, affinity, specs, timing, placed,
                                           backend.device_set, args.seed)
@@ -277,7 +287,7 @@ def _apply_torch(args: argparse.Namespace, timing: TimingConfig, specs: list[str
     result["single"] = {name: rows[name] for name in names}
     result["own"] = {key: row for key, row in rows.items() if key not in names}
     for row in [*result["single"].values(), *result["own"].values()]:
-        row["placement_speedup"] = (row["latency_s"] / placed.latency_s) if row["ok"] else None
+        _versus(row, placed)
     if args.save:
         from envs.pytorch.placed import save_placed
         from hsdag_ray.placed import load_placed
@@ -320,34 +330,51 @@ HETERO_ROWS = {"hetero_auto": "OpenVINO HETERO (default)",
 
 
 def _ms(v: Optional[float]) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.3f}ms"
+    return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.3f}"
+
+
+def _interval(row: dict[str, Any]) -> str:
+    iv = row.get("interval_s")
+    return "-" if not iv else f"{iv[0] * 1e3:.3f}-{iv[1] * 1e3:.3f}"
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    """What the placement is against ``row``: its speed-up when the intervals part, else
+    within the noise."""
+    speed, word = row.get("placement_speedup"), row.get("placement_is")
+    if speed is None:
+        return "-"
+    return "noise" if word == WITHIN_NOISE else f"{speed:.2f}x"
 
 
 def table(result: dict[str, Any]):
-    """The result as a rich table: the placement, each single device, AUTO, HETERO's own splits."""
+    """The result as a rich table, narrow enough for an 80-column terminal: the placement,
+    each single device, AUTO, HETERO's own splits, Accelerate's map; latencies in ms with
+    their 95% intervals; ``placed`` is the row's latency over the placement's, ``noise``
+    where the two intervals overlap."""
     from rich.table import Table
 
-    tab = Table(title=f"{result['model']}: placement {result['placement_file']} (÷ placed: latency "
-                      "over the placement's)", title_justify="left", show_edge=False)
-    for col, justify in (("run", "left"), ("latency", "right"), ("spread", "right"), ("runs", "right"),
-                         ("÷ placed", "right"), ("rel err", "right"), ("how", "left")):
-        tab.add_column(col, justify=justify, no_wrap=col == "run")
+    tab = Table(title=f"{result['model']}: placement {result['placement_file']}\n(ms; placed = "
+                      "row over placement, noise = intervals overlap)", title_justify="left",
+                show_edge=False, pad_edge=False)
+    for col, justify in (("run", "left"), ("median", "right"), ("95% interval", "right"),
+                         ("placed", "right"), ("rel err", "right"), ("how", "left")):
+        tab.add_column(col, justify=justify, no_wrap=col not in ("run", "how"),
+                       overflow="fold", max_width=22 if col in ("run", "how") else None)
     rows = [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else []) \
         + list((result.get("hetero") or {}).values()) + list((result.get("own") or {}).values())
     for row in rows:
         info = row["info"]
         if not row["ok"]:
-            tab.add_row(row["name"], "failed", "", "", "", "", f"{row['stage']}: {row['error']}")
+            tab.add_row(row["name"], "failed", "", "", "", f"{row['stage']}: {row['error']}")
             continue
-        err = f"{info['max_rel_error']:.1e}" if "max_rel_error" in info else "-"
+        err = f"{info['max_rel_error']:.0e}" if "max_rel_error" in info else "-"
         how = str(info.get("path", ""))
         if how in ("pipeline", "torch"):
             how += f", {info.get('stages')} stage" + ("s" if info.get("stages") != 1 else "")
         if info.get("execution_devices"):
             how = f"on {','.join(info['execution_devices'])}"
-        speed = row.get("placement_speedup")
-        tab.add_row(row["name"], _ms(row["latency_s"]), f"{row['spread']:.0%}", str(row["runs"]),
-                    "-" if speed is None else f"{speed:.2f}x", err, how,
+        tab.add_row(row["name"], _ms(row["latency_s"]), _interval(row), _verdict(row), err, how,
                     style="bold" if row is result["placed"] else None)
     return tab
 
@@ -381,14 +408,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         placed = result["placed"]
         if placed["ok"]:
             info = placed["info"]
-            say(f"outputs match the unsplit f32 model: max abs error {info['max_abs_error']:.3g}, "
-                f"relative {info['max_rel_error']:.3g} (tolerance {info['tolerance']:g})")
+            say(f"outputs match the unsplit f32 model: relative error {info['max_rel_error']:.2g} "
+                f"(tolerance {info['tolerance']:g})")
         saved = result["saved"]
         if saved:
             say(f"placed model saved to {saved['dir']} ({saved['path']}"
                 + (f", {saved['stages']} stage(s)" if saved["stages"] else "")
-                + f"); reloaded, its outputs {'match' if saved['ok'] else 'DO NOT match'}: "
-                  f"max abs error {saved['max_abs_error']:.3g}, relative {saved['max_rel_error']:.3g}")
+                + f"); reloaded, its outputs {'match' if saved['ok'] else 'DO NOT match'} "
+                  f"(relative error {saved['max_rel_error']:.2g})")
         say(f"results in {path}")
     if "error" in result:
         raise RunError(result["error"])

@@ -126,7 +126,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         counts = Counter(placement.values())
     if args.json:
         out = {"model": args.model, "backend": backend_name, "devices": described,
-               "nodes_per_device": dict(counts), "measurement": m.to_dict()}
+               "nodes_per_device": dict(counts), "latency_s": m.latency_s if m.ok else None,
+               "interval_s": m.interval_s, "measurement": m.to_dict()}
         print(json.dumps(out, indent=1))
     else:
         for line in described:
@@ -144,8 +145,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 ran_on = m.info.get("execution_devices")
                 path = (f"{m.info['auto_device']} executed on {', '.join(ran_on)}" if ran_on
                         else f"{m.info['auto_device']}, execution device not reported by OpenVINO")
+            interval = (f"{m.interval_level:.0%} interval {m.interval_s[0] * 1e3:.3f}-"
+                        f"{m.interval_s[1] * 1e3:.3f} ms, " if m.interval_s else "")
             print(f"latency {m.latency_s * 1e3:.3f} ms (median of {len(m.samples_s)} samples, "
-                  f"{m.runs} runs, relative spread {m.spread:.1%}) via {backend_name}"
+                  f"{interval}{m.runs} runs) via {backend_name}"
                   + (f" [{path}]" if path else "") + (f", {stages} stage(s)" if stages else ""))
         else:
             print(f"FAILED at {m.stage}: {m.error}")

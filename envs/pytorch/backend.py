@@ -18,9 +18,12 @@ For each placement (:meth:`TorchBackend.measure_ops`, an fx node name -> device 
    kernels and grows the allocator, a one-time cost racing would otherwise judge the
    placement by. Then warm-up runs and timed blocks (:func:`envs.timing.time_runs`, raced
    against the best placement so far like OpenVINO's), each run taking the inputs from
-   the host (page-locked when a GPU is used) and returning the outputs to it. On a GPU
-   every block ends with ``torch.cuda.synchronize()``, and a placement entirely on one
-   GPU is timed with CUDA events; otherwise ``time.perf_counter``.
+   the host (page-locked when a GPU is used) and returning the outputs to it, on the
+   backend's fixed intra-op thread count. On a GPU every run ends with one
+   synchronisation (``torch.cuda.synchronize()``; a placement entirely on one GPU is
+   timed with CUDA events too and synchronises on its end event); the samples are
+   ``time.perf_counter`` block means, summarised as a median and its 95% interval
+   (:mod:`envs.intervals`, on the :class:`~envs.base.Measurement`).
    Under the throughput objective (``objective="throughput"``) each timed run is a round
    of pipelined inference instead, several samples in flight
    (:mod:`envs.pytorch.pipelined`), and the latency is the time per sample.
@@ -132,12 +135,13 @@ class _Runner:
 
 class _EventRunner(_Runner):
     """A placement entirely on one GPU: each run is timed with CUDA events as well, and
-    ``last_s`` holds that time (the block's time is then their sum)."""
+    ``last_s`` holds that time; the run ends with one synchronisation, on its end event."""
 
     def infer(self) -> None:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        super().infer()
+        with torch.inference_mode():
+            self.outputs = to_host(self.placed(*self.inputs))
         end.record()
         end.synchronize()
         self.last_s = start.elapsed_time(end) / 1e3
@@ -179,8 +183,11 @@ class TorchBackend(Backend):
         self._built: OrderedDict = OrderedDict()
         self._race_best: Optional[float] = None
         self._reference: Optional[list[torch.Tensor]] = None
-        if timing.threads:
-            torch.set_num_threads(timing.threads)
+        #: the intra-op threads every measurement runs with: the timing's, else the count
+        #: torch had when the backend was made (a method that changes it, as HSDAG's
+        #: training does, then cannot change what a timing means)
+        self.threads = timing.threads or torch.get_num_threads()
+        torch.set_num_threads(self.threads)
         if self.cuda and self.capped:  # what an earlier backend left (e.g. a profile's) goes first
             gc.collect()
             torch.cuda.empty_cache()
@@ -222,6 +229,7 @@ class TorchBackend(Backend):
         if over:
             return Measurement.failure(self.name, "memory", over, **info)
         deadline = time.perf_counter() + self.timing.timeout_s
+        torch.set_num_threads(self.threads)
         try:
             start = time.perf_counter()
             placed, stages, fresh = self._placed(affinity)

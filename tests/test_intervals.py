@@ -1,0 +1,100 @@
+"""A timing's 95% interval (envs.intervals): exact order statistics, coverage on seeded
+draws, the comparison's words, and the interval where every real timing is reported."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from envs.base import Measurement, TimingConfig
+from envs.intervals import WITHIN_NOISE, compare, interval_fields, median_interval, speedup_interval
+from envs.measuring import remeasure
+from envs.timing import time_runs
+
+
+def test_order_statistics_of_a_hand_made_sample():
+    # n = 10: [x(2), x(9)] covers the median with 1 - 2 * (1 + 10) / 1024; [x(3), x(8)] only 0.89
+    low, high, cov = median_interval([7, 3, 9, 1, 10, 2, 8, 4, 6, 5])
+    assert (low, high) == (2, 9) and cov == pytest.approx(1 - 2 * 11 / 1024)
+    # n = 5: no pair reaches 95%, so the full range with its own coverage (1 - 2 / 32)
+    low, high, cov = median_interval([5.0, 1.0, 4.0, 2.0, 3.0])
+    assert (low, high) == (1.0, 5.0) and cov == pytest.approx(1 - 2 / 32)
+    # n = 30: k = 10 is the last index whose coverage reaches 95%
+    low, high, cov = median_interval(list(range(1, 31)))
+    assert (low, high) == (10, 21) and 0.95 <= cov < 0.98
+
+
+def test_about_95_percent_of_intervals_cover_the_true_median():
+    rng = np.random.default_rng(0)
+    true_median = 1.0  # of a lognormal with mu = 0: skewed like timing noise
+    hits = []
+    for _ in range(1500):
+        low, high, _ = median_interval(rng.lognormal(0.0, 0.5, size=15))
+        hits.append(low <= true_median <= high)
+    # exact coverage for n = 15 is 1 - 2 * P(B <= 3) = 0.965
+    assert 0.945 <= np.mean(hits) <= 0.985
+
+
+def test_comparisons_say_within_the_noise_when_intervals_overlap():
+    assert compare([1.0, 2.0], [1.5, 3.0]) == WITHIN_NOISE == "within the noise"
+    assert compare([1.0, 2.0], [2.1, 3.0]) == "faster"
+    assert compare([2.1, 3.0], [1.0, 2.0]) == "slower"
+    assert compare(None, [1.0, 2.0]) == WITHIN_NOISE
+    assert speedup_interval([1.0, 2.0], [4.0, 6.0]) == (2.0, 6.0)
+
+
+def test_a_measurement_carries_its_interval():
+    m = Measurement(ok=True, latency_s=2.0, samples_s=[1.0, 2.0, 3.0, 2.0, 2.5, 1.5, 2.2])
+    assert m.interval_s[0] <= m.latency_s <= m.interval_s[1] and m.interval_level > 0.95
+    assert m.to_dict()["interval_s"] == m.interval_s and m.half_width == pytest.approx(0.5)
+    assert Measurement.failure("torch", "memory", "too big").interval_s is None
+    assert interval_fields([])["interval_s"] is None
+
+
+def test_remeasured_rounds_pool_their_blocks_into_one_interval():
+    samples = iter([[1.0, 1.1, 0.9], [1.05, 0.95, 1.0], [1.2, 1.0, 1.1], [2.0, 2.1, 2.2]] * 3)
+
+    def measure(_):
+        s = next(samples)
+        return {"ok": True, "latency_s": float(np.median(s)), "samples_s": s}
+
+    out = remeasure(measure, {"a": None, "b": None}, rounds=3)
+    for row in out.values():
+        assert row["interval_s"][0] <= row["latency_s"] <= row["interval_s"][1]
+        assert row["interval_level"] > 0.95  # 9 pooled blocks, not 3 rounds
+
+
+class _Settling:
+    """A runner whose first runs are slow (caches filling), then steady."""
+
+    def __init__(self, times):
+        self.times, self.calls = list(times), 0
+
+    def infer(self):
+        time.sleep(self.times[min(self.calls, len(self.times) - 1)])
+        self.calls += 1
+
+
+def test_unraced_warm_up_runs_until_two_runs_agree():
+    timing = TimingConfig(warmup=1, warmup_agree=0.3, warmup_max=8, repeats=2, block=1)
+    info: dict = {}
+    time_runs(_Settling([0.04, 0.02, 0.01, 0.005, 0.005]), timing, 0, time.perf_counter() + 30, info)
+    assert info["warmup_runs"] == 5  # 40, 20, 10, 5, 5 ms: the 4th and 5th agree
+    raced: dict = {}
+    time_runs(_Settling([0.04, 0.02, 0.01, 0.005, 0.005]), timing, 0, time.perf_counter() + 30, raced,
+              best=1.0)
+    assert raced["warmup_runs"] == 1  # a raced placement keeps its fixed warm-up
+
+
+def test_measure_json_gives_the_median_inside_its_interval(capsys):
+    from hsdag_ray.measure import main
+
+    assert main(["--model", "tiny_cnn", "--backend", "torch", "--devices", "cpu,cpu:bf16",
+                 "--placement", "split:0.5", "--json", "--warmup", "1", "--repeats", "6",
+                 "--block", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    low, high = out["interval_s"]
+    assert low <= out["latency_s"] <= high and low <= high
+    assert out["measurement"]["interval_s"] == [low, high]
