@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hsdag_ray import console
-from hsdag_ray.baselines import compute_baselines
 from envs.backends import is_real
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
@@ -52,6 +51,8 @@ from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.resolve import (check_method_inputs, env_config, exact_start_applies, guide_of,
                                 guided_by, neighbour_every, resolve_backend, resolved)
 from hsdag_ray.rundir import Run
+from hsdag_ray.tracking import Tracker
+from hsdag_ray.run_start import measure_start
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
 
@@ -212,70 +213,6 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
             _checkpoint(driver, store, run_dir, state)
 
 
-def _measure_first(cfg: TrainConfig, ckpt, method, env_cfg: dict, real: bool, service, env,
-                   singles: dict[str, float], say) -> None:
-    """Measure the pre-trained policy's greedy placement (made to fit the devices) through
-    the run's store, the run's first placement, then the run's start (the fastest single
-    device, repaired to fit: :func:`envs.incumbent.start_placement`), which a run from
-    scratch that samples around its best measures first: a fine-tuning run is then never
-    worse than the best single device, whatever the checkpoint's placement of this graph
-    (HSDAG pre-trained on real-wide placed ResNet-50's early stages on the CPU, 1.64x the
-    optimum, where the accelerator alone is 1.009x, and fine-tuning took 62-121
-    measurements to find what scratch measures first)."""
-    import numpy as np
-
-    from envs.incumbent import start_placement
-    from envs.measuring import call
-    from hsdag_ray.pretrained import first_placement
-
-    p = first_placement(ckpt, method, env_cfg, real, seed=cfg.seed)
-    [latency] = call(service, "measure_batch", [p.tolist()])
-    say(f"the pre-trained policy's greedy placement: {latency * 1e3:.4g} ms")
-    start = start_placement(env.graph.num_nodes, env.devices, singles, getattr(env, "repair_limits", None))
-    if start is not None and not np.array_equal(start, p):
-        [latency] = call(service, "measure_batch", [start.tolist()])
-        say(f"the run's start (the fastest single device, fitted): {latency * 1e3:.4g} ms")
-
-
-def _measure_exact(baselines, service, say) -> None:
-    """Measure the placement solved on the run's profile (the exact solver's, or HEFT's
-    for the parallel objective) through the run's store (``--exact-start``): a placement
-    of the run, so sampling around the run's best starts from it when it beats the
-    run's own start."""
-    from envs.measuring import call
-
-    placement = baselines.profile_solution()
-    if placement is None:
-        say("--exact-start: no solver's placement for this run (it needs a profile of "
-            "every device and a solver for the objective); the run starts as it would without")
-        return
-    [latency] = call(service, "measure_batch", [placement], suggested=True)
-    solver = "exact solver's" if "optimum" in baselines.candidates else "HEFT's"
-    say(f"the {solver} placement on the profile, the run's first: {latency * 1e3:.4g} ms")
-
-
-def _measure_etf(env, service, objective: str, say) -> bool:
-    """Measure Baechi's m-ETF placement on the run's profile through the run's store
-    (``--etf-start``, a critical-path warm start), as :func:`_measure_exact` does the exact
-    solver's; whether it was measured."""
-    from envs.measuring import call
-    from hsdag_ray.baselines import profile_costs
-    from policies.solvers.exact import solve
-
-    costs = profile_costs(env)
-    if costs is None:  # refused before the run starts (resolve.guide_needs)
-        return False
-    res = solve(costs, objective, "m-etf")
-    if not res.feasible:
-        say(f"--etf-start: m-ETF found no placement on the profile ({res.status}); the run "
-            "starts as it would without")
-        return False
-    [latency] = call(service, "measure_batch", [[int(d) for d in res.placement]], suggested=True)
-    say(f"m-ETF's placement on the profile (planned in {res.solve_s * 1e3:.3g} ms), the run's "
-        f"first: {latency * 1e3:.4g} ms")
-    return True
-
-
 def _guide(cfg: TrainConfig, env, store):
     """With ``--refit-every``: refit's search on the driver; with ``--neighbour-every``: the
     untried neighbours of the run's best; else None."""
@@ -294,130 +231,43 @@ def _guide(cfg: TrainConfig, env, store):
 
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
            on_iteration) -> dict[str, Any]:
+    """The run's steps: settle its settings and devices, start Ray, open the measurement
+    store, measure the baselines and first placements, learn until the budget is spent,
+    then re-measure and summarise."""
     import ray
-    import torch
-
-    from envs.measuring import measuring_service, release
-    from envs.placement_env import EnvConfig
-    from envs.store import StoreClient, store_actor
-    from hsdag_ray.baselines import Baselines
-    from hsdag_ray.drivers import make_driver
-    from hsdag_ray.summary import finish, remeasure_result
-    from hsdag_ray.tracking import Tracker
-    from policies.registry import get, load
 
     t_start = time.time()
-    method = get(cfg.method)
-    ckpt = None
-    if cfg.init:  # a checkpoint of another method is refused before anything starts
-        from hsdag_ray.pretrained import adopt_settings, check_method, init_soften_factor, read_pretrained
-
-        ckpt = read_pretrained(cfg.init)
-        check_method(ckpt, cfg.method)
-        cfg = adopt_settings(cfg, ckpt)  # its features, network and reward unless the run sets them
-        init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
-    cfg = resolved(cfg)  # what --guide decides, written out
-    torch.set_num_threads(cfg.torch_threads)
+    cfg, method, ckpt = _settings(cfg)
     backend, devices, profile = resolve_backend(cfg, say)
     check_method_inputs(cfg, devices, profile)
     # a simulator with a measuring time stands for real devices: measured on measuring machines
     real = is_real(backend) or cfg.sim_delay_s > 0
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
-    # resumed: the latest checkpoint that verifies, with its state and store, checked before
-    # Ray starts; the metrics rows after it are cut (their iterations run again)
-    restored = run_dir.restore_point(say) if resume is not None else None
-    if resume is not None:
-        run_dir.truncate_metrics(restored.iteration if restored is not None else 0)
+    restored = _restore_point(run_dir, resume, say)
     started_ray = _start_ray(cfg, real)
     try:
-        store_name = "hsdag_store_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.dir.as_posix())[-120:]
-        store = StoreClient(store_actor(store_name))
-        store.stats()  # created and registered before any environment connects to it
+        store, store_name = _open_store(run_dir, restored)
         state = restored.state if restored is not None else Run.fresh_state()
         wall_before = state["wall_s"]  # of the sessions before this one
-        if restored is not None:
-            store.set_state(restored.store)
         env_runners, resources = _measuring_runners(cfg, real, devices, say)
         cfg_run = dataclasses.replace(cfg, env_runners=env_runners, algo=cfg.algo or method.algo)
         env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
-        # the driver's copy describes the graph and devices; it measures nothing
-        env = load(method.env)(EnvConfig.from_dict({**env_cfg, "measure_reference": False}))
-        say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {cfg.coarsen} coarsening; "
-            f"devices {', '.join(env.devices)}; backend {env.backend.name}")
-        known = "latency_s" in (state.get("baselines") or {})
+        env = _describing_env(method, env_cfg, cfg.coarsen, say)
         exact = exact_start_applies(cfg, backend)
-        # fine-tuning measures the pre-trained policy's greedy placement first and an exact
-        # start the exact solver's placement, counted in the budget, before the EnvRunners
-        # hold the measuring slots (not again when resumed)
-        first = (bool(cfg.init) or exact or cfg.etf_start) and cfg.budget > 0 \
-            and store.stats()["placements"] == 0
-        if known:
-            baselines = Baselines.from_json(state["baselines"])
-        if not known or first:
-            service = measuring_service(env_cfg, real, resources, tracked=first)
-            try:
-                if not known:
-                    baselines = compute_baselines(service, env, cfg.objective, say,
-                                                  time_limit=cfg.solver_time_limit)
-                if first and cfg.init:
-                    _measure_first(cfg_run, ckpt, method, env_cfg, real, service, env,
-                                   baselines.single_devices(), say)
-                if first and exact:
-                    _measure_exact(baselines, service, say)
-                if first and cfg.etf_start:
-                    state["etf_start"] = _measure_etf(env, service, cfg.objective, say)
-            finally:
-                release(service)
-        state["baselines"] = baselines.to_json()
+        baselines = measure_start(cfg, cfg_run, ckpt, method, env_cfg, real, resources, env,
+                                  store, state, exact, say)
         # a run that measured the profile's solution as its own says so in its summary
         state["exact_start"] = exact and baselines.profile_solution() is not None
         state["guided_by"] = guided_by(cfg, backend)
-        singles = baselines.single_devices()
-        (run_dir.dir / "config.json").write_text(json.dumps(
-            {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,
-                                                "env_runners": env_runners,
-                                                "algo": cfg_run.algo,
-                                                "reward": env_cfg["reward"]}}, indent=1))
-        driver = make_driver(cfg_run, method, env_cfg, real, env, singles, resources)
-        if restored is not None:
-            try:
-                driver.restore(restored.policy)
-            except Exception as e:  # verified files RLlib still cannot read (an old layout's)
-                driver.stop()
-                raise UsageError(f"the checkpoint {restored.folder} cannot be restored "
-                                 f"({type(e).__name__}), so the run cannot be resumed; start a "
-                                 "new run") from None
-            say(f"resumed {run_dir.dir} at iteration {state['iteration']}")
+        _write_config(run_dir, cfg, cfg_run, backend, devices, env_cfg)
+        driver = _driver(cfg_run, method, env_cfg, real, env, baselines, resources, restored,
+                         run_dir, state, say)
         tracker = Tracker(cfg.wandb, cfg.wandb_project, run_dir.dir, asdict(cfg),
                           name=run_dir.dir.name, resume=resume is not None)
-        planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
-        progress = console.Progress(planned, store.stats()[cfg.budget_unit], quiet,
-                                    reference=console.reference_device(env.devices),
-                                    optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit,
-                                    optimum_label=console.optimum_label(cfg.profile_measured(backend)))
-        try:
-            _loop(cfg, driver, store, state, run_dir, tracker, progress, singles, on_iteration,
-                  _guide(cfg, env, store))
-        finally:
-            progress.close()
-        stats = store.stats()
-        if stats[cfg.budget_unit] < cfg.budget and not driver.done:
-            screened = stats.get("screened", 0)
-            say(f"stopped at {stats['placements']} placements proposed"
-                + (f" ({screened} screened)" if screened else "")
-                + f" with {stats['measurements']} of {cfg.budget} measured: the policy proposes "
-                "placements it has measured before" + (" or that the screen predicts slower"
-                                                       if screened else ""))
-        _checkpoint(driver, store, run_dir, state)
-        driver.stop()  # frees the measuring slots for the final re-measurement
-        remeasured = None
-        if real:
-            service = measuring_service(env_cfg, real, resources)
-            try:
-                remeasured = remeasure_result(service, store, baselines, cfg.remeasure_rounds, say)
-            finally:
-                release(service)
-        summary = finish(cfg_run, run_dir, env, store, state, baselines, remeasured, say)
+        _learn(cfg, backend, driver, store, state, run_dir, tracker, env, baselines, quiet,
+               on_iteration, say)
+        summary = _finish(cfg_run, run_dir, driver, store, state, env, env_cfg, baselines, real,
+                          resources, say)
         summary["wall_s"] = time.time() - t_start + wall_before
         tracker.finish(summary, [run_dir.dir / "best_placement.json", run_dir.dir / "placement.png",
                                  run_dir.dir / "learning_curve.png"])
@@ -426,6 +276,135 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     finally:
         if started_ray:
             ray.shutdown()
+
+
+def _settings(cfg: TrainConfig):
+    """The run's settings as it runs them (a pre-trained checkpoint's features, network
+    and reward adopted unless the run sets them; what ``--guide`` decides written out),
+    its method and the checkpoint (or None); torch's thread count set."""
+    import torch
+
+    from policies.registry import get
+
+    method = get(cfg.method)
+    ckpt = None
+    if cfg.init:  # a checkpoint of another method is refused before anything starts
+        from hsdag_ray.pretrained import adopt_settings, check_method, init_soften_factor, read_pretrained
+
+        ckpt = read_pretrained(cfg.init)
+        check_method(ckpt, cfg.method)
+        cfg = adopt_settings(cfg, ckpt)
+        init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
+    cfg = resolved(cfg)
+    torch.set_num_threads(cfg.torch_threads)
+    return cfg, method, ckpt
+
+
+def _restore_point(run_dir: Run, resume: Optional[Path], say):
+    """Resumed: the latest checkpoint that verifies, with its state and store, checked
+    before Ray starts; the metrics rows after it are cut (their iterations run again)."""
+    if resume is None:
+        return None
+    restored = run_dir.restore_point(say)
+    run_dir.truncate_metrics(restored.iteration if restored is not None else 0)
+    return restored
+
+
+def _open_store(run_dir: Run, restored):
+    """The run's measurement store (a named Ray actor, holding a resumed run's
+    measurements) and its name."""
+    from envs.store import StoreClient, store_actor
+
+    store_name = "hsdag_store_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.dir.as_posix())[-120:]
+    store = StoreClient(store_actor(store_name))
+    store.stats()  # created and registered before any environment connects to it
+    if restored is not None:
+        store.set_state(restored.store)
+    return store, store_name
+
+
+def _describing_env(method, env_cfg: dict, coarsen: str, say):
+    """The driver's copy of the method's environment: it describes the graph and devices
+    and measures nothing."""
+    from envs.placement_env import EnvConfig
+    from policies.registry import load
+
+    env = load(method.env)(EnvConfig.from_dict({**env_cfg, "measure_reference": False}))
+    say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {coarsen} coarsening; "
+        f"devices {', '.join(env.devices)}; backend {env.backend.name}")
+    return env
+
+
+def _write_config(run_dir: Run, cfg: TrainConfig, cfg_run: TrainConfig, backend: str,
+                  devices: list[str], env_cfg: dict) -> None:
+    """``config.json``: the settings as given and what the run resolved them to."""
+    (run_dir.dir / "config.json").write_text(json.dumps(
+        {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,
+                                            "env_runners": cfg_run.env_runners,
+                                            "algo": cfg_run.algo,
+                                            "reward": env_cfg["reward"]}}, indent=1))
+
+
+def _driver(cfg_run: TrainConfig, method, env_cfg: dict, real: bool, env, baselines, resources,
+            restored, run_dir: Run, state: dict[str, Any], say):
+    """The method's driver (its RLlib algorithm, or a search or solver), restored from the
+    checkpoint when the run resumes."""
+    from hsdag_ray.drivers import make_driver
+
+    driver = make_driver(cfg_run, method, env_cfg, real, env, baselines.single_devices(), resources)
+    if restored is not None:
+        try:
+            driver.restore(restored.policy)
+        except Exception as e:  # verified files RLlib still cannot read (an old layout's)
+            driver.stop()
+            raise UsageError(f"the checkpoint {restored.folder} cannot be restored "
+                             f"({type(e).__name__}), so the run cannot be resumed; start a "
+                             "new run") from None
+        say(f"resumed {run_dir.dir} at iteration {state['iteration']}")
+    return driver
+
+
+def _learn(cfg: TrainConfig, backend: str, driver, store, state: dict[str, Any], run_dir: Run,
+           tracker, env, baselines, quiet: bool, on_iteration, say) -> None:
+    """Iterate with progress shown until the budget is spent; say why when the run stops
+    short of it."""
+    planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
+    progress = console.Progress(planned, store.stats()[cfg.budget_unit], quiet,
+                                reference=console.reference_device(env.devices),
+                                optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit,
+                                optimum_label=console.optimum_label(cfg.profile_measured(backend)))
+    try:
+        _loop(cfg, driver, store, state, run_dir, tracker, progress, baselines.single_devices(),
+              on_iteration, _guide(cfg, env, store))
+    finally:
+        progress.close()
+    stats = store.stats()
+    if stats[cfg.budget_unit] < cfg.budget and not driver.done:
+        screened = stats.get("screened", 0)
+        say(f"stopped at {stats['placements']} placements proposed"
+            + (f" ({screened} screened)" if screened else "")
+            + f" with {stats['measurements']} of {cfg.budget} measured: the policy proposes "
+            "placements it has measured before" + (" or that the screen predicts slower"
+                                                   if screened else ""))
+
+
+def _finish(cfg_run: TrainConfig, run_dir: Run, driver, store, state: dict[str, Any], env,
+            env_cfg: dict, baselines, real: bool, resources, say) -> dict[str, Any]:
+    """The last checkpoint, the driver stopped (freeing the measuring slots), on real
+    devices the best placements and every baseline re-measured, and the run's summary."""
+    from envs.measuring import measuring_service, release
+    from hsdag_ray.summary import finish, remeasure_result
+
+    _checkpoint(driver, store, run_dir, state)
+    driver.stop()
+    remeasured = None
+    if real:
+        service = measuring_service(env_cfg, real, resources)
+        try:
+            remeasured = remeasure_result(service, store, baselines, cfg_run.remeasure_rounds, say)
+        finally:
+            release(service)
+    return finish(cfg_run, run_dir, env, store, state, baselines, remeasured, say)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
