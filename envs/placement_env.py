@@ -37,6 +37,7 @@ import numpy as np
 from envs.base import Measurement
 from envs.env_config import MEMORY_PENALTIES, REWARDS, TRANSIENT_STAGES, EnvConfig, reward_of
 from envs.incumbent import incumbent, start_placement
+from envs.measurer import Measurer
 from envs.store import StoreClient, placement_key
 
 __all__ = ["EnvConfig", "PlacementEnv", "REWARDS", "MEMORY_PENALTIES", "TRANSIENT_STAGES", "reward_of",
@@ -135,8 +136,7 @@ class PlacementEnv(gym.Env):
             self.max_nodes, self.max_edges, x.shape[1], len(self.devices))
         self._obs = pad_graph_observation(x, graph.edge_index(), self.max_nodes, self.max_edges)
         self.graph_id = f"{graph.name}/{cfg.coarsen}/{cfg.backend}/{cfg.objective}/{','.join(self.devices)}"
-        self.store = StoreClient.connect(cfg.store or None)
-        self.screen = None  # the latency model that leaves clearly slower placements unmeasured
+        screen = None  # the latency model that leaves clearly slower placements unmeasured
         if cfg.screen > 0:
             if self.limits is None or cfg.objective != "sequential":
                 raise ValueError("screen predicts latencies of the sequential objective from a "
@@ -145,15 +145,44 @@ class PlacementEnv(gym.Env):
                                     else f"the {cfg.objective} objective"))
             from envs.screen import Screen
 
-            self.screen = Screen(self.limits, self.graph_id, cfg.screen)
+            screen = Screen(self.limits, self.graph_id, cfg.screen)
+        #: repair, cache, measure and reward (:class:`envs.measurer.Measurer`), through the
+        #: run's store
+        self.measurer = Measurer(self.backend, self.graph_id, graph.num_nodes,
+                                 StoreClient.connect(cfg.store or None), self.repair_limits,
+                                 failure_factor=cfg.failure_factor, memory_penalty=cfg.memory_penalty,
+                                 reward=cfg.reward, screen=screen, node=_node_id)
+        self.store, self.screen = self.measurer.store, screen
         self._step = 0
         self._start: Optional[np.ndarray] = None  # where sampling around an incumbent starts
         self._start_checked = False  # measured (or found measured) at this env's first step
         self._wander: Optional[np.random.Generator] = None  # which episodes see the incumbent
         self.reference_kind = ""
-        self.reference_s, self.single_device_s = math.nan, {}
+        self.single_device_s = {}
         if cfg.measure_reference:
-            self.reference_s, self.single_device_s = self._reference()
+            self.reference_s, self.reference_kind, self.single_device_s = \
+                self.measurer.find_reference(self.devices, cfg.reference, graph.name)
+
+    @property
+    def backend(self):
+        """What measures a placement (:mod:`envs.backends`); setting it sets the measurer's."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, value) -> None:
+        self._backend = value
+        if "measurer" in vars(self):
+            self.measurer.backend = value
+
+    @property
+    def reference_s(self) -> float:
+        """The latency failures are rewarded relative to (:meth:`_reference`); NaN when
+        the environment was built with ``measure_reference`` off."""
+        return self.measurer.reference_s
+
+    @reference_s.setter
+    def reference_s(self, value: float) -> None:
+        self.measurer.reference_s = value
 
     @property
     def repair_limits(self):
@@ -169,106 +198,23 @@ class PlacementEnv(gym.Env):
     # ------------------------------------------------------------ measuring
     def measure_array(self, placement: np.ndarray, suggested: bool = False) -> tuple[Measurement, bool]:
         """Measure (or fetch from the run's cache) a placement the policy proposed,
-        given as device indices; it counts towards the run's best. ``suggested``: the
-        driver's suggestion (:meth:`_measure_suggested`), never screened."""
-        p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
-        if self.repair_limits is not None:
-            from hsdag_core.fit import repair
-
-            fixed = repair(self.repair_limits, p)
-            p = p if fixed is None else fixed
-        key = placement_key(self.graph_id, p)
-        hit = self.store.get(key)
-        if hit is not None:
-            extra = {k: hit["info"][k] for k in ("memory_over",) if k in hit["info"]}
-            m = Measurement(ok=hit["ok"], latency_s=hit["latency_s"], backend=self.backend.name,
-                            stage=hit["info"].get("stage"), error=hit["info"].get("error"),
-                            info=extra)
-            return m, True
-        guess = None if suggested else self._screened(p)
-        if guess is not None:
-            return Measurement(ok=True, latency_s=guess, backend=self.backend.name,
-                               info={"screened": True}), True
-        m = self._measure(p, race=True)
-        info = {"stage": m.stage, "error": m.error} if not m.ok else {}
-        if "memory_over" in m.info:
-            info["memory_over"] = m.info["memory_over"]
-        info["node"] = _node_id()
-        if suggested:
-            info["suggested"] = True
-        # a timeout says the machine was busy, not that the placement cannot run
-        self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info,
-                       cache=m.ok or m.stage not in TRANSIENT_STAGES)
-        return m, False
-
-    def _screened(self, p: np.ndarray) -> Optional[float]:
-        """With ``screen``: the predicted latency of a placement clearly slower than the
-        run's best (counted in the store as screened, not measured), else None."""
-        if self.screen is None:
-            return None
-        self.screen.sync(self.store)
-        best = self.store.best()
-        mine = best is not None and str(best.get("key", "")).startswith(self.graph_id + ":")
-        guess = self.screen.verdict(p, best["latency_s"] if mine else None)
-        if guess is not None:
-            self.store.count_screened()
-        return guess
+        given as device indices, repaired first (:meth:`envs.measurer.Measurer.measure`);
+        it counts towards the run's best. ``suggested``: the driver's suggestion
+        (:meth:`_measure_suggested`), never screened."""
+        return self.measurer.measure(placement, suggested=suggested)
 
     def measure_untracked(self, placement: np.ndarray) -> Measurement:
         """Measure a placement that is not the policy's (a baseline or
         reference): never cached, never counted, never the run's best, and
         always timed in full."""
-        return self._measure(placement, race=False)
-
-    def _measure(self, placement: np.ndarray, race: bool) -> Measurement:
-        """Measure on the backend; ``race`` lets a real backend time a clearly
-        slower placement shorter (:mod:`envs.openvino.racing`)."""
-        p = np.asarray(placement, dtype=np.int64)[: self.graph.num_nodes]
-        return self.backend.measure_array(p, race=race and self.backend.races)
+        return self.measurer.measure_untracked(placement)
 
     def _reference(self) -> tuple[float, dict[str, float]]:
-        """The reference latency of rewards and failures, and each device's latency.
-
-        The reference is the fastest single device (or the one named by
-        ``reference``); when no single device can run the model, a balanced
-        split (the first ``1/D`` of the nodes in topological order on the first
-        device, and so on); when that fails too, the simulator's latency of the
-        fastest single device with memory limits ignored (an estimate from the
-        profile); with no profile to estimate from, the run cannot be rewarded
-        and stops with a sentence saying why. ``reference_kind`` says which.
-        """
-        singles, errors = {}, {}
-        for d, name in enumerate(self.devices):
-            m = self.measure_untracked(np.full(self.graph.num_nodes, d))
-            singles[name] = m.latency_s if m.ok else math.inf
-            if not m.ok:
-                errors[name] = m.error
-        if self.config.reference == "best_single":
-            ref, self.reference_kind = min(singles.values()), "best_single"
-        elif self.config.reference in singles:
-            ref, self.reference_kind = singles[self.config.reference], self.config.reference
-        else:
-            raise ValueError(f"reference {self.config.reference!r} is neither best_single nor a device "
-                             f"({', '.join(self.devices)})")
-        if math.isfinite(ref):
-            return ref, singles
-        # no single device can run the model: relative to a balanced split
-        balanced = np.arange(self.graph.num_nodes) * len(self.devices) // self.graph.num_nodes
-        m = self.measure_untracked(balanced)
-        if m.ok:
-            self.reference_kind = "balanced_split"
-            return m.latency_s, singles
-        sim = getattr(self.backend, "sim", None)
-        if sim is not None:
-            self.reference_kind = "estimate_without_memory_limits"
-            n = self.graph.num_nodes
-            return min(sim.sequential(np.full(n, d)).value for d in range(len(self.devices))), singles
-        from hsdag_core.errors import GraphError
-
-        first = next(iter(errors.items()), ("", m.error))
-        raise GraphError(f"neither a single device nor a balanced split of {self.graph.name} runs on "
-                         f"{', '.join(self.devices)} ({first[0]}: {first[1]}), so placements have no "
-                         "reference latency; check the devices and the model")
+        """The reference latency of rewards and failures, and each device's latency
+        (:meth:`envs.measurer.Measurer.find_reference`); sets ``reference_kind``."""
+        ref, self.reference_kind, singles = self.measurer.find_reference(
+            self.devices, self.config.reference, self.graph.name)
+        return ref, singles
 
     # -------------------------------------------------------------- gym API
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
@@ -316,11 +262,7 @@ class PlacementEnv(gym.Env):
         """The latency a measurement is rewarded as: its own when it ran, else
         ``failure_factor`` times the reference, graded by how far a placement is
         over the memory limit (see the module docstring)."""
-        if m.ok:
-            return m.latency_s
-        graded = m.stage == "memory" and self.config.memory_penalty != "flat"
-        over = float(m.info.get("memory_over", 0.0)) if graded else 0.0
-        return self.config.failure_factor * self.reference_s * (1.0 + over)
+        return self.measurer.reward_latency(m)
 
     def step(self, action):
         with reporting_errors(self.config.store, "measuring a placement"):

@@ -78,13 +78,16 @@ class MeasurementStore:
             info: Optional[dict[str, Any]] = None, cache: bool = True) -> bool:
         """Record a new measurement; return True if it is the best so far.
 
-        ``cache=False`` logs it without caching it (a transient failure)."""
+        ``cache=False`` logs it without caching it (a transient failure). The log keeps
+        of ``info`` the failure's ``stage`` and ``error``, the measuring ``runner`` and
+        ``node``, whether a guide ``suggested`` it, and ``t``, the wall-clock time the
+        measurement ended (:func:`envs.measurer.best_curve`)."""
         info = dict(info or {})
         if cache:
             self._cache[key] = _Entry(latency_s, ok, info)
         self._log.append({"key": key, "latency_s": latency_s, "ok": ok,
                           "placement": list(map(int, placement)), **{
-            k: v for k, v in info.items() if k in ("stage", "error", "runner", "node", "suggested")}})
+            k: v for k, v in info.items() if k in ("stage", "error", "runner", "node", "suggested", "t")}})
         if not (ok and math.isfinite(latency_s)):
             return False
         entry = {"latency_s": latency_s, "placement": list(map(int, placement)), "key": key,

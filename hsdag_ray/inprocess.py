@@ -17,9 +17,10 @@ calling process, with PyTorch, torch-geometric, numpy, scipy, networkx and gymna
 * solvers (``exact``, ``heft``, ``m-topo``, ``m-etf``, ``m-sct``): the run functions of
   :class:`hsdag_ray.drivers.SolverDriver`, their placement measured once.
 
-Placements are measured as the placement environment measures them: repaired to the
-profile's memory limits first (``memory_penalty="repair"`` with ``costs``), cached by
-placement (:class:`envs.store.MeasurementStore`: a placement proposed again is answered
+Placements are measured by the placement environment's own measurer
+(:class:`envs.measurer.Measurer`): repaired to the profile's memory limits first
+(``memory_penalty="repair"`` with ``costs``), cached by the placement measured (a
+placement proposed again, or one that repairs to a placement measured before, is answered
 from the cache and costs nothing), and a failure rewarded as ``failure_factor`` times
 the reference latency (the fastest single device, measured first outside the budget),
 graded by how far it is over a memory limit. The budget counts placements measured, as
@@ -41,8 +42,8 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from envs.base import Backend, Measurement
-from envs.env_config import TRANSIENT_STAGES, reward_of
-from envs.store import MeasurementStore, placement_key
+from envs.measurer import Measurer, best_curve
+from envs.store import MeasurementStore, StoreClient
 from hsdag_core.compgraph import CompGraph
 from hsdag_core.costgraph import CostGraph
 
@@ -55,92 +56,30 @@ PROPOSAL_CAP = 5
 _ARGUMENTS = ("method", "budget", "seed", "objective")
 
 
-class _Measurer:
-    """The measuring half of a placement environment over ``backend`` (module docstring):
-    the run's store, its reference latency and the reward of a measurement."""
+class _Measurer(Measurer):
+    """The run's :class:`envs.measurer.Measurer` (repair, cache, budget, measure, reward:
+    the placement environment's path) over ``backend``, with a local store, the budget
+    in new placements measured and :data:`PROPOSAL_CAP` times it in proposals, and the
+    devices' latencies and the reference measured first, outside the budget."""
 
     def __init__(self, graph: CompGraph, backend: Backend, costs: Optional[CostGraph], cfg,
                  budget: int) -> None:
         from hsdag_ray.resolve import reward_of_run
 
-        self.graph, self.backend, self.cfg, self.budget = graph, backend, cfg, budget
-        self.n, self.devices = graph.num_nodes, list(backend.devices)
-        self.reward_kind = reward_of_run(cfg)
         #: the cost graph an over-memory placement is repaired to before it is measured
         self.limits = costs if costs is not None and cfg.memory_penalty == "repair" else None
-        self.store = MeasurementStore()
-        self.measured = self.proposed = 0
-        self._repairs: dict[bytes, np.ndarray] = {}
-        self.single_device_s, self.reference_s = self._reference()
+        super().__init__(backend, graph.name, graph.num_nodes, StoreClient(MeasurementStore()),
+                         self.limits, budget=budget, proposal_cap=PROPOSAL_CAP,
+                         failure_factor=cfg.failure_factor, memory_penalty=cfg.memory_penalty,
+                         reward=reward_of_run(cfg))
+        self.devices = list(backend.devices)
+        _, _, self.single_device_s = self.find_reference(self.devices, "best_single", graph.name)
 
-    def _reference(self) -> tuple[dict[str, float], float]:
-        """Each device's latency and the reference of rewards and failures, as
-        :meth:`envs.placement_env.PlacementEnv._reference` finds it (``best_single``)."""
-        singles = {}
-        for d, name in enumerate(self.devices):
-            m = self.backend.measure_array(np.full(self.n, d, dtype=np.int64), race=False)
-            singles[name] = m.latency_s if m.ok else math.inf
-        if math.isfinite(min(singles.values())):
-            return singles, min(singles.values())
-        balanced = np.arange(self.n) * len(self.devices) // self.n
-        m = self.backend.measure_array(balanced, race=False)
-        if m.ok:
-            return singles, m.latency_s
-        sim = getattr(self.backend, "sim", None)
-        if sim is not None:  # an estimate with the memory limits ignored
-            return singles, min(sim.sequential(np.full(self.n, d)).value for d in range(len(self.devices)))
-        raise ValueError(f"neither a single device nor a balanced split of {self.graph.name} runs on "
-                         f"{', '.join(self.devices)} ({m.error}), so placements have no reference latency")
-
-    def measure(self, placement: Any) -> Optional[Measurement]:
+    def take(self, placement: Any) -> Optional[Measurement]:
         """The measurement of a proposed placement (repaired, or from the cache), or None
         when the budget is spent (a new placement) or the proposals are capped."""
-        if self.proposed >= PROPOSAL_CAP * self.budget:
-            return None
-        p = self._repaired(np.asarray(placement, dtype=np.int64)[: self.n])
-        key = placement_key(self.graph.name, p)
-        hit = self.store.get(key)
-        if hit is None and self.measured >= self.budget:
-            return None
-        self.proposed += 1
-        if hit is not None:
-            info = {k: hit["info"][k] for k in ("memory_over",) if k in hit["info"]}
-            return Measurement(ok=hit["ok"], latency_s=hit["latency_s"], backend=self.backend.name,
-                               stage=hit["info"].get("stage"), error=hit["info"].get("error"), info=info)
-        m = self.backend.measure_array(p, race=self.backend.races)
-        self.measured += 1
-        info = {"stage": m.stage, "error": m.error} if not m.ok else {}
-        if "memory_over" in m.info:
-            info["memory_over"] = m.info["memory_over"]
-        self.store.put(key, m.latency_s if m.ok else math.inf, m.ok, p.tolist(), info,
-                       cache=m.ok or m.stage not in TRANSIENT_STAGES)
-        return m
-
-    def _repaired(self, p: np.ndarray) -> np.ndarray:
-        """``p`` repaired to the profile's memory limits (:func:`hsdag_core.fit.repair`, as
-        the environment repairs it; ``p`` itself without limits or when no repair fits),
-        each distinct proposal repaired once (a repair may solve a MILP)."""
-        if self.limits is None:
-            return p
-        from hsdag_core.fit import repair
-
-        key = p.tobytes()
-        if key not in self._repairs:
-            fixed = repair(self.limits, p)
-            self._repairs[key] = p if fixed is None else fixed
-        return self._repairs[key]
-
-    def reward_latency(self, m: Measurement) -> float:
-        """:meth:`envs.placement_env.PlacementEnv.reward_latency`: its own latency when it
-        ran, else ``failure_factor`` times the reference, graded when over memory."""
-        if m.ok:
-            return m.latency_s
-        graded = m.stage == "memory" and self.cfg.memory_penalty != "flat"
-        over = float(m.info.get("memory_over", 0.0)) if graded else 0.0
-        return self.cfg.failure_factor * self.reference_s * (1.0 + over)
-
-    def reward(self, m: Measurement) -> float:
-        return reward_of(self.reward_latency(m), self.reward_kind, self.reference_s)
+        out = self.measure(placement)
+        return None if out is None else out[0]
 
 
 def _settings(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]]):
@@ -223,8 +162,8 @@ def _run_hsdag(cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostG
     def reward(placement: np.ndarray) -> Optional[float]:
         if first[0]:  # PlacementEnv._measure_start: the start, measured before the first step
             first[0] = False
-            measurer.measure(start)
-        m = measurer.measure(placement)
+            measurer.take(start)
+        m = measurer.take(placement)
         tick()
         return None if m is None else measurer.reward(m)
 
@@ -251,7 +190,7 @@ def _run_search(method, cfg, measurer: _Measurer, costs: Optional[CostGraph],
             search.observe(np.full(n, devices.index(name), dtype=np.int64), latency, proposed=False)
     while True:
         p = search.propose()
-        m = measurer.measure(p)
+        m = measurer.take(p)
         tick()
         if m is None:
             return {}
@@ -266,7 +205,7 @@ def _run_solver(method, cfg, measurer: _Measurer, costs: CostGraph) -> dict[str,
     if placement is None:
         raise RuntimeError(f"method {method.name} found no placement for the {cfg.objective} "
                            "objective on the costs; use another method or objective")
-    measurer.measure(placement)
+    measurer.take(placement)
     return {}
 
 
@@ -307,13 +246,16 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         ``method``, ``kind``, ``placement`` (the best measured, device indices, None when
         none ran), ``placement_by_name`` (node name -> device), ``latency_s`` (its latency,
         ``inf`` when none ran), ``measured``, ``proposed``, ``failures``, ``curve`` (the
-        latency of every measurement in order, ``inf`` for a failure), ``wall_s``,
+        latency of every measurement in order, ``inf`` for a failure), ``best_curve``
+        (the best so far after every measurement, with the wall seconds since the run
+        began, its reference, planning and solving included:
+        :func:`envs.measurer.best_curve`), ``wall_s``,
         ``devices``, ``single_device_s``, ``reference_s``, ``budget``, ``seed``,
         ``objective``; HSDAG adds ``iterations`` and ``last_update`` (its metrics).
     """
     from policies.registry import get
 
-    t0 = time.perf_counter()
+    t0, t_wall = time.perf_counter(), time.time()
     spec = get(method)
     if spec.kind == "rl" and spec.name != "hsdag":
         raise ValueError(f"method {method!r} is trained through RLlib; in-process runs train hsdag "
@@ -361,6 +303,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         "latency_s": best["latency_s"] if best else math.inf,
         "measured": measurer.measured, "proposed": measurer.proposed,
         "failures": sum(1 for e in log if not e["ok"]), "curve": [e["latency_s"] for e in log],
+        "best_curve": best_curve(log, t_wall),
         "wall_s": time.perf_counter() - t0, "devices": devices,
         "single_device_s": dict(measurer.single_device_s), "reference_s": measurer.reference_s,
         "budget": cfg.budget, "seed": cfg.seed, "objective": cfg.objective, **extra}

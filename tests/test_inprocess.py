@@ -257,17 +257,17 @@ def test_failures_get_the_environments_failure_reward():
     graded = _Measurer(graph, backend, costs, TrainConfig(memory_penalty="graded"), budget=5)
     assert graded.reference_s == graded.single_device_s["CPU_MODEL"]
     assert graded.single_device_s["ACCEL"] == math.inf
-    m = graded.measure(everything_on_the_accelerator)
+    m = graded.take(everything_on_the_accelerator)
     assert not m.ok and m.stage == "memory"
     over = backend.memory_over(everything_on_the_accelerator)
     assert over > 0 and graded.reward_latency(m) == pytest.approx(10.0 * graded.reference_s * (1 + over))
     assert graded.reward(m) == pytest.approx(1.0 / graded.reward_latency(m))  # HSDAG's inverse
     flat = _Measurer(graph, backend, costs, TrainConfig(memory_penalty="flat", failure_factor=4.0), budget=5)
-    assert flat.reward_latency(flat.measure(everything_on_the_accelerator)) == pytest.approx(4.0 * flat.reference_s)
+    assert flat.reward_latency(flat.take(everything_on_the_accelerator)) == pytest.approx(4.0 * flat.reference_s)
     # by default (repair) the proposal is moved within the limits before it is measured
     repaired = _Measurer(graph, backend, costs, TrainConfig(), budget=5)
-    assert repaired.measure(everything_on_the_accelerator).ok
-    assert repaired.measure(everything_on_the_accelerator).ok and repaired.measured == 1  # cached
+    assert repaired.take(everything_on_the_accelerator).ok
+    assert repaired.take(everything_on_the_accelerator).ok and repaired.measured == 1  # cached
 
 
 def test_what_runs_only_through_ray_is_refused_with_the_command_to_use(problem):

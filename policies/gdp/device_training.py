@@ -4,13 +4,12 @@ Runs in one process on the simulator, with PyTorch, numpy and scipy only. A
 :class:`Problem` is one graph on one device set (:mod:`hsdag_core.device_sets`):
 its cost graph, the network's inputs, the fastest single device that fits and,
 for training and as a reference, the best placement the solvers find in a time
-limit (:func:`teacher_of`). A placement is measured as the in-process methods'
-are (:mod:`hsdag_ray.inprocess`): repaired to the devices' memory first
-(:func:`hsdag_core.fit.repair`), then timed by the simulator. The problem's cache
-is keyed by the proposal, not by its repair: a new proposal that repairs to a
-placement measured before counts as a measurement (``run_method`` would answer it
-from its cache), so a learned run's budget is, if anything, the stricter. The reward is the speedup over the
-fastest single device, one scale on every graph and set.
+limit (:func:`teacher_of`). A placement is measured by the measurer every method
+uses (:class:`envs.measurer.Measurer`): repaired to the devices' memory first
+(:func:`hsdag_core.fit.repair`), then timed by the simulator, and cached by the
+placement measured (its repair): a new proposal that repairs to a placement measured
+before is answered from the cache and costs no budget, as in every other run. The
+reward is the speedup over the fastest single device, one scale on every graph and set.
 
 * :func:`imitate`: cross-entropy towards each training problem's teacher
   placement (GDP pre-training by imitation, as ``hsdag_ray.imitate`` does for the
@@ -32,9 +31,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from envs.simulator import Simulator
+from envs.measurer import Measurer
+from envs.simulator import Simulator, SimulatorBackend
 from hsdag_core.costgraph import CostGraph
-from hsdag_core.fit import repair
 
 __all__ = ["Problem", "make_problem", "teacher_of", "imitate", "reinforce", "zero_shot", "finetune",
            "fastest_per_node", "TEACHER_METHODS"]
@@ -59,32 +58,39 @@ class Problem:
     teacher: Optional[np.ndarray] = None
     teacher_s: float = float("inf")
     teacher_info: dict = field(default_factory=dict)
-    cache: dict = field(default_factory=dict, repr=False)
     #: new placements measured at most (a run's budget); one past it is answered ``nan``
     limit: float = float("inf")
+    #: repair, cache and budget of the problem's measurements (:meth:`forget` starts it over)
+    measurer: Optional[Measurer] = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._backend = SimulatorBackend(self.costs)
+        self._backend.sim = self.sim  # one simulator, built once
+        self.forget()
 
     @property
     def size(self) -> int:
         return self.costs.num_devices
 
     def latency(self, placement: np.ndarray) -> float:
-        """The simulator's latency of ``placement`` after the memory repair (cached);
-        ``inf`` when no repair fits, ``nan`` when it is new and :attr:`limit` is reached."""
-        key = np.asarray(placement, dtype=np.int64).tobytes()
-        if key not in self.cache:
-            if self.measured() >= self.limit:
-                return float("nan")
-            p = repair(self.costs, placement)  # the placement itself when it fits
-            self.cache[key] = float("inf") if p is None else self.sim.evaluate(p).value
-        return self.cache[key]
+        """The simulator's latency of ``placement`` after the memory repair (cached by the
+        repair); ``inf`` when no repair fits, ``nan`` when it is new and :attr:`limit`
+        is reached."""
+        self.measurer.budget = int(self.limit) if np.isfinite(self.limit) else None
+        out = self.measurer.measure(placement)
+        if out is None:
+            return float("nan")
+        m, _ = out
+        return float(m.latency_s) if m.ok else float("inf")
 
     def measured(self) -> int:
         """Distinct placements measured so far."""
-        return len(self.cache)
+        return self.measurer.measured
 
     def forget(self) -> None:
         """Empties the cache and lifts the limit (a new run measures from nothing)."""
-        self.cache.clear()
+        self.measurer = Measurer(self._backend, f"{self.graph}/{self.device_set}",
+                                 self.costs.num_nodes, repair_to=self.costs)
         self.limit = float("inf")
 
 
