@@ -36,6 +36,8 @@ class BackendKind:
         objectives: the objectives it measures (``sequential``: the latency of one
             inference; ``throughput``: a pipeline's time per sample; ``parallel``:
             independent stages of one inference concurrently).
+        default_devices: the devices a run measures on when it names none (a simulator's
+            come from its profile: none here).
     """
 
     name: str
@@ -44,6 +46,61 @@ class BackendKind:
     description: str
     source: str = "openvino"
     objectives: tuple[str, ...] = ("sequential",)
+    default_devices: tuple[str, ...] = ()
+
+    @property
+    def simulated(self) -> bool:
+        """A cost model gives its latencies: it measures with a profile, which its run
+        must have (recorded, or given with ``--profile``)."""
+        return not self.real
+
+    def check_devices(self, specs: list[str], threads: int = 0, here: bool = True) -> list[str]:
+        """The names of the device ``specs`` this backend measures on, each checked to be
+        one it can drive on this machine (``here=False``, a run measured on other machines:
+        read only); ``ValueError`` with one sentence on a bad one."""
+        return _DEVICE_FAMILIES[self.source].check(list(specs), threads, here)
+
+    def describe_devices(self, specs: list[str], threads: int = 0) -> list[str]:
+        """One line per device spec: what it is (for a run's or a table's header)."""
+        return _DEVICE_FAMILIES[self.source].describe(list(specs), threads)
+
+
+class _OpenVINODevices:
+    """OpenVINO's real and virtual devices (``CPU``, ``CPU_F32``, ``GPU.1``...)."""
+
+    @staticmethod
+    def check(specs: list[str], threads: int, here: bool) -> list[str]:
+        from envs.openvino_backend import check_devices
+
+        return [i.name for i in check_devices(specs, default_threads=threads)]
+
+    @staticmethod
+    def describe(specs: list[str], threads: int) -> list[str]:
+        from envs.openvino_backend import DeviceSet
+
+        return DeviceSet(specs, default_threads=threads).describe()
+
+
+class _TorchDevices:
+    """PyTorch devices (``cpu``, ``cpu:bf16``, ``cuda:N[:mem=SIZE]``)."""
+
+    @staticmethod
+    def check(specs: list[str], threads: int, here: bool) -> list[str]:
+        from envs.pytorch.devices import check_devices, parse_device
+
+        if not here:
+            return [parse_device(s).name for s in specs]
+        return [d.name for d in check_devices(specs)]
+
+    @staticmethod
+    def describe(specs: list[str], threads: int) -> list[str]:
+        from envs.pytorch.devices import parse_device
+
+        return [parse_device(s).describe() for s in specs]
+
+
+#: the devices of each graph source, checked and described
+_DEVICE_FAMILIES = {"openvino": _OpenVINODevices, "torch": _TorchDevices}
 
 
 BACKENDS: dict[str, BackendKind] = {}
@@ -100,16 +157,21 @@ def build(name: str, graph, **kwargs: Any):
     return getattr(importlib.import_module(mod), attr)(graph, **kwargs)
 
 
+#: a run on OpenVINO that names no devices: two configurations of the CPU plugin
+OPENVINO_DEVICES = ("CPU", "CPU_F32")
 register(BackendKind("auto", "envs.graph_backend:openvino_backend", True,
-                     "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails"))
+                     "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails",
+                     default_devices=OPENVINO_DEVICES))
 register(BackendKind("hetero", "envs.graph_backend:openvino_backend", True,
-                     "OpenVINO HETERO with an affinity on every op"))
+                     "OpenVINO HETERO with an affinity on every op", default_devices=OPENVINO_DEVICES))
 register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
-                     "OpenVINO: the model split into stages compiled per device"))
+                     "OpenVINO: the model split into stages compiled per device",
+                     default_devices=OPENVINO_DEVICES))
 register(BackendKind("simulator", "envs.graph_backend:simulator_backend", False,
                      "the cost model of a profile (sequential, parallel or throughput objective)",
                      objectives=("sequential", "parallel", "throughput")))
 register(BackendKind("torch", "envs.pytorch:torch_backend", True,
                      "PyTorch: the model exported with torch.export, split into stages per device "
                      "(cpu, cpu:bf16, cuda:N; :mem=SIZE caps a device); sequential or pipelined "
-                     "(throughput objective)", source="torch", objectives=("sequential", "throughput")))
+                     "(throughput objective)", source="torch", objectives=("sequential", "throughput"),
+                     default_devices=("cpu", "cpu:bf16")))

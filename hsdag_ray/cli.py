@@ -143,36 +143,19 @@ def timing_from_args(args: argparse.Namespace, validate: bool = False) -> Timing
 def resolve_devices(specs: Sequence[str], threads: int, backend: str = "auto",
                     here: bool = True) -> list[str]:
     """Check the device specs of ``backend`` (OpenVINO's real or virtual devices, or the
-    torch backend's ``cpu`` / ``cuda:N``); return the device names; say what each is.
+    torch backend's ``cpu`` / ``cuda:N``); return the device names.
     ``here=False`` (a run on a cluster, measured on other machines): torch devices are only
     read, not looked for on this machine."""
+    from envs.backends import get
+
     try:
-        if _torch_source(backend):
-            from envs.pytorch.devices import check_devices as check_torch, parse_device
-
-            if not here:
-                return [parse_device(s).name for s in specs]
-            return [d.name for d in check_torch(list(specs))]
-        from envs.openvino_backend import check_devices
-
-        infos = check_devices(list(specs), default_threads=threads)
+        return get(backend).check_devices(list(specs), threads, here)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return [i.name for i in infos]
-
-
-def _torch_source(backend: str) -> bool:
-    from envs.backends import BACKENDS
-
-    kind = BACKENDS.get(backend)
-    return kind is not None and kind.source == "torch"
 
 
 def describe_devices(specs: Sequence[str], threads: int, backend: str = "auto") -> list[str]:
-    if _torch_source(backend):
-        from envs.pytorch.devices import parse_device
+    """What each device of ``backend`` named by ``specs`` is, one line each."""
+    from envs.backends import get
 
-        return [parse_device(s).describe() for s in specs]
-    from envs.openvino_backend import DeviceSet
-
-    return DeviceSet(list(specs), default_threads=threads).describe()
+    return get(backend).describe_devices(list(specs), threads)

@@ -400,14 +400,16 @@ class TrainConfig:
             if path and not Path(path).is_file():
                 raise UsageError(f"{what} file {path} does not exist; record one with "
                                  "python -m hsdag_ray.profile")
-        if self.sim_profile and self.backend != "simulator":
+        if self.sim_profile and not (self.backend in BACKENDS and BACKENDS[self.backend].simulated):
             raise UsageError("--sim-profile is what the simulator measures with; add "
                              "--backend simulator (a real backend measures the machine itself)")
 
     def profile_measured(self, backend: str) -> bool:
-        """Whether a run on ``backend`` (resolved) measures its own profile: the simulator
-        without ``sim_profile``; then its exact solver's placement is the optimum."""
-        return backend == "simulator" and not self.sim_profile
+        """Whether a run on ``backend`` (resolved) measures its own profile: a simulated
+        backend without ``sim_profile``; then its exact solver's placement is the optimum."""
+        from envs.backends import get
+
+        return get(backend).simulated and not self.sim_profile
 
     def starts_exact(self, backend: str) -> bool:
         """Whether ``exact_start`` is on for a run on ``backend`` (auto: with ``guide``)."""

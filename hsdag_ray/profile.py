@@ -17,6 +17,7 @@ import time
 from typing import Optional, Sequence
 
 from envs.profiling import record
+from envs.backends import get as get_backend
 from hsdag_ray.cli import (UsageError, add_timing_args, resolve_devices, run,
                            timing_from_args, writable_file)
 from hsdag_core.compgraph import parse_input_shapes
@@ -46,7 +47,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_timing_args(ap)
     args = ap.parse_args(argv)
     timing = timing_from_args(args)
-    specs = [d for d in (args.devices or ("cpu" if args.backend == "torch" else "CPU")).split(",") if d]
+    # default: the backend's first default device (the CPU)
+    specs = [d for d in (args.devices or get_backend(args.backend).default_devices[0]).split(",") if d]
     modeled = [d for d in args.modeled.split(",") if d]
     bad = [d for d in modeled if d not in MODELED_DEVICES]
     if bad:

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from envs.backends import get as get_backend
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
@@ -30,10 +31,10 @@ DEFAULT_ACCELERATOR = "GPU_SMALLMEM"
 
 
 def default_devices(backend: str) -> list[str]:
-    """The devices a run on the real backend ``backend`` measures on when it names none:
-    two configurations of the CPU (the torch backend's ``cpu`` and ``cpu:bf16``, OpenVINO's
-    ``CPU`` and ``CPU_F32``)."""
-    return ["cpu", "cpu:bf16"] if backend == "torch" else ["CPU", "CPU_F32"]
+    """The devices a run on the real backend ``backend`` measures on when it names none
+    (its :attr:`envs.backends.BackendKind.default_devices`: two configurations of the CPU,
+    the torch backend's ``cpu`` and ``cpu:bf16``, OpenVINO's ``CPU`` and ``CPU_F32``)."""
+    return list(get_backend(backend).default_devices)
 
 
 #: bumped when implicit profiles are recorded differently (2: modeled devices
@@ -127,7 +128,7 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
             say(f"only {', '.join(real) or 'no device'} here: using the simulator with the CPU "
                 f"profiled by OpenVINO and a modeled accelerator ({DEFAULT_ACCELERATOR}); pass "
                 "--backend auto --devices CPU,CPU_F32 to measure on two CPU configurations instead")
-    if backend == "simulator":
+    if get_backend(backend).simulated:
         if devices:  # refused before a profile is recorded for them
             check_two_devices(devices)
         if cfg.profile:
@@ -177,7 +178,8 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
         return (f"--method {cfg.method} models the {' and '.join(MODELED_OBJECTIVES)} "
                 f"objectives; use one of them, or another method for the {cfg.objective} objective")
     if devices is None:
-        lacks = "none" if cfg.backend not in ("simulator", "default") and not cfg.profile else ""
+        known_real = cfg.backend != "default" and get_backend(cfg.backend).real
+        lacks = "none" if known_real and not cfg.profile else ""
     else:
         lacks = _profile_lacks(devices, profile)
     if not lacks:

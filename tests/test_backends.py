@@ -73,3 +73,23 @@ def tiny_graph_and_profile():
 
     _, _, graph, _ = build_graph("tiny_cnn", "colocation")
     return graph, modeled_profile("tiny_cnn")
+
+
+def test_a_backend_kind_carries_its_devices():
+    """Default devices, checking and describing devices, and whether a cost model gives
+    the latency are declared by the kind; the commands read them from it."""
+    from hsdag_ray.cli import UsageError, resolve_devices
+    from hsdag_ray.resolve import default_devices
+
+    assert BACKENDS["simulator"].simulated and not BACKENDS["torch"].simulated
+    for name, kind in BACKENDS.items():
+        if not kind.real:
+            assert kind.default_devices == ()
+            continue
+        assert default_devices(name) == list(kind.default_devices) and len(kind.default_devices) == 2
+        # both default devices exist on any machine with a CPU
+        assert resolve_devices(kind.default_devices, 1, name) == list(kind.default_devices)
+        assert len(kind.describe_devices(list(kind.default_devices), 1)) == 2
+    assert resolve_devices(["cuda:3"], 1, "torch", here=False) == ["cuda:3"]  # read, not looked for
+    with pytest.raises(UsageError):
+        resolve_devices(["NO_SUCH_DEVICE"], 1, "auto")
