@@ -17,10 +17,14 @@ HSDAG) on the simulator (sequential objective unless given) for the largest of `
 prints its best latency over the exact optimum of the profile (min cut, or the
 MILP with the memory limit), over the best single device, and the number of
 distinct placements measured; then, per case and method, the median and range
-over seeds of best/optimum at each of ``--budgets`` (read from the run's
-best-so-far after every iteration, so one run gives the whole curve), and
-``--plot FILE`` draws the median curves. With ``-- --budget-unit measurements`` the
-budgets and curves count new placements measured instead of placements proposed. Flags after ``--``
+over seeds of best/optimum after each of ``--budgets`` measurements (read from the
+run's best after every measurement, so one run gives the whole curve and "after 10"
+means 10 for every method; cached repeats are not measurements), the measurements and
+the wall seconds until the run's best was within 1.01x (the seconds from the run's
+start: its baselines, the method's planning and solving and every measurement), and
+``--plot FILE`` draws the median curves. Each run's budget counts placements proposed
+unless ``-- --budget-unit measurements``; a run that measured fewer than a column's
+count is read after all of its own. Flags after ``--``
 are ``python -m hsdag_ray.train`` flags (its ``--help``), read by its own
 parser, for every run; the bench sets the model, devices, profile, budget,
 seed, method and output itself.
@@ -50,6 +54,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -103,11 +108,55 @@ def devices_of(accelerators: str) -> list[str]:
     return ["CPU", *accelerators.split("+")]
 
 
-def best_at(curve: list[tuple[int, float]], budget: int, optimum: float) -> float:
-    """best/optimum after the last iteration within ``budget`` placements
-    (``inf`` when nothing feasible was measured by then)."""
-    seen = [b for n, b in curve if n <= budget and b is not None]
+def measured_curve(summary: dict) -> list[tuple[int, Optional[float], Optional[float]]]:
+    """A run's best after every measurement, from its summary: ``(measurements, best
+    latency so far or None, wall seconds from the run's start)`` (:func:`envs.measurer.best_curve`:
+    cached repeats are not measurements; the seconds include the run's baselines and
+    the method's planning and solving)."""
+    from envs.measurer import best_curve
+
+    times = list(summary.get("measured_at_s") or [])
+    log = [{"ok": t is not None, "latency_s": t} for t in summary.get("latencies_s") or []]
+    return [(r["measurement"], r["best_latency_s"], times[k] if k < len(times) else None)
+            for k, r in enumerate(best_curve(log))]
+
+
+def best_at(curve: list[tuple], budget: int, optimum: float) -> float:
+    """best/optimum after ``budget`` measurements (a run that measured fewer: after all of
+    its own), ``inf`` when nothing feasible was measured by then."""
+    seen = [b for n, b, *_ in curve if n <= budget and b is not None]
     return min(seen) / optimum if seen else math.inf
+
+
+#: the factor of the optimum the tables count measurements and seconds to
+TARGET = 1.01
+
+
+def to_target(curve: list[tuple], optimum: float, factor: float = TARGET) -> tuple[float, float]:
+    """The measurements and the wall seconds after which a run's best was within ``factor``
+    of ``optimum`` (``inf``, ``inf``: never within its measurements)."""
+    for n, b, *rest in curve:
+        if b is not None and b <= factor * optimum * (1 + 1e-9):
+            wall = rest[0] if rest and rest[0] is not None else math.nan
+            return float(n), float(wall)
+    return math.inf, math.inf
+
+
+def target_cells(curves: list[tuple]) -> tuple[str, str]:
+    """Median over runs of the measurements and of the wall seconds to :data:`TARGET`
+    times the optimum (a run that never got there counts as never: ``>N``, N the median
+    measurements made, when fewer than half did), with ``(k/n runs)`` when not all did."""
+    hits = [to_target(curve, opt) for curve, opt in curves]
+    if not hits:
+        return "-", "-"
+    reached = sum(1 for n, _ in hits if math.isfinite(n))
+    note = "" if reached == len(hits) else f" ({reached}/{len(hits)} runs)"
+    med = statistics.median(n for n, _ in hits)
+    if not math.isfinite(med):
+        most = statistics.median([curve[-1][0] if curve else 0 for curve, _ in curves])
+        return f">{most:.0f}{note}", "-"
+    wall = statistics.median(w if math.isfinite(n) else math.inf for n, w in hits)
+    return f"{med:.0f}{note}", (f"{wall:.1f}" if math.isfinite(wall) else "-") + note
 
 
 def measured_reference(model: str, profile: Path, devices: list[str], coarsen: str,
@@ -172,8 +221,8 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     """Train every method on every (model, accelerator) for every seed on the
     recorded profiles; one dict per case: ``model``, ``accelerator``,
     ``method``, ``ratios`` (best/optimum per seed, ``inf`` when nothing was
-    feasible), ``curves`` (per seed, ``(placements, best latency so far or
-    None)`` after every iteration, and the optimum), ``proven`` (every optimum
+    feasible), ``curves`` (per seed, :func:`measured_curve`: ``(measurements,
+    best latency so far or None, wall seconds)`` after every measurement, and the optimum), ``proven`` (every optimum
     proven). ``on_case(cases)`` is called after every case (to save partial results)."""
     import ray
 
@@ -197,7 +246,6 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                 for method in methods:
                     ratios, curves, proven_all, by_guide = [], [], True, []
                     for seed in seeds:
-                        curve: list = []
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
                                       profile=str(known), devices=devices_of(acc),
@@ -206,11 +254,8 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                                       name=f"{model}-{acc}-{method}-{seed}", seed=seed)
                         s = None
                         for attempt in (1, 2):  # a run killed from outside (memory) is run again
-                            curve.clear()
                             try:
-                                s = train(replace(cfg, name=f"{cfg.name}-{attempt}"), quiet=True,
-                                          on_iteration=lambda _h, row, c=curve: c.append(
-                                              (row[base.budget_unit], row["best_latency_s"])))
+                                s = train(replace(cfg, name=f"{cfg.name}-{attempt}"), quiet=True)
                                 break
                             except Exception as e:  # noqa: BLE001 - reported, the grid goes on
                                 say(f"{model} {acc} {method} seed {seed}: run {attempt} failed "
@@ -231,7 +276,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         if optimum is not None and own in b:
                             exact_ratios.append(b[own] / optimum)
                         ratios.append(best / opt)
-                        curves.append((curve, opt))
+                        curves.append((measured_curve(s), opt))
                         by_guide.append(_best_by_guide(s))
                         if optimum is None and s.get("optimum_method"):
                             REFERENCES[(model, tuple(cfg.devices))] = reference_text(
@@ -259,7 +304,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     say(f"{model:13s} {acc:13s} {solver} on the run's profile: {r:.4f}x {ref}")
                     cases.append({"model": model, "accelerator": acc,
                                   "method": f"{'exact' if exact else 'heft'} (profile)",
-                                  "ratios": [r], "curves": [([(1, r * optimum)], optimum)],
+                                  "ratios": [r], "curves": [([(1, r * optimum, None)], optimum)],
                                   "proven": True, "unit": base.budget_unit})
                     if on_case is not None:
                         on_case(cases)
@@ -319,23 +364,25 @@ def parse(description: str, default_methods: str, guide_modes: bool = False):
 
 
 def summarize(cases: list[dict], budgets: list[int]) -> list[str]:
-    """One markdown row per case: median [min-max] of best/optimum at each budget."""
-    head = "| model | accelerator | method | " + " | ".join(f"{b}" for b in budgets) + " |"
-    lines = [head, "|" + "---|" * (3 + len(budgets))]
+    """One markdown row per case: median [min-max] of best/optimum after each budget's
+    measurements, then the measurements and the wall seconds to :data:`TARGET`."""
+    head = ("| model | accelerator | method | " + " | ".join(f"{b}" for b in budgets)
+            + f" | measurements to {TARGET}x | wall s to {TARGET}x |")
+    lines = [head, "|" + "---|" * (5 + len(budgets))]
     for c in cases:
         cells = []
         for b in budgets:
             r = [best_at(curve, b, opt) for curve, opt in c["curves"]]
             r += [x for x in c["ratios"] if math.isinf(x)]  # runs with nothing feasible
             cells.append(f"{statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" if r else "-")
+        cells += list(target_cells(c["curves"]))
         lines.append(f"| {c['model']} | {c['accelerator']} | {c['method']} | " + " | ".join(cells)
                      + " |" + ("" if c["proven"] else " (optimum not proven)"))
     return lines
 
 
 def plot(cases: list[dict], path: str, budget: int) -> None:
-    """Median best/optimum against placements (or the runs' budget unit), one panel per
-    (model, accelerator)."""
+    """Median best/optimum against measurements, one panel per (model, accelerator)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -345,7 +392,7 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
     cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
-    xs = list(range(20, budget + 1, 20))
+    xs = list(range(1, budget + 1))
     for ax, (model, acc) in zip(axes.flat, panels):
         for c in cases:
             if (c["model"], c["accelerator"]) != (model, acc) or not c["curves"]:
@@ -355,7 +402,8 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
         ax.axhline(1.01, ls="--", lw=0.8, color="grey")
         ax.set_title(f"{model} / {acc}", fontsize=9)
         ax.set_ylim(0.99, 1.25)
-        ax.set_xlabel(cases[0].get("unit", "placements"), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("measurements", fontsize=8)
         ax.set_ylabel("best / optimum", fontsize=8)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
@@ -395,7 +443,7 @@ def main() -> None:
                      budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
                      on_case=save, jitter=args.jitter, estimate=args.estimate)
     print(f"\nbest/{over_what(base.objective)[1]} ({base.objective} objective), median [min-max] over seeds {args.seeds} at "
-          f"{', '.join(map(str, budgets))} {base.budget_unit}, cost features "
+          f"{', '.join(map(str, budgets))} measurements (runs' budget in {base.budget_unit}), cost features "
           + ("off" if base.no_cost else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else "")
           + (f", profiles jittered by {args.jitter}" if args.jitter else "")

@@ -13,8 +13,11 @@ solvers), each run as published and with ``train --guide`` (the exact-solver sta
 HSDAG's incumbent prior, untried neighbours of the best: the same aids for every
 method). ``--estimate 0.5`` gives every method a profile whose op times are up to 50% off
 what the simulator measures, as a recorded profile is off a real machine. Prints each
-run, then a markdown table per budget of ``--budgets``: the median best/optimum over
-seeds with the range (min-max), one column per method and guide mode; ``*`` marks a
+run, then a markdown table per budget of ``--budgets``: the median best/optimum after
+that many measurements (the best after every measurement, so 10 means 10 for every
+method; cached repeats are not measurements) over seeds with the range (min-max), one
+column per method and guide mode, and a table of the measurements and wall seconds
+(planning and solving included) until the best was within 1.01x of the optimum; ``*`` marks a
 case whose optimum the solver did not prove, and a list after the tables names the
 solver each row divides by (s-t minimum cut on two devices, the MILP beyond) with its
 proof or gap. ``--accelerators A+B`` runs on the CPU and several accelerators. Profiles are shared with
@@ -26,7 +29,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from bench.bench_learning import REFERENCES, best_at, parse, run_grid
+from bench.bench_learning import REFERENCES, TARGET, best_at, parse, run_grid, target_cells
 
 from hsdag_ray.results import cell
 
@@ -48,7 +51,7 @@ def main() -> None:
             columns += [label] if label not in columns else []
             by_case.setdefault((c["model"], c["accelerator"]), {})[label] = c
     for budget in sorted(int(b) for b in args.budgets.split(",")):
-        print(f"\nbest / exact optimum after {budget} {base.budget_unit}, median over seeds "
+        print(f"\nbest / exact optimum after {budget} measurements, median over seeds "
               f"{args.seeds} (min-max)" + (f", profile {args.estimate:.0%} off" if args.estimate else "")
               + (f", with {' '.join(args.train_flags)}" if args.train_flags else "") + "\n")
         print("| model | accelerator | " + " | ".join(columns) + " |")
@@ -62,6 +65,19 @@ def main() -> None:
                           + [r for r in c["ratios"] if math.isinf(r)]) if c else []
                 cells.append(cell(ratios))
             print(f"| {model} | {acc}{star} | " + " | ".join(cells) + " |")
+    print(f"\nmeasurements / wall seconds until the best was within {TARGET}x of the exact "
+          f"optimum, median over seeds {args.seeds} (k/n runs: only k got there; >N: fewer than "
+          "half did, N the measurements they made); the seconds run from the run's start "
+          "(baselines, planning, solving and measuring)\n")
+    print("| model | accelerator | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for (model, acc), by_label in by_case.items():
+        cells = []
+        for label in columns:
+            c = by_label.get(label)
+            n, s = target_cells(c["curves"]) if c else ("-", "-")
+            cells.append(n if s == "-" else f"{n.split(' (')[0]} / {s}")
+        print(f"| {model} | {acc} | " + " | ".join(cells) + " |")
     if REFERENCES:
         print("\nwhat each row divides by (the solver on the simulator's costs):\n")
         for (model, devices), text in REFERENCES.items():

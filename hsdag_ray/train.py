@@ -25,7 +25,8 @@ Examples::
     python -m hsdag_ray.train --model resnet50 --init pre/pretrained --budget 0     # zero-shot
 
 Outputs go to a run folder (``--out``, default ``runs/``): ``config.json``,
-``metrics.jsonl``, ``best_placement.json`` (OpenVINO op name -> device),
+``metrics.jsonl``, ``curve.jsonl`` (the best after every measurement),
+``best_placement.json`` (OpenVINO op name -> device),
 ``summary.json``, ``learning_curve.png``, ``placement.png``, ``checkpoints/<iteration>/``
 and ``libraries.log`` (what the libraries underneath printed; ``--verbose``
 shows it on the console instead).
@@ -249,6 +250,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         store, store_name = _open_store(run_dir, restored)
         state = restored.state if restored is not None else Run.fresh_state()
         wall_before = state["wall_s"]  # of the sessions before this one
+        state.setdefault("started_at", t_start)  # the clock of curve.jsonl
         env_runners, resources = _measuring_runners(cfg, real, devices, say)
         cfg_run = dataclasses.replace(cfg, env_runners=env_runners, algo=cfg.algo or method.algo)
         env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
@@ -269,6 +271,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         summary = _finish(cfg_run, run_dir, driver, store, state, env, env_cfg, baselines, real,
                           resources, say)
         summary["wall_s"] = time.time() - t_start + wall_before
+        _write_curve(run_dir, store, state, summary)
         tracker.finish(summary, [run_dir.dir / "best_placement.json", run_dir.dir / "placement.png",
                                  run_dir.dir / "learning_curve.png"])
         run_dir.write_json("summary.json", summary)  # whole or absent: a sweep reads it as done
@@ -405,6 +408,18 @@ def _finish(cfg_run: TrainConfig, run_dir: Run, driver, store, state: dict[str, 
         finally:
             release(service)
     return finish(cfg_run, run_dir, env, store, state, baselines, remeasured, say)
+
+
+def _write_curve(run_dir: Run, store, state: dict[str, Any], summary: dict[str, Any]) -> None:
+    """``curve.jsonl``: the run's best after every measurement (:func:`envs.measurer.best_curve`),
+    with the seconds from the run's start to the end of that measurement (its baselines
+    and the method's planning included; a resumed run's include the time it was
+    stopped); the summary's ``measured_at_s`` holds those seconds beside ``latencies_s``."""
+    from envs.measurer import best_curve
+
+    curve = best_curve(store.log_since(0), state["started_at"])
+    (run_dir.dir / "curve.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
+    summary["measured_at_s"] = [r["wall_s"] for r in curve]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
