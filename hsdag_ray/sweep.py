@@ -324,28 +324,6 @@ class _Signals:
             signal.signal(sig, old)
 
 
-def _errored(result_grid) -> set[str]:
-    """Names of the trials Ray Tune reports as failed."""
-    names = set()
-    for i in range(len(result_grid)):
-        r = result_grid[i]
-        if r.error is not None:
-            names.add((r.config or {}).get("trial", {}).get("name", "?"))
-    return names
-
-
-def _mark_partial(folder: Path, total: int, missing: dict[str, str]) -> None:
-    """Say at the top of ``results.md`` (written with the finished trials, or alone when
-    none finished) that the table is partial, and which trials it lacks and why."""
-    md = folder / "results.md"
-    lines = md.read_text().splitlines() if md.is_file() else []
-    at = 1 if lines and lines[0].startswith("#") else 0  # after the title
-    note = ["", f"**Partial results: {len(missing)} of {total} trials are missing** (run the same "
-            "sweep command again to complete them):", ""]
-    note += [f"- {name}: {why}" for name, why in missing.items()]
-    md.write_text("\n".join(lines[:at] + note + ([""] if lines[at:] else []) + lines[at:]).strip() + "\n")
-
-
 def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     """Run (or resume) the sweep; write and return the results rows. Interrupted (SIGINT,
     SIGTERM): the running trials stop, the table of the finished ones is written and says
@@ -354,7 +332,8 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     from ray import tune
 
     from hsdag_ray.local_ray import start_or_join
-    from hsdag_ray.results import load_summary, rows_from_summary, write_all
+    from hsdag_ray.results import load_summary, write_all
+    from hsdag_ray.sweep_table import failed_trials, gather, mark_partial
     from hsdag_ray.rundir import absolute
 
     grid = _check(sc)
@@ -400,22 +379,12 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
                                             reuse_actors=True),  # imports paid once per slot
                 run_config=tune.RunConfig(name="trials", storage_path=str(tune_dir), verbose=0,
                                           failure_config=tune.FailureConfig(max_failures=1)))
-        errored = _errored(tuner.fit())
+        errored = failed_trials(tuner.fit())
     finally:
         if started:
             ray.shutdown()
         signals.__exit__()
-    rows, summaries, missing, why = [], [], [], {}
-    for t in grid:
-        s = load_summary(runs / t["name"])
-        if s is None:
-            missing.append(t["name"])
-            why[t["name"]] = ("failed (its libraries.log says why)" if t["name"] in errored
-                              else "stopped before it finished; it continues from its last checkpoint"
-                              if Path(runs / t["name"] / "checkpoints").is_dir() else "not started")
-            continue
-        rows.append(rows_from_summary(s, t["variant"]))
-        summaries.append(s)
+    rows, summaries, missing, why = gather(grid, runs, errored)
     title = "HSDAG feature ablation" if sc.preset == "ablation" else f"sweep {sc.name}"
     if rows:
         rows = write_all(rows, summaries, folder, title)
@@ -423,10 +392,10 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     # trials neither finished nor failed: the sweep was stopped (SIGINT/SIGTERM to Tune)
     interrupted = signals.signum is not None or any(n not in errored for n in missing)
     if missing and interrupted:
-        _mark_partial(folder, len(grid), why)
+        mark_partial(folder, len(grid), why)
         raise SweepInterrupted(signals.signum or 2, missing)
     if missing:
-        _mark_partial(folder, len(grid), why)
+        mark_partial(folder, len(grid), why)
         say(f"{len(missing)} trial(s) failed ({', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}); "
             f"their libraries.log says why; run the same command again to retry them")
     return rows

@@ -245,6 +245,20 @@ def test_the_budget_counts_distinct_measured_placements(problem, method, budget)
     assert again["curve"] == r["curve"]  # the seed decides the run
 
 
+def test_the_best_after_every_measurement_is_recorded(problem):
+    """A run of 10 measurements has 10 rows of best-so-far, non-increasing, on a clock that
+    only moves forward; cached repeats are not rows."""
+    graph, _, backend, costs, _ = problem
+    r = run_method("anneal", graph, backend, costs, budget=10, seed=3, say=quiet, progress=False)
+    rows = r["best_curve"]
+    assert r["measured"] == len(rows) == 10 and r["proposed"] > 10  # anneal proposes repeats
+    assert [row["measurement"] for row in rows] == list(range(1, 11))
+    assert [row["latency_s"] for row in rows] == r["curve"]
+    assert [row["best_latency_s"] for row in rows] == list(np.minimum.accumulate(r["curve"]))
+    walls = [row["wall_s"] for row in rows]
+    assert walls == sorted(walls) and 0 < walls[-1] <= r["wall_s"]
+
+
 def test_failures_get_the_environments_failure_reward():
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.inprocess import _Measurer

@@ -138,9 +138,48 @@ def _trained(method: str, profile: Path, out: Path) -> dict:
                       out=str(out), name=method, seed=0)
     s = train(cfg, quiet=True)
     rows = [json.loads(line) for line in (out / method / "metrics.jsonl").read_text().splitlines()]
+    _check_curve(out / method / "curve.jsonl", s)
     return {"metrics": [{k: r.get(k) for k in METRIC_KEYS} for r in rows],
             "latencies_s": s["latencies_s"], "method_best_latency_s": s["method_best_latency_s"],
             "measurements": s["measurements"], "placements": s["placements"]}
+
+
+def _check_curve(path: Path, summary: dict) -> list[dict]:
+    """``curve.jsonl`` has one row per measurement (cached repeats are none), its best is the
+    running minimum of the measured latencies, and its clock only moves forward."""
+    curve = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["measurement"] for r in curve] == list(range(1, summary["measurements"] + 1))
+    best, seen = [r["best_latency_s"] for r in curve], math.inf
+    for r, latency in zip(curve, summary["latencies_s"]):
+        seen = min(seen, latency if latency is not None else math.inf)
+        assert r["latency_s"] == latency and r["best_latency_s"] == (seen if seen < math.inf else None)
+    assert all(b is None or a is None or b <= a for a, b in zip(best, best[1:]))
+    walls = [r["wall_s"] for r in curve]
+    assert walls == sorted(walls) and walls[0] > 0 and walls[-1] <= summary["wall_s"]
+    assert summary["measured_at_s"] == walls
+    return curve
+
+
+def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_devices, tmp_path):
+    """The best after every measurement: a run's iterations (7 placements each here) end at
+    other counts than 10, and its best after 10 measurements is read off the curve, as the
+    benches read it."""
+    from bench.bench_learning import best_at, measured_curve
+    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.train import train
+
+    cfg = TrainConfig(model="tiny_cnn", method="anneal", backend="simulator", profile=str(four_devices),
+                      budget=10, budget_unit="measurements", episode_len=7, env_runners=0,
+                      wandb="disabled", out=str(tmp_path), name="ten", seed=0)
+    s = train(cfg, quiet=True)
+    curve = _check_curve(tmp_path / "ten" / "curve.jsonl", s)
+    assert len(curve) == s["measurements"] > 10  # the iteration that reached 10 ends after it
+    first_ten = [x for x in s["latencies_s"][:10] if x is not None]
+    assert curve[9]["best_latency_s"] == min(first_ten)
+    bench = measured_curve(s)
+    assert [(n, b, w) for n, b, w in bench] == [(r["measurement"], r["best_latency_s"], r["wall_s"])
+                                                for r in curve]
+    assert best_at(bench, 10, 1.0) == min(first_ten)
 
 
 @pytest.mark.parametrize("method", ["random", "refit", "m-etf"])

@@ -39,6 +39,14 @@ def test_small_sweep_writes_the_comparison_table(tmp_path):
         # the simulator is exact and the optimum proven: no method beats it
         assert r["optimum_proven"] is True and r["ratio_to_optimum"] >= 1 - 1e-9
         assert r["speedup_vs_cpu"] == pytest.approx(1 - r["best_latency_s"] / r["cpu_only_s"])
+        # measurements and seconds to 1.01x of the best known, read off the run's curve
+        curve = [json.loads(line) for line in (Path(r["run_dir"]) / "curve.jsonl").read_text().splitlines()]
+        assert len(curve) == summary["measurements"]
+        target = 1.01 * r["best_known_s"] * (1 + 1e-9)
+        first = next((row for row in curve if (row["best_latency_s"] or float("inf")) <= target), None)
+        assert r["to_1.01x"] == (first and first["measurement"])
+        assert r["wall_to_1.01x"] == (first and pytest.approx(first["wall_s"]))
+    assert any(r["to_1.01x"] is not None for r in runs)
     baselines = {(r["model"], r["method"]) for r in rows if r["kind"] == "baseline"}
     for m in MODELS:
         assert {(m, "CPU only"), (m, "GPU_SMALLMEM only"), (m, "optimum (milp)")} <= baselines
@@ -46,6 +54,7 @@ def test_small_sweep_writes_the_comparison_table(tmp_path):
     for m in MODELS:
         for k in METHODS:
             assert sum(line.startswith(f"| {m} | {k} |") for line in md.splitlines()) == 1
+    assert "| to 1.01x | s to 1.01x |" in md
     assert (folder / "results.png").read_bytes()[:4] == b"\x89PNG"
 
 
