@@ -407,9 +407,10 @@ class TrainConfig:
     def profile_measured(self, backend: str) -> bool:
         """Whether a run on ``backend`` (resolved) measures its own profile: a simulated
         backend without ``sim_profile``; then its exact solver's placement is the optimum."""
-        from envs.backends import get
+        from envs.backends import BACKENDS
 
-        return get(backend).simulated and not self.sim_profile
+        kind = BACKENDS.get(backend)  # a measuring backend's own name (openvino-auto) is no kind
+        return kind is not None and kind.simulated and not self.sim_profile
 
     def starts_exact(self, backend: str) -> bool:
         """Whether ``exact_start`` is on for a run on ``backend`` (auto: with ``guide``)."""

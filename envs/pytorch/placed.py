@@ -19,10 +19,10 @@ recreated from their specs, so the loading machine must have them (a ``cuda:0`` 
 needs a GPU there). A program whose inputs or outputs are a library's own structure (a
 Hugging Face model returns a ``ModelOutput``) is read back only once that type is
 registered with ``torch.utils._pytree``, which importing its module does: the manifest
-lists those modules (``pytree_modules``) and :func:`load_placed` imports them first.
+lists those modules (``pytree_modules``) and :func:`load_torch` imports them first.
 Nothing here imports OpenVINO or Ray::
 
-    from hsdag_ray.placed import load_placed      # or envs.pytorch.placed.load_placed
+    from hsdag_ray.placed import load_placed      # any save, as envs.placed.load_placed
 
     placed = load_placed("DIR")
     outputs = placed(*placed.example_inputs)       # a list of tensors on the host
@@ -40,7 +40,7 @@ import torch
 from envs.pytorch.devices import check_devices, parse_device
 from envs.pytorch.stages import TensorCache, build_placed, stage_of_nodes, to_host
 
-__all__ = ["FORMAT", "MANIFEST", "BACKEND", "TorchPlaced", "save_placed", "load_placed"]
+__all__ = ["FORMAT", "MANIFEST", "BACKEND", "TorchPlaced", "save_placed", "load_placed", "load_torch"]
 
 #: the manifest format, shared with the OpenVINO save (:mod:`hsdag_ray.placed`), which
 #: reads ``backend`` to tell the two apart
@@ -206,14 +206,21 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None) -> T
         ValueError: one sentence when the folder is not a torch placed model, a device is
             missing here, or the program cannot be read.
     """
-    from hsdag_core.torch_graph import program_from_exported
-
     folder = Path(directory)
     manifest = read_manifest(folder)
     if manifest.get("backend") != BACKEND:
         raise ValueError(f"{folder / MANIFEST} is a placed model of the "
                          f"{manifest.get('backend', 'OpenVINO')} backend; load it with "
                          "hsdag_ray.placed.load_placed")
+    return load_torch(folder, manifest, threads)
+
+
+def load_torch(folder: Path, manifest: dict, threads: Optional[int] = None) -> TorchPlaced:
+    """Build the torch placed program of ``folder`` (its ``manifest`` read) on its devices,
+    as :func:`envs.placed.load_placed` hands it a torch save; ``threads``:
+    ``torch.set_num_threads`` for this process (None: leave it)."""
+    from hsdag_core.torch_graph import program_from_exported
+
     devices = check_devices(manifest["devices"])
     by_name = {d.name: d for d in devices}
     if threads:
