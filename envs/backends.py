@@ -38,6 +38,8 @@ class BackendKind:
             independent stages of one inference concurrently).
         default_devices: the devices a run measures on when it names none (a simulator's
             come from its profile: none here).
+        auto_device: ``measure --placement auto`` compiles the whole model on OpenVINO's
+            AUTO device over its devices (the device OpenVINO itself would choose).
     """
 
     name: str
@@ -47,6 +49,7 @@ class BackendKind:
     source: str = "openvino"
     objectives: tuple[str, ...] = ("sequential",)
     default_devices: tuple[str, ...] = ()
+    auto_device: bool = False
 
     @property
     def simulated(self) -> bool:
@@ -161,7 +164,7 @@ def build(name: str, graph, **kwargs: Any):
 OPENVINO_DEVICES = ("CPU", "CPU_F32")
 register(BackendKind("auto", "envs.graph_backend:openvino_backend", True,
                      "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails",
-                     default_devices=OPENVINO_DEVICES))
+                     default_devices=OPENVINO_DEVICES, auto_device=True))
 register(BackendKind("hetero", "envs.graph_backend:openvino_backend", True,
                      "OpenVINO HETERO with an affinity on every op", default_devices=OPENVINO_DEVICES))
 register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,

@@ -32,7 +32,7 @@ import sys
 from collections import Counter
 from typing import Optional, Sequence
 
-from envs.backends import graph_source, objective_error
+from envs.backends import get as get_backend, graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
@@ -78,23 +78,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unmeasured:
         raise UsageError(unmeasured)
     auto = args.placement.lower() == "auto"
-    if auto and args.backend == "simulator":
-        raise UsageError("--placement auto measures OpenVINO's AUTO device on real devices, "
-                         "which the simulator cannot do; leave out --backend simulator")
-    if auto and args.backend in ("hetero", "pipeline"):
-        raise UsageError(f"--placement auto compiles the whole model on OpenVINO's AUTO device, "
-                         f"not with --backend {args.backend}; leave out --backend")
-    if auto and args.backend == "torch":
-        raise UsageError("--placement auto measures OpenVINO's AUTO device; with --backend torch "
-                         "give all:DEVICE, split:F, random:SEED or a placement file")
+    kind = get_backend(args.backend)
+    if auto and not kind.auto_device:
+        raise UsageError(f"--placement auto compiles the whole model on OpenVINO's AUTO device "
+                         f"over real devices, which --backend {args.backend} does not; leave out "
+                         "--backend, or give all:DEVICE, split:F, random:SEED or a placement file")
     specs = [d for d in (args.devices or "").split(",") if d]
     profile = None
     described: list[str] = []
-    if args.backend == "simulator":
+    if kind.simulated:
         from hsdag_core.device_profile import Profile
 
         if not args.profile:
-            raise UsageError("--backend simulator needs --profile FILE (record one with "
+            raise UsageError(f"--backend {args.backend} needs --profile FILE (record one with "
                              "python -m hsdag_ray.profile)")
         profile = Profile.load(args.profile)
         names = specs or profile.device_names
