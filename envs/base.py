@@ -145,7 +145,11 @@ class Backend(ABC):
       delayed on purpose), so nothing is re-measured at the end;
     * ``races``: ``measure(..., race=True)`` may stop timing a placement that is clearly
       slower than the best so far (:mod:`envs.openvino.racing`); without it ``race`` is
-      ignored.
+      ignored;
+    * ``sim``: a simulated backend's cost model (:class:`envs.simulator.Simulator`), which
+      others read for schedules and feasibility; None for a real backend;
+    * :meth:`own_baselines`: the split its users would otherwise take (the torch
+      backend: Accelerate's ``device_map="auto"``), empty when it has none.
 
     Kinds are registered by name in :mod:`envs.backends`.
     """
@@ -154,6 +158,12 @@ class Backend(ABC):
     devices: list[str]
     simulated: ClassVar[bool] = False
     races: ClassVar[bool] = False
+    sim = None
+
+    def own_baselines(self) -> dict[str, object]:
+        """The backend's own idea of a split, by name: a placement (device index per node),
+        or the sentence why it cannot be made. None here."""
+        return {}
 
     @abstractmethod
     def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:

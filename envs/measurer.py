@@ -193,7 +193,7 @@ class Measurer:
         if not math.isfinite(ref):
             balanced = np.arange(self.n) * len(devices) // self.n
             m = self.measure_untracked(balanced)
-            sim = getattr(self.backend, "sim", None)
+            sim = self.backend.sim
             if m.ok:
                 ref, kind = m.latency_s, "balanced_split"
             elif sim is not None:

@@ -99,9 +99,8 @@ class MeasuringService:
         """The backend's own idea of a split, by name (the torch backend: Hugging Face
         Accelerate's ``device_map="auto"``): a placement (device index per node), or the
         sentence why it cannot be made. Empty for a backend without one."""
-        make = getattr(self.env.backend, "own_baselines", None)
         return {k: (v if isinstance(v, str) else [int(d) for d in v])
-                for k, v in (make() if make else {}).items()}
+                for k, v in self.env.backend.own_baselines().items()}
 
     def measure(self, candidate: Candidate) -> dict[str, Any]:
         """One timing of a placement (device index per node), of :data:`AUTO`, or of one

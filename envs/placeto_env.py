@@ -204,7 +204,7 @@ class PlacetoEnv(PlacementEnv):
 
     def _start_times(self) -> np.ndarray:
         """``[n]`` start times of the current placement over ``T_ref`` (0 without a schedule)."""
-        sim = getattr(self.backend, "sim", None)
+        sim = self.backend.sim
         if sim is None:
             return np.zeros(self.graph.num_nodes, dtype=np.float32)
         s = sim.start_times(self.placement, self.backend.objective) / self.reference_s
