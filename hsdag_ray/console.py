@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+from envs.intervals import WITHIN_NOISE, compare
+
 __all__ = ["say", "libraries_to", "Progress", "result_table", "print_result"]
 
 #: where this process's own console output goes while the libraries' goes to a log
@@ -164,24 +166,36 @@ def result_table(summary: Mapping[str, Any]) -> Any:
     # under the throughput objective a placement's figure is a pipeline's time per sample
     table.add_column("time per sample" if summary.get("objective") == "throughput" else "latency",
                      justify="right")
+    # a re-measured run's figures carry 95% intervals (envs.intervals): a placement is
+    # called faster or slower than the CPU only when the two intervals do not overlap
+    rem = (summary.get("remeasured") or {}).get("candidates") or {}
+    intervals = {k: v.get("interval_s") for k, v in rem.items()}
+    if rem:
+        table.add_column("95% interval", justify="right")
     table.add_column(f"vs {ref}", justify="right")
 
-    def vs_cpu(v: Optional[float]) -> str:
+    def vs_cpu(v: Optional[float], iv=None) -> str:
         if v is None or cpu is None or not math.isfinite(v) or not math.isfinite(cpu):
             return "-"
+        if rem and compare(iv, intervals.get(ref)) == WITHIN_NOISE:
+            return WITHIN_NOISE
         return f"{(1 - v / cpu) * 100:.1f}% faster" if v <= cpu else f"{(v / cpu - 1) * 100:.1f}% slower"
+
+    def cells(v: Optional[float], iv) -> list[str]:
+        shown = "-" if not iv else f"{iv[0] * 1e3:.3f}-{iv[1] * 1e3:.3f} ms"
+        return [_ms(v), *([shown] if rem else []), vs_cpu(v, iv)]
 
     source = summary.get("best_source", "learner")
     label = f"best found ({summary['method']})" if source == "learner" else f"best: {source}"
     best = summary.get("best_latency_s")
-    table.add_row(label, _ms(best), vs_cpu(best), style="bold")
+    table.add_row(label, *cells(best, summary.get("best_interval_s")), style="bold")
     for name, v in sorted(baselines.items(),
                           key=lambda kv: kv[1] if kv[1] is not None else math.inf):
         note = ""
         if name == "optimum" and summary.get("optimum_proven") is False:
             note = " (not proven)"
         shown = optimum_label(summary.get("profile_measured", True)) if name == "optimum" else name
-        table.add_row(shown + note, _ms(v), vs_cpu(v))
+        table.add_row(shown + note, *cells(v, intervals.get(name)))
     return table
 
 

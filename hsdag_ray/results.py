@@ -62,6 +62,16 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b
 
 
+def _vs_cpu(s: dict[str, Any]) -> Optional[str]:
+    """How a re-measured run's best compares with the CPU alone, by their 95% intervals."""
+    from envs.intervals import compare
+
+    cpu = ((s.get("remeasured") or {}).get("candidates") or {}).get("CPU_only") or {}
+    if not s.get("best_interval_s") or not cpu.get("interval_s"):
+        return None
+    return compare(s["best_interval_s"], cpu["interval_s"])
+
+
 def rows_from_summary(s: dict[str, Any], variant: str = "") -> dict[str, Any]:
     """The ``results.csv`` row of one run's summary."""
     base = s.get("baselines") or {}
@@ -75,6 +85,9 @@ def rows_from_summary(s: dict[str, Any], variant: str = "") -> dict[str, Any]:
             "seed": s.get("seed"), "backend": s.get("backend"), "devices": ",".join(s.get("devices", [])),
             "best_latency_s": best, "run_best_latency_s": s.get("best_latency_s"),
             "best_source": s.get("best_source"), "cpu_only_s": cpu,
+            # the re-measured best against the CPU: faster or slower only when the 95%
+            # intervals do not overlap (envs.intervals), else "within the noise"
+            "vs_cpu": _vs_cpu(s),
             "speedup_vs_cpu": (1 - best / cpu) if best is not None and cpu and math.isfinite(cpu) else None,
             "optimum_s": opt, "optimum_proven": s.get("optimum_proven") if opt is not None else None,
             "ratio_to_optimum": _ratio(best, opt), "placements": s.get("placements"),
@@ -233,9 +246,11 @@ def markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
                     and str(r.get("best_source") or "").startswith("failed: ")), None)
         if why and latency == "-":   # a baseline OpenVINO could not run here, and why
             latency = " ".join(why.replace("|", "/").split())
+        noise = bool(runs) and all(r.get("vs_cpu") == "within the noise" for r in runs)
         lines.append(
             f"| {model} | {method} | {runs[0].get('guide') or '-' if runs else '-'} | {latency} "
-            f"| {cell([r['speedup_vs_cpu'] * 100 if r['speedup_vs_cpu'] is not None else None for r in rs], '{:.1f}%')} "
+            f"| {cell([r['speedup_vs_cpu'] * 100 if r['speedup_vs_cpu'] is not None else None for r in rs], '{:.1f}%')}"
+            f"{' (within the noise)' if noise else ''} "
             f"| {ratio}{' *' if unproven and ratio != '-' else ''} "
             f"| {_to_cell(runs, 'to_1.05x')} | {_to_cell(runs, 'to_1.01x')} "
             f"| {cell([r.get('wall_to_1.01x') for r in runs], '{:.1f}') if runs else '-'} "

@@ -133,6 +133,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         summary["measured_on"] = remeasured["node"]
         key = (best or {}).get("name") or (source[len("baseline:"):] if source.startswith("baseline:") else None)
         summary["best_spread"] = res[key]["spread"] if key in res else None
+        summary["best_interval_s"] = res[key].get("interval_s") if key in res else None
     elif baselines.measured_on:
         summary["measured_on"] = baselines.measured_on
     if source == "none":

@@ -98,3 +98,27 @@ def test_measure_json_gives_the_median_inside_its_interval(capsys):
     low, high = out["interval_s"]
     assert low <= out["latency_s"] <= high and low <= high
     assert out["measurement"]["interval_s"] == [low, high]
+
+
+def test_the_run_table_and_the_sweep_table_say_within_the_noise():
+    from rich.console import Console
+
+    from hsdag_ray.console import result_table
+    from hsdag_ray.results import markdown, rows_from_summary
+
+    summary = {"model": "m", "method": "hsdag", "backend": "pipeline", "devices": ["CPU", "CPU_F32"],
+               "best_source": "learner", "seed": 0, "method_best_latency_s": 0.0100,
+               "best_latency_s": 0.0100, "best_interval_s": [0.0095, 0.0106],
+               "baselines": {"CPU_only": 0.0104, "CPU_F32_only": 0.0200},
+               "remeasured": {"candidates": {"CPU_only": {"interval_s": [0.0100, 0.0110]},
+                                             "CPU_F32_only": {"interval_s": [0.0190, 0.0210]}}}}
+    console = Console(width=120, record=True)
+    console.print(result_table(summary))
+    text = console.export_text()
+    best = next(line for line in text.splitlines() if "best found" in line)
+    f32 = next(line for line in text.splitlines() if "CPU_F32_only" in line)
+    assert "within the noise" in best and "9.500-10.600 ms" in best
+    assert "slower" in f32 and "noise" not in f32
+    row = dict(rows_from_summary(summary), kind="run")
+    assert row["vs_cpu"] == "within the noise"
+    assert "(within the noise)" in markdown([row]).splitlines()[-1]
