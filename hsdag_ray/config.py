@@ -73,8 +73,9 @@ class TrainConfig:
             each new best (hsdag_ray/neighbour_guide.py). Placements the guide proposes
             are counted in the budget and marked in the summary.
         algo: ``reinforce`` (the paper's) or ``ppo``; empty = the method's own.
-        backend: ``default`` (real devices when the machine has two, else the
-            simulator), ``simulator``, ``auto``, ``hetero`` or ``pipeline``.
+        backend: ``default`` (real OpenVINO devices when the machine has two, else the
+            simulator) or a registered backend: ``simulator``, ``auto``, ``hetero``,
+            ``pipeline`` (OpenVINO) or ``torch`` (PyTorch devices, NVIDIA GPUs among them).
         devices: device names; empty = chosen with the backend.
         profile: profile JSON: the simulator's costs (empty = record the local
             CPU and model an accelerator); with a real backend, the costs the

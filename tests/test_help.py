@@ -36,3 +36,18 @@ def test_train_help_keeps_every_line_of_an_attributes_text():
     block = (TrainConfig.__doc__ or "").split("Attributes:")[-1]
     words = set(re.findall(r"[a-z]{4,}", block))
     assert words <= set(re.findall(r"[a-z]{4,}", " ".join(docs) + " " + " ".join(docs.values())))
+
+
+def test_train_help_names_every_registered_backend(capsys):
+    """The help of --backend is written beside the field; it must not drift from the registry."""
+    from envs.backends import BACKENDS
+    from hsdag_ray.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    import re
+
+    out = capsys.readouterr().out
+    section = re.search(r"\n  --backend BACKEND(.*?)\n  --", out, re.S).group(1)
+    for name in BACKENDS:
+        assert f"``{name}``" in section, (name, section)
