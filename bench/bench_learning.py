@@ -389,23 +389,28 @@ def plot(cases: list[dict], path: str, budget: int) -> None:
     import matplotlib.pyplot as plt
 
     panels = sorted({(c["model"], c["accelerator"]) for c in cases})
+    methods = list(dict.fromkeys(c["method"] for c in cases))
     cols = min(4, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.4 * rows), squeeze=False)
     xs = list(range(1, budget + 1))
     for ax, (model, acc) in zip(axes.flat, panels):
+        top = 1.25
         for c in cases:
             if (c["model"], c["accelerator"]) != (model, acc) or not c["curves"]:
                 continue
+            k = methods.index(c["method"])  # one colour per method in every panel
             med = [statistics.median(best_at(cv, x, opt) for cv, opt in c["curves"]) for x in xs]
-            ax.plot(xs, [m if math.isfinite(m) else float("nan") for m in med], label=c["method"])
+            ax.plot(xs, [m if math.isfinite(m) else float("nan") for m in med], label=c["method"],
+                    color=plt.cm.tab20(k % 20), ls=("-", "--", ":")[k // 20 % 3])
+            top = max([top] + [m for m in med if math.isfinite(m)])
         ax.axhline(1.01, ls="--", lw=0.8, color="grey")
         ax.set_title(f"{model} / {acc}", fontsize=9)
-        ax.set_ylim(0.99, 1.25)
+        ax.set_ylim(0.99, min(2.0, top * 1.02))
         ax.set_xscale("log")
         ax.set_xlabel("measurements", fontsize=8)
         ax.set_ylabel("best / optimum", fontsize=8)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, ncol=2, loc="upper right")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()

@@ -20,8 +20,9 @@ column per method and guide mode, and a table of the measurements and wall secon
 (planning and solving included) until the best was within 1.01x of the optimum; ``*`` marks a
 case whose optimum the solver did not prove, and a list after the tables names the
 solver each row divides by (s-t minimum cut on two devices, the MILP beyond) with its
-proof or gap. ``--accelerators A+B`` runs on the CPU and several accelerators. Profiles are shared with
-``bench_learning.py`` and ``bench_solvers.py`` (``--profiles``).
+proof or gap; ``--plot FILE`` draws each method's median best/optimum against
+measurements and ``--json FILE`` writes every case. ``--accelerators A+B`` runs on the
+CPU and several accelerators. Profiles are shared with ``bench_learning.py`` and ``bench_solvers.py`` (``--profiles``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from bench.bench_learning import REFERENCES, TARGET, best_at, parse, run_grid, target_cells
+from bench.bench_learning import REFERENCES, TARGET, best_at, parse, plot, run_grid, target_cells
 
 from hsdag_ray.results import cell
 
@@ -78,6 +79,16 @@ def main() -> None:
             n, s = target_cells(c["curves"]) if c else ("-", "-")
             cells.append(n if s == "-" else f"{n.split(' (')[0]} / {s}")
         print(f"| {model} | {acc} | " + " | ".join(cells) + " |")
+    if args.plot:  # the median best after every measurement, one line per method and guide mode
+        plot([c | {"method": label} for by_label in by_case.values() for label, c in by_label.items()],
+             args.plot, max(int(b) for b in args.budgets.split(",")))
+        print(f"\ncurves written to {args.plot}")
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps(
+            [c | {"method": label} for by_label in by_case.values() for label, c in by_label.items()],
+            default=str))
     if REFERENCES:
         print("\nwhat each row divides by (the solver on the simulator's costs):\n")
         for (model, devices), text in REFERENCES.items():
