@@ -14,27 +14,32 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 @pytest.fixture(autouse=True)
 def _session_ray(request):
-    """One local Ray (loopback only, a measuring slot) for the whole session: ``train``,
+    """One local Ray (loopback only, a measuring slot) shared by the tests marked ``ray``
+    (those that use Ray in this process), started for the first of them: ``train``,
     ``sweep`` and ``pretrain`` join a running Ray rather than start and stop their own,
-    which would cost each in-process run about 8 s here. A test marked ``own_ray`` finds
-    no Ray running and leaves none behind."""
-    import ray
-
+    which would cost each in-process run about 8 s here. Other tests run without Ray,
+    so a test of the code alone needs no Ray at all. A test marked ``own_ray`` finds no
+    Ray running and leaves none behind."""
     if request.node.get_closest_marker("own_ray"):
+        import ray
+
         if ray.is_initialized():
             ray.shutdown()
         yield
         if ray.is_initialized():
             ray.shutdown()
         return
-    if not ray.is_initialized():
-        from hsdag_ray.config import MEASURE_RESOURCE
-        from hsdag_ray.local_ray import start_local_ray
+    if request.node.get_closest_marker("ray"):
+        import ray
 
-        start_local_ray(include_dashboard=False, log_to_driver=False, configure_logging=False,
-                        resources={MEASURE_RESOURCE: 1},
-                        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
-                                                  "WANDB_MODE": os.environ["WANDB_MODE"]}})
+        if not ray.is_initialized():
+            from hsdag_ray.config import MEASURE_RESOURCE
+            from hsdag_ray.local_ray import start_local_ray
+
+            start_local_ray(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                            resources={MEASURE_RESOURCE: 1},
+                            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
+                                                      "WANDB_MODE": os.environ["WANDB_MODE"]}})
     yield
 
 

@@ -11,6 +11,8 @@ from policies.registry import METHODS
 from policies.solvers.baechi import favourite_children
 from policies.solvers.exact import SOLVERS, solve
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 BAECHI = ("m-topo", "m-etf", "m-sct")
 
 

@@ -9,6 +9,8 @@ from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.train import PROPOSAL_CAP, train
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def _run(tmp_path, name: str, **kw) -> dict:
     cfg = TrainConfig(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], env_runners=0,

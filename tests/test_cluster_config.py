@@ -11,6 +11,8 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from hsdag_ray.config import MEASURE_RESOURCE
 from hsdag_ray.nodes import DEVICES_PREFIX
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "cluster"
 FILES = sorted(p for p in CLUSTER.iterdir() if p.suffix in (".yaml", ".yml"))

@@ -9,6 +9,8 @@ from envs.store import MeasurementStore, placement_key
 from hsdag_core.coarsening import build_graph
 from hsdag_core.device_profile import DeviceSpec, Profile, add_modeled_device
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 @pytest.fixture(scope="module")
 def profile() -> dict:

@@ -14,6 +14,8 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.train import train
 from policies.registry import METHODS
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 #: a CPU, two accelerators that differ only in memory and an NPU-like one
 FOUR = ("CPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")

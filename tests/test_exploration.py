@@ -11,6 +11,8 @@ from envs.observation import pad_graph_observation, placement_spaces
 from policies.hsdag.edge_draws import partner_logp, sample_partners
 from policies.hsdag.module import GROUPING_LOGP, GROUPING_PARTNER, HSDAGRLModule
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 # 0-1, 1-2, 1-3, 2-3 and a parallel 0->1: node 1 has four incident edges, two to node 0
 EDGES = torch.tensor([[0, 1, 1, 2, 0], [1, 2, 3, 3, 1]])
 

@@ -13,6 +13,8 @@ from hsdag_ray.pretrained import (build_module, first_placement, infer_placement
                                   save_pretrained)
 from policies.registry import get, load
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 
 

@@ -9,6 +9,8 @@ from envs.observation import pad_graph_observation, placement_spaces
 from policies.gdp.policy import GDPConfig, GDPNet, SegmentRecurrentPlacer
 from policies.gdp.module import GDPRLModule, unique_observations
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 #: a 7-node DAG in topological order: a diamond 0->{1,2}->3, then a chain 3->4->5->6
 EDGES = np.array([[0, 0, 1, 2, 3, 4, 5], [1, 2, 3, 3, 4, 5, 6]])
 N, F, D = 7, 5, 3

@@ -1,5 +1,7 @@
 import pytest
 import pytest
+
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 """GDP trained end to end through ``train`` with RLlib's PPO: it learns and writes every output."""
 import json
 

@@ -18,6 +18,8 @@ from hsdag_ray.cli import UsageError
 from hsdag_ray.config import MEASURE_RESOURCE
 from hsdag_ray.nodes import measuring_slots
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 CUDA_SET = "devices_cpu+cuda:0"
 
 

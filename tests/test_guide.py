@@ -13,6 +13,8 @@ from hsdag_ray.config import SECTIONS, TrainConfig
 from hsdag_ray.resolve import exact_start_applies, guided_by, resolved
 from hsdag_ray.train import train
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def test_methods_are_published_by_default_and_guided_on_request():
     for method in ("hsdag", "placeto", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft"):

@@ -25,6 +25,8 @@ from envs.observation import pad_graph_observation, placement_spaces, unpad_grap
 from policies.hsdag.policy import GraphParsingPool, HSDAGConfig, HSDAGNet, dominant_edges
 from policies.hsdag.module import HSDAGRLModule
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 # ----------------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.imitate import demonstrations, imitate, optimum_of
 from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, family_graph_configs
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def _envs_and_module(method_name: str, seed: int = 0):
     import torch

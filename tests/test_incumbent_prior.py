@@ -12,6 +12,8 @@ from envs.observation import pad_graph_observation, placement_spaces
 from policies.hsdag.policy import HSDAGConfig, HSDAGNet, incumbent_majority
 from policies.hsdag.module import HSDAGRLModule
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 SIX_NODE_EDGES = np.array([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
 
 

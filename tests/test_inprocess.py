@@ -27,6 +27,8 @@ from hsdag_core.device_profile import DeviceSpec, MODELED_DEVICES, Profile, add_
 from hsdag_ray.inprocess import PROPOSAL_CAP, run_method
 from policies.solvers.exact import exact_method, solve
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 # nothing here uses Ray: the methods run in this process (the session's shared Ray may be up)
 
 ROOT = Path(__file__).resolve().parents[1]

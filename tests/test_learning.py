@@ -72,6 +72,8 @@ import pytest
 
 from hsdag_ray.train import TrainConfig, train
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 #: best/optimum allowed (median of 3 seeds) per (model, accelerator); see the module docstring
 RATIO_LIMIT = {("resnet50", "GPU_SMALLMEM"): 1.10, ("inception_v3", "GPU_SMALLMEM"): 1.15,
                ("bert_base", "GPU_SMALLMEM"): 1.15}

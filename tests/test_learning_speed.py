@@ -18,6 +18,8 @@ from policies.hsdag.module import HSDAGRLModule
 from policies.hsdag.move_distribution import GroupedMoveDistribution, pack_move_inputs
 from policies.reinforce import REINFORCE, REINFORCEConfig
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 SIX_NODE_EDGES = np.array([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
 
 

@@ -15,6 +15,8 @@ from envs.store import placement_key
 from hsdag_core.device_profile import Profile
 from hsdag_ray.neighbour_guide import NeighbourGuide
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def make_env(profile_path, **kw) -> PlacementEnv:
     return PlacementEnv(EnvConfig(model="tiny_cnn", backend="simulator",

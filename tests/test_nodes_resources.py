@@ -14,6 +14,8 @@ from hsdag_ray.config import MEASURE_RESOURCE
 from hsdag_ray.nodes import (device_name, devices_resource, gpus_needed, measuring_gpus,
                              measuring_resources, measuring_slots)
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 @pytest.mark.parametrize("spec,name", [
     ("CPU", "CPU"), ("GPU", "GPU"), ("GPU.1", "GPU.1"), ("CPU_F32", "CPU_F32"),

@@ -8,6 +8,8 @@ import pytest
 
 from hsdag_ray.train import TrainConfig, train
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def _profiles(tmp_path):
     """Two modeled profiles of tiny_cnn: the one the run knows, and the machine's, whose

@@ -25,6 +25,8 @@ import pytest
 from conftest import modeled_profile
 from test_inprocess import crossed_profile, layered_cnn
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 DATA = Path(__file__).resolve().parent / "data" / "pinned_figures.json"
 RECORD = os.environ.get("HSDAG_RECORD_PINNED") == "1"
 

@@ -8,6 +8,8 @@ from envs.placeto_env import placeto_spaces
 from hsdag_core.reach import Reachability
 from policies.placeto.policy import PlacetoConfig, PlacetoNet, split_around
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 # 0 -> 1 -> 3 -> 4 -> 5, 0 -> 2 -> 3, 2 -> 6 (7 nodes)
 EDGES = np.array([[0, 0, 1, 2, 3, 4, 2],
                   [1, 2, 3, 3, 4, 5, 6]])

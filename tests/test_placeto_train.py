@@ -9,6 +9,8 @@ import torch
 
 from hsdag_ray.train import TrainConfig, train
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def sampled_episode_ends(module, env, episodes: int = 10, seed: int = 0) -> float:
     """Mean runtime the policy's sampled episodes end at, from the env's initial placement."""

@@ -13,6 +13,8 @@ from hsdag_ray.config import TrainConfig
 from hsdag_ray.pretrain import pretrain
 from hsdag_ray.pretrained import CHECKPOINT_FILE, read_pretrained
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 ROOT = Path(__file__).resolve().parents[1]
 HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 

@@ -12,6 +12,8 @@ from tests.test_bad_inputs import one_error
 from envs.placement_env import EnvConfig, PlacementEnv
 from hsdag_core.device_profile import Profile
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def make_env(profile_path, **kw) -> PlacementEnv:
     return PlacementEnv(EnvConfig(model="tiny_cnn", backend="simulator",

@@ -15,6 +15,8 @@ from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import Run
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -12,6 +12,8 @@ from policies.rnn.policy import neighbour_means
 from policies.rnn.learner import EMABaseline
 from policies.rnn.module import RNNPlacerRLModule
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 N, E, F, D = 12, 20, 5, 3
 ITERATIONS = 5
 

@@ -8,6 +8,8 @@ import pytest
 
 from hsdag_ray.train import TrainConfig, train
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 @pytest.mark.slow
 def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):

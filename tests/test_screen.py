@@ -15,6 +15,8 @@ from envs.simulator import Simulator
 from envs.store import MeasurementStore, placement_key
 from hsdag_core.synthetic import random_cost_graph
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def wrong_profile():
     """A 40-node problem (the machine) and a profile with every node time off by its own

@@ -8,6 +8,8 @@ import pytest
 from hsdag_ray.train import TrainConfig, train
 from policies.search.local import RandomSearch, SimulatedAnnealing
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def test_annealing_accepts_better_always_and_worse_less_as_it_cools():
     sa = SimulatedAnnealing(10, 2, budget=100, seed=0, start=np.zeros(10, dtype=np.int64))

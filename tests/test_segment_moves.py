@@ -11,6 +11,8 @@ from policies.hsdag.move_distribution import GroupedMoveDistribution, pack_move_
 from policies.hsdag.segment_moves import SEGMENT_SHARE, SegmentMoveDistribution, pack_segment_inputs
 from tests.test_learning_speed import all_actions, sampled_module
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def segment_dist(logits, assignment, moves, starts) -> SegmentMoveDistribution:
     inputs = pack_segment_inputs(pack_move_inputs(pack_dist_inputs(logits, assignment), moves), starts)

@@ -14,6 +14,8 @@ import pytest
 from hsdag_ray.results import read_csv
 from hsdag_ray.sweep import ABLATION_VARIANTS, SweepConfig, config_from_args, main, run_sweep, trials
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ["tiny_cnn", "tv:squeezenet1_1"]
 METHODS = ["hsdag", "random", "anneal"]

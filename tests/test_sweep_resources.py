@@ -11,6 +11,8 @@ from hsdag_ray import sweep
 from hsdag_ray.cli import run
 from hsdag_ray.config import MEASURE_RESOURCE
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 REAL = ["--models", "tiny_cnn", "--methods", "random", "--seeds", "0", "--budget", "4",
         "--backend", "torch", "--wandb", "disabled"]
 

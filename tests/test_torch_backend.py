@@ -30,6 +30,8 @@ from envs.pytorch.backend import TorchBackend
 from hsdag_core.coarsening import build_graph
 from hsdag_core.compgraph import GraphError, parse_input_shapes
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 ROOT = Path(__file__).resolve().parents[1]
 DEVICES = ["cpu", "cpu:bf16"]
 #: a warm-up and two single-run blocks: enough to run and compare, fast on a slow bf16
