@@ -25,8 +25,8 @@ fastest of three blocks is still slower than the best is finished there, with
 their median: ``race_min_blocks=1, race_settle=3`` against ``2, 0``). Printed:
 placements per second of each, the speed-up over ``old``, and for each
 setting its best placement re-measured ``--rounds`` times in full (as a run's
-end does) with the relative spread of the rounds (interquartile range / median,
-as a run reports it) and their range ``(max - min) / median``.
+end does), its median with the half-width of its 95% interval over the median
+(:mod:`envs.intervals`, the rounds' blocks pooled).
 With ``--overlap`` it also times the best placement while another thread
 compiles, to show whether compiling the next placement during timing would
 disturb the timings.
@@ -51,7 +51,8 @@ import time
 
 import numpy as np
 
-from envs.base import TimingConfig, summarize_times
+from envs.base import TimingConfig
+from envs.intervals import interval_fields
 from envs.graph_backend import OpenVINOGraphBackend
 from hsdag_core.coarsening import build_graph
 
@@ -121,13 +122,13 @@ def run_stream(backends: dict, graph, stream: list[np.ndarray], devices: list[st
     return {"spent": spent, "best": best, "stopped": stopped, "failed": failed}
 
 
-def remeasure(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float, float]:
-    """Median, interquartile range / median and (max - min) / median of ``rounds`` full
-    measurements of ``p`` (a run's end reports the first two, see envs/measuring.py)."""
+def remeasure(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float]:
+    """Median and half-width of the 95% interval over the median (:mod:`envs.intervals`) of
+    ``rounds`` full timings of a placement, their blocks pooled."""
     placement = {nm: devices[int(d)] for nm, d in zip(graph.names, p)}
-    xs = [backend.measure(placement).latency_s for _ in range(rounds)]
-    med, spread = summarize_times(xs)
-    return med, spread, (max(xs) - min(xs)) / med
+    samples = [t for _ in range(rounds) for t in backend.measure(placement).samples_s]
+    fields = interval_fields(samples)
+    return fields["median_s"], fields["half_width"]
 
 
 def overlap(backend, graph, p: np.ndarray, devices: list[str], rounds: int) -> tuple[float, float]:
@@ -208,7 +209,7 @@ def main() -> None:
     tag = args.backend != "openvino"  # a backend column when it is not the only one of old
     print((f"{'backend':<10}" if tag else "")
           + f"{'model':<{mw}}{'stream':<12}{'setting':<12}{'placements/s':>13}{'speed-up':>10}{'stopped':>9}"
-          f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'spread':>8}{'range':>8}")
+          f"{'failed':>8}{'best ms':>9}{'re-measured ms':>16}{'95% +/-':>10}")
     for model_name, (label, devices) in ((m, k) for m in args.models.split(",") for k in kinds):
         if label == "torch":
             graph, make_backend = torch_backends(model_name, args.coarsen, devices)
@@ -229,10 +230,10 @@ def main() -> None:
                 if best is None:
                     print(f"{col}{model_name:<{mw}}{stream_name:<12}{k:<12}{rate:>13.2f}   (no placement ran)")
                     continue
-                med, spread, width = remeasure(backend, graph, best[1], devices, args.rounds)
+                med, half = remeasure(backend, graph, best[1], devices, args.rounds)
                 print(f"{col}{model_name:<{mw}}{stream_name:<12}{k:<12}{rate:>13.2f}{rate / base:>9.2f}x"
                       f"{res['stopped'][k]:>9}{res['failed'][k]:>8}{best[0] * 1e3:>9.2f}{med * 1e3:>16.2f}"
-                      f"{spread:>8.1%}{width:>8.1%}")
+                      f"{half:>10.1%}")
             if args.overlap and label == "openvino" and "+settle" in res["best"]:
                 alone, busy = overlap(backends["+settle"], graph, res["best"]["+settle"][1], devices,
                                       args.rounds)

@@ -37,6 +37,7 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
     Unraced (``best`` None: baselines, re-measurements, ``measure``, ``apply``) the warm-up
     goes on past ``timing.warmup`` runs until two consecutive runs agree within
     ``timing.warmup_agree`` (at most ``timing.warmup_max`` runs; ``info['warmup_runs']``).
+    ``info['warmup_s']`` and ``info['timed_s']`` say where the time went.
 
     With ``best`` (the best latency so far, seconds) the blocks are raced
     against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
@@ -49,6 +50,7 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
     busy; raises ``StageFailure('timeout')`` past ``deadline``.
     """
     runs, warm_s, last = 0, 0.0, None
+    warm_start = time.perf_counter()
     # untimed runs: ``warmup`` of them; unraced, more until two in a row agree (TimingConfig)
     settle = timing.warmup_agree > 0 and best is None and timing.warmup > 0
     while runs < timing.warmup or (settle and runs < max(timing.warmup, timing.warmup_max)
@@ -62,6 +64,7 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
         if time.perf_counter() > deadline:
             raise StageFailure("timeout", timeout_text(timing, info, runs))
     info["warmup_runs"] = runs
+    info["warmup_s"] = time.perf_counter() - warm_start
     if timing.warmup and far_slower(warm_s, best, timing):
         info.update(raced="stopped", race_best_s=best)
         return [warm_s]
@@ -86,6 +89,7 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
         info["race_best_s"] = best
     busy = cpu_per_wall(cpu_start, wall_start)
     info["cpu_per_wall"] = busy
+    info["timed_s"] = time.perf_counter() - wall_start
     if limit and busy > limit * OVERSUBSCRIPTION:
         info["warning"] = (f"{busy:.1f} threads were busy where each device may use {limit}; "
                            "this timing is not comparable with runs that kept the limit")
