@@ -17,12 +17,13 @@ run, then a markdown table per budget of ``--budgets``: the median best/optimum 
 that many measurements (the best after every measurement, so 10 means 10 for every
 method; cached repeats are not measurements) over seeds with the range (min-max), one
 column per method and guide mode, and a table of the measurements and wall seconds
-(planning and solving included) until the best was within 1.01x of the optimum; ``*`` marks a
-case whose optimum the solver did not prove, and a list after the tables names the
-solver each row divides by (s-t minimum cut on two devices, the MILP beyond) with its
-proof or gap; ``--plot FILE`` draws each method's median best/optimum against
+(planning and solving included) until the best was within 1.01x of the optimum; ``*``
+marks a case whose optimum the solver did not prove, and a list after the tables names
+the solver each row divides by (s-t minimum cut on two devices, the MILP beyond) with
+its proof or gap; ``--plot FILE`` draws each method's median best/optimum against
 measurements and ``--json FILE`` writes every case. ``--accelerators A+B`` runs on the
-CPU and several accelerators. Profiles are shared with ``bench_learning.py`` and ``bench_solvers.py`` (``--profiles``).
+CPU and several accelerators. Profiles are shared with ``bench_learning.py`` and
+``bench_solvers.py`` (``--profiles``).
 """
 from __future__ import annotations
 

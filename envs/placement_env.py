@@ -22,7 +22,8 @@ one with room) is measured and rewarded instead, so no measurement is spent
 on a placement known not to fit. With ``screen`` above 0 and a profile of
 every device, a new placement the run's latency model says is clearly slower
 than the run's best is not measured either (:mod:`envs.screen`): it is
-rewarded as its predicted latency.
+rewarded as its predicted latency. Repair, cache, screen, measurement and reward are
+those of every method's runs (:class:`envs.measurer.Measurer`).
 """
 from __future__ import annotations
 

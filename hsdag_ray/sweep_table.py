@@ -1,6 +1,7 @@
 """A sweep's table from its finished trials, and what it says about the unfinished ones.
 
-:func:`failed_trials` names the trials Ray Tune reports as failed; :func:`gather` reads the run folders' summaries into ``results.csv`` rows
+:func:`failed_trials` names the trials Ray Tune reports as failed; :func:`gather`
+reads the run folders' summaries into ``results.csv`` rows
 (:func:`hsdag_ray.results.rows_from_summary`) and says why each missing trial is
 missing; :func:`mark_partial` puts that list at the top of ``results.md``.
 """
