@@ -136,3 +136,23 @@ def test_bench_says_what_is_wrong_with_a_bad_family():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     assert "unknown graph family 'nope'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_proposal_that_repairs_to_a_measured_placement_costs_no_measurement(graph):
+    """The problem's cache is keyed by the placement measured (the repair), as every run's is
+    (envs.measurer): all on a device that holds part of the weights repairs to a placement
+    that, proposed next, is answered from the cache."""
+    from hsdag_core.fit import repair
+
+    devset = next(s for s in device_sets("train", 40)
+                  if any(np.isfinite(f) and f < 1 for f in s.memory_fraction))
+    p = make_problem(graph, devset, None)
+    small = next(d for d, f in enumerate(devset.memory_fraction) if np.isfinite(f) and f < 1)
+    over = np.full(graph.num_nodes, small)
+    fixed = repair(p.costs, over)
+    assert fixed is not None and not np.array_equal(fixed, over)
+    assert p.latency(over) == p.latency(fixed) < np.inf and p.measured() == 1
+    p.limit = 1  # the budget spent: a new placement is not measured, a cached one still answered
+    host = np.zeros(graph.num_nodes, dtype=np.int64)  # all on the host, which holds everything
+    assert not np.array_equal(host, fixed) and np.isnan(p.latency(host))
+    assert p.latency(fixed) < np.inf and p.measured() == 1
