@@ -1,0 +1,95 @@
+"""What every section of the GPU check shares: the report, timing settings, graphs built
+once, profiles, the release of GPU memory, and figures with their intervals."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["Report", "say", "timing", "graphs", "profile", "release", "ms", "interval_ms", "verdict"]
+
+
+class Report:
+    """The check's figures, written as JSON and markdown after every section, so a run
+    stopped early keeps what it measured."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.data: dict[str, Any] = {"sections": {}, "verdicts": {}}
+        self.md: list[str] = []
+
+    def section(self, name: str, figures: Any, lines: Sequence[str], verdict: str) -> None:
+        self.data["sections"][name] = figures
+        self.data["verdicts"][name] = verdict
+        self.md += list(lines) + ["", f"**Verdict ({name}):** {verdict}", ""]
+        self.write()
+
+    def write(self) -> None:
+        (self.out / "gpu_check.json").write_text(json.dumps(self.data, indent=1, default=float))
+        (self.out / "gpu_check.md").write_text("\n".join(self.md) + "\n")
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def timing(repeats: int = 4, block: int = 1, warmup: int = 1):
+    """Timing of the check: a short warm-up that goes on until two runs agree (unraced),
+    then ``repeats`` blocks; re-measurements pool the blocks of interleaved rounds, so a
+    finalist's interval rests on rounds x repeats samples."""
+    from envs.base import TimingConfig
+
+    return TimingConfig(warmup=warmup, warmup_agree=0.1, warmup_max=3, repeats=repeats, block=block,
+                        timeout_s=60.0, threads=0)
+
+
+_BUILT: dict[str, tuple] = {}
+
+
+def graphs(spec: str):
+    """The program, fine and coarse (colocation) graphs of ``spec``, exported once per run."""
+    from hsdag_core.coarsening import build_graph, coarsen
+
+    if spec not in _BUILT:
+        program, fine, _, _ = build_graph(spec, "none", None, "torch")
+        _BUILT[spec] = (program, fine, coarsen(fine, "colocation")[0])
+    return _BUILT[spec]
+
+
+def profile(spec: str, devices: list[str], fit: int, timing_config):
+    """A torch profile of ``spec`` on ``devices`` (per-node times, link costs fitted to
+    ``fit`` real splits)."""
+    from envs.profiling import record
+
+    program, fine, _ = graphs(spec)
+    return record(spec, devices, fit=fit, timing=timing_config, progress=False, backend="torch",
+                  built=(program, fine))
+
+
+def release() -> None:
+    """Free what a section left on the GPU (cached copies of parameters), so the next
+    memory cap starts from an empty allocator."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def ms(v: Optional[float]) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v * 1e3:.2f}"
+
+
+def interval_ms(iv: Optional[Sequence[float]]) -> str:
+    return "-" if not iv else f"{iv[0] * 1e3:.2f}-{iv[1] * 1e3:.2f}"
+
+
+def verdict(met: bool, what: str, by: str) -> str:
+    """One line: ``met`` or ``not met``, what the aim was, and by how much."""
+    return f"{'met' if met else 'not met'}: {what} ({by})"
