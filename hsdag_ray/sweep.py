@@ -48,9 +48,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from envs.backends import BACKENDS
 from hsdag_ray.cli import UsageError, read_yaml_mapping, run, writable_dir
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.rundir import model_label, slug
+
+#: the backend of a sweep's trials when it names none
+SWEEP_BACKEND = "simulator"
 
 __all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "GUIDE_MODES", "trials", "run_trial", "run_sweep",
            "main"]
@@ -437,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
     args = build_parser().parse_args(argv)
-    values: dict[str, Any] = {"train": {"backend": "simulator"}}
+    values: dict[str, Any] = {"train": {"backend": SWEEP_BACKEND}}
     if args.config:
         data = read_yaml_mapping(args.config, "sweep file")
         known = {f.name for f in dataclasses.fields(SweepConfig)}
@@ -470,7 +474,8 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
             values[key] = _list(values[key])
     if isinstance(values.get("seeds"), (str, int)):
         values["seeds"] = _list(values["seeds"], int)
-    if values["train"].get("backend", "simulator") == "simulator":
+    kind = BACKENDS.get(values["train"].get("backend", SWEEP_BACKEND))
+    if kind is not None and kind.simulated:
         # trials run side by side already; with the simulator each samples in its own process
         values["train"] = {"env_runners": 0, **values["train"]}
     return SweepConfig(**values)
