@@ -4,6 +4,7 @@ Brute force enumerates every placement of small random DAGs (6-10 nodes, 2-3
 devices) and evaluates each with the simulator, the reference for every
 objective.
 """
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
+from hsdag_core.synthetic import random_cost_graph
 from hsdag_ray.solve import main as solve_main
 from policies.solvers.bounds import lower_bound
 from policies.solvers.exact import SOLVERS, solve
@@ -218,6 +220,42 @@ def test_parallel_milp_brackets_the_optimum(case):
     r = solve(g, "parallel", "milp", time_limit=60)
     assert r.bound <= best["parallel"] + 1e-9 <= r.value + 2e-9
     assert r.info["mip_objective_s"] <= r.value + 1e-9
+
+
+@pytest.mark.parametrize("objective", ["sequential", "throughput"])
+def test_milp_never_returns_worse_than_its_start(objective):
+    """Stopped before it improves on its start (a time limit HiGHS cannot even presolve
+    in) the MILP returns the start; given time, it returns the optimum, never worse; and
+    its bound is a bound: value >= bound, gap = (value - bound) / value."""
+    from policies.solvers.milp import solve_milp_sequential, solve_milp_throughput
+
+    milp = solve_milp_sequential if objective == "sequential" else solve_milp_throughput
+    n, D = (40, 4) if objective == "sequential" else (14, 3)
+    g = random_cost_graph(n, devices=D, seed=3)
+    g = dataclasses.replace(g, mem_capacity=np.array([np.inf, 0.3, 0.3, np.inf][:D])
+                            * g.mem_bytes.sum())
+    sim = Simulator(g)
+    start = solve(g, objective, "m-etf").placement   # a fitting placement, far from optimal
+    assert sim.check(start) is None
+    start_v = sim.evaluate(start, objective).value
+    for limit in (1e-3, 30.0):
+        r = milp(g, objective, time_limit=limit, start=start)
+        assert r.feasible and r.info["start_accepted"]
+        assert r.value <= start_v * (1 + 1e-12)
+        assert r.value >= r.bound - 1e-12
+        assert r.gap == pytest.approx((r.value - r.bound) / r.value)
+        assert r.bound >= lower_bound(g, objective) - 1e-15
+    assert r.value < start_v     # with time it improves on m-ETF
+
+
+def test_milp_starts_from_the_best_heuristic():
+    """Without a start the sequential MILP starts from the best of the heuristics, so
+    what it returns is never worse than alpha-expansion's placement."""
+    g = random_dag(3, n=9, D=3, mem=True, boundary=0.2)
+    alpha = solve(g, "sequential", "alpha-expansion")
+    r = solve(g, "sequential", "milp", time_limit=1e-3)
+    assert r.info["start_s"] <= alpha.value + 1e-12
+    assert r.value <= alpha.value + 1e-12 and r.value >= r.bound - 1e-12
 
 
 def test_alpha_expansion_keeps_memory_feasibility():

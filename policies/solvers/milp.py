@@ -1,4 +1,4 @@
-"""Mixed-integer programs (HiGHS through ``scipy.optimize.milp``) for the three objectives.
+"""Mixed-integer programs (HiGHS, :mod:`policies.solvers.highs_model`) for the three objectives.
 
 Common variables: ``x[i, d] in {0, 1}`` (node ``i`` on device ``d``; fixed to 0
 where ``compute_s[i, d] = inf``) with ``sum_d x[i, d] = 1``, memory rows
@@ -50,84 +50,23 @@ from typing import Optional, Sequence
 
 import networkx as nx
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 
+from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
+from policies.solvers.highs_model import Model
 from policies.solvers.ideals import contiguity
 from policies.solvers.result import (SolveResult, colocation_groups, device_classes, finish,
                              redundant_for_sequential, uniform_transfer)
 
-__all__ = ["solve_milp_sequential", "solve_milp_throughput", "solve_milp_parallel",
+__all__ = ["solve_milp_sequential", "sequential_start", "solve_milp_throughput", "solve_milp_parallel",
            "PARALLEL_MAX_NODES"]
 
 PARALLEL_MAX_NODES = 40
 """Largest graph the disjunctive parallel MILP accepts."""
 
 
-class _Model:
-    """A MILP assembled column by column, rows in COO form."""
-
-    def __init__(self) -> None:
-        self.cost: list[np.ndarray] = []
-        self.lb: list[np.ndarray] = []
-        self.ub: list[np.ndarray] = []
-        self.integer: list[np.ndarray] = []
-        self.nvar = 0
-        self.r: list[np.ndarray] = []
-        self.c: list[np.ndarray] = []
-        self.v: list[np.ndarray] = []
-        self.row_lb: list[np.ndarray] = []
-        self.row_ub: list[np.ndarray] = []
-        self.nrow = 0
-
-    def var(self, shape, lb=0.0, ub=np.inf, integer: bool = False, cost=0.0) -> np.ndarray:
-        k = int(np.prod(shape))
-        idx = np.arange(self.nvar, self.nvar + k).reshape(shape)
-        self.nvar += k
-        self.cost.append(np.broadcast_to(np.asarray(cost, dtype=np.float64), shape).ravel())
-        self.lb.append(np.broadcast_to(np.asarray(lb, dtype=np.float64), shape).ravel())
-        self.ub.append(np.broadcast_to(np.asarray(ub, dtype=np.float64), shape).ravel())
-        self.integer.append(np.full(k, int(integer)))
-        return idx
-
-    def rows(self, cols, coefs, lb=-np.inf, ub=np.inf) -> None:
-        """Add ``R`` rows ``lb <= sum_j coefs[r, j] * var[cols[r, j]] <= ub``."""
-        cols = np.atleast_2d(np.asarray(cols, dtype=np.int64))
-        R, k = cols.shape
-        if R == 0:
-            return
-        coefs = np.broadcast_to(np.asarray(coefs, dtype=np.float64), (R, k))
-        self.r.append(np.repeat(np.arange(self.nrow, self.nrow + R), k))
-        self.c.append(cols.ravel())
-        self.v.append(coefs.ravel())
-        self.row_lb.append(np.broadcast_to(np.asarray(lb, dtype=np.float64), (R,)).copy())
-        self.row_ub.append(np.broadcast_to(np.asarray(ub, dtype=np.float64), (R,)).copy())
-        self.nrow += R
-
-    def solve(self, time_limit: Optional[float], rel_gap: float, magnitude: float):
-        """Solve; the objective is scaled to about 1000 for the solver (HiGHS stops
-        at an *absolute* gap of 1e-6, coarse for values of a few ms in seconds)
-        and unscaled in the result (``fun``, ``mip_dual_bound``)."""
-        scale = 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
-        A = sp.csr_array((np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
-                         shape=(self.nrow, self.nvar))
-        opts = {"disp": False, "mip_rel_gap": rel_gap}
-        if time_limit is not None:
-            opts["time_limit"] = float(time_limit)
-        res = milp(scale * np.concatenate(self.cost), integrality=np.concatenate(self.integer),
-                   bounds=Bounds(np.concatenate(self.lb), np.concatenate(self.ub)),
-                   constraints=[LinearConstraint(A, np.concatenate(self.row_lb),
-                                                 np.concatenate(self.row_ub))],
-                   options=opts)
-        for key in ("fun", "mip_dual_bound"):
-            if res.get(key) is not None:
-                res[key] = res[key] / scale
-        return res
-
-
-def _placement_vars(m: _Model, graph: CostGraph, unused: Sequence[int] = ()) -> np.ndarray:
+def _placement_vars(m: Model, graph: CostGraph, unused: Sequence[int] = ()) -> np.ndarray:
     """``x`` with assignment, support, memory and co-location rows; devices
     ``unused`` are left empty."""
     n, D = graph.num_nodes, graph.num_devices
@@ -137,7 +76,8 @@ def _placement_vars(m: _Model, graph: CostGraph, unused: Sequence[int] = ()) -> 
     m.rows(x, 1.0, 1.0, 1.0)
     for d in range(D):
         if np.isfinite(graph.mem_capacity[d]) and graph.mem_bytes.sum() > graph.mem_capacity[d]:
-            m.rows(x[:, d][None, :], graph.mem_bytes[None, :], ub=graph.mem_capacity[d])
+            # in units of the capacity: HiGHS's tolerances are absolute
+            m.rows(x[:, d][None, :], graph.mem_bytes[None, :] / graph.mem_capacity[d], ub=1.0)
     grp = colocation_groups(graph)
     order = np.argsort(grp, kind="stable")
     same = np.flatnonzero(grp[order][1:] == grp[order][:-1])
@@ -146,7 +86,7 @@ def _placement_vars(m: _Model, graph: CostGraph, unused: Sequence[int] = ()) -> 
     return x
 
 
-def _receipt(m: _Model, graph: CostGraph, x: np.ndarray) -> np.ndarray:
+def _receipt(m: Model, graph: CostGraph, x: np.ndarray) -> np.ndarray:
     """``y[t, d] >= x[v, d] - x[u, d]`` for every edge."""
     y = m.var((graph.num_tensors, graph.num_devices), ub=1.0)
     u = graph.edge_src
@@ -160,7 +100,7 @@ def _pairs(D: int) -> list[tuple[int, int]]:
     return [(a, b) for a in range(D) for b in range(D) if a != b]
 
 
-def _sent(m: _Model, graph: CostGraph, x: np.ndarray, y: np.ndarray,
+def _sent(m: Model, graph: CostGraph, x: np.ndarray, y: np.ndarray,
           tr: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """``w[t, k] >= x[u, a] + y[t, b] - 1`` for the pairs ``k = (a, b)`` and tensors with cost."""
     pairs = _pairs(graph.num_devices)
@@ -170,6 +110,12 @@ def _sent(m: _Model, graph: CostGraph, x: np.ndarray, y: np.ndarray,
     u = graph.tensor_src[ts]
     for k, (a, b) in enumerate(pairs):
         m.rows(np.stack([w[:, k], x[u, a], y[ts, b]], axis=1), [1.0, -1.0, -1.0], lb=-1.0)
+    # their sum over senders (implied for integers, tighter for the LP relaxation):
+    # sum_a w[t, (a, b)] >= y[t, b] - x[u, b]
+    for b in range(graph.num_devices):
+        ks = [k for k, (_, r) in enumerate(pairs) if r == b]
+        m.rows(np.concatenate([w[:, ks], np.stack([y[ts, b], x[u, b]], axis=1)], axis=1),
+               [1.0] * len(ks) + [-1.0, 1.0], lb=0.0)
     return w, ts, pairs
 
 
@@ -191,14 +137,54 @@ def _result(graph, objective, method, res, x, t0, scope="all", info=None) -> Sol
                   objective != "parallel", status=status, scope=scope, info=info)
 
 
+def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Optional[np.ndarray]:
+    """The best placement of the heuristics, by simulator value: alpha-expansion (within
+    ``time_limit``), Baechi's m-TOPO and m-ETF, and the best single device; None when none fits."""
+    from policies.solvers.baechi import solve_m_etf, solve_m_topo
+    from policies.solvers.mincut import solve_alpha_expansion
+    from policies.solvers.simple import solve_single
+
+    best = None
+    cands = [solve_alpha_expansion(graph, "sequential", time_limit=time_limit),
+             solve_m_topo(graph, "sequential"), solve_m_etf(graph, "sequential")]
+    cands.append(solve_single(graph, "sequential"))
+    for r in cands:
+        if r.feasible and (best is None or r.value < best.value):
+            best = r
+    return None if best is None else best.placement
+
+
+def _merge_redundant(graph: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
+    """``p`` with the nodes of each device of ``unused`` moved to the first device of its
+    class (:func:`policies.solvers.result.redundant_for_sequential`: never worse)."""
+    q = np.asarray(p, dtype=np.int64).copy()
+    for cls in device_classes(graph):
+        for d in cls[1:]:
+            if d in unused:
+                q[q == d] = cls[0]
+    return q
+
+
 def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
-                          time_limit: Optional[float] = 60.0, rel_gap: float = 1e-7) -> SolveResult:
-    """Exact sequential optimum with memory, support and co-location (module docstring)."""
+                          time_limit: Optional[float] = 60.0, rel_gap: float = 1e-7,
+                          start: Optional[np.ndarray] = None, start_share: float = 0.25,
+                          threads: Optional[int] = None) -> SolveResult:
+    """Exact sequential optimum with memory, support and co-location (module docstring).
+
+    Args:
+        start: the MIP start, a placement (the incumbent); None: the best of the
+            heuristics (:func:`sequential_start`, given ``start_share`` of ``time_limit``).
+            The result is never worse than the start: HiGHS begins from it, and should
+            its own placement measure worse on the simulator the start is returned.
+        threads: HiGHS's threads (None: its default).
+    """
     t0 = time.perf_counter()
     if objective != "sequential":
         raise ValueError(f"solve_milp_sequential solves the sequential objective, not {objective!r}")
     g = graph
-    m = _Model()
+    if start is None:
+        start = sequential_start(g, None if time_limit is None else start_share * time_limit)
+    m = Model()
     unused = redundant_for_sequential(g)
     x = _placement_vars(m, g, unused)
     m.cost[0] = np.where(np.isinf(g.compute_s), 0.0, g.compute_s).ravel()
@@ -214,20 +200,59 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         b = m.var((g.num_nodes - 1, g.num_devices), cost=g.boundary_s)
         for d in range(g.num_devices):
             m.rows(np.stack([b[:, d], x[:-1, d], x[1:, d]], axis=1), [1.0, -1.0, 1.0], lb=0.0)
-    res = m.solve(time_limit, rel_gap, lower_bound(g, objective))
-    return _result(g, objective, "milp", res, x, t0, info={"devices_left_empty": len(unused)})
+    info: dict = {"devices_left_empty": len(unused)}
+    if start is not None:
+        start = _merge_redundant(g, start, unused)
+    return _solve_from(m, g, objective, x, start, t0, time_limit, rel_gap, threads, info)
+
+
+def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
+                start: Optional[np.ndarray], t0: float, time_limit: Optional[float],
+                rel_gap: float, threads: Optional[int], info: dict, method: str = "milp",
+                scope: str = "all") -> SolveResult:
+    """Solve ``m`` from the placement ``start`` (ignored when it breaks a limit) within
+    what is left of ``time_limit``; never worse than the start, and the bound at least
+    :func:`policies.solvers.bounds.lower_bound`."""
+    mip_start, sim = None, Simulator(g)
+    if start is not None and sim.check(start) is None:
+        start = np.asarray(start, dtype=np.int64)
+        info["start_s"] = float(sim.evaluate(start, objective).value)
+        onehot = np.zeros(x.shape)
+        onehot[np.arange(g.num_nodes), start] = 1.0
+        mip_start = (x.ravel(), onehot.ravel())
+    else:
+        start = None
+    floor = lower_bound(g, objective)
+    spent = time.perf_counter() - t0
+    res = m.solve(None if time_limit is None else max(time_limit - spent, 0.01), rel_gap,
+                  floor, start=mip_start, threads=threads)
+    if mip_start is not None:
+        info["start_accepted"] = bool(res.start_accepted)
+    out = _result(g, objective, method, res, x, t0, scope=scope, info=info)
+    if out.bound < floor and scope == "all":
+        out = finish(g, objective, method, out.placement if out.feasible else None, t0,
+                     bound=floor, proven=out.optimal, status=out.status, scope=scope,
+                     info=out.info)
+    if start is not None and (not out.feasible or info["start_s"] < out.value):
+        out = finish(g, objective, method, start, t0, bound=out.bound,
+                     status=f"the start: HiGHS found none better ({res.message})",
+                     scope=scope, info=info)
+    return out
 
 
 def solve_milp_throughput(graph: CostGraph, objective: str = "throughput", *,
                           contiguous: bool = False, time_limit: Optional[float] = 60.0,
-                          rel_gap: float = 1e-7) -> SolveResult:
-    """Exact throughput optimum (simulator model), over all or contiguous splits."""
+                          rel_gap: float = 1e-7, start: Optional[np.ndarray] = None,
+                          threads: Optional[int] = None) -> SolveResult:
+    """Exact throughput optimum (simulator model), over all or contiguous splits; ``start``
+    (a placement) is the MIP start and the result is never worse than it (over all
+    splits; a contiguous MILP takes no start)."""
     t0 = time.perf_counter()
     if objective != "throughput":
         raise ValueError(f"solve_milp_throughput solves the throughput objective, not {objective!r}")
     g = graph
     D = g.num_devices
-    m = _Model()
+    m = Model()
     x = _placement_vars(m, g)
     y = _receipt(m, g, x)
     tr = g.transfer_s()
@@ -266,9 +291,8 @@ def solve_milp_throughput(graph: CostGraph, objective: str = "throughput", *,
             m.rows(np.stack([x[rep[ge[:, 0]], a], x[rep[ge[:, 1]], b],
                              np.full(len(ge), o[a, b])], axis=1), [1.0, 1.0, -1.0], ub=1.0)
         info["groups"] = cg.num_groups
-    res = m.solve(time_limit, rel_gap, lower_bound(g, objective))
-    return _result(g, objective, method, res, x, t0,
-                   scope="contiguous" if contiguous else "all", info=info)
+    return _solve_from(m, g, objective, x, None if contiguous else start, t0, time_limit,
+                       rel_gap, threads, info, method, "contiguous" if contiguous else "all")
 
 
 def solve_milp_parallel(graph: CostGraph, objective: str = "parallel", *,
@@ -282,7 +306,7 @@ def solve_milp_parallel(graph: CostGraph, objective: str = "parallel", *,
     if n > PARALLEL_MAX_NODES:
         raise ValueError(f"the parallel MILP is for graphs of at most {PARALLEL_MAX_NODES} "
                          f"nodes, this one has {n}; use heft")
-    m = _Model()
+    m = Model()
     x = _placement_vars(m, g)
     tr = g.transfer_s()
     comp = np.where(np.isinf(g.compute_s), 0.0, g.compute_s)
