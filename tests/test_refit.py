@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import numpy as np
 import pytest
@@ -250,3 +251,49 @@ def test_a_throughput_measurement_is_read_as_the_load_the_other_measurements_pre
     assert model.bottlenecks() == [1, 1]
     mean = model.posterior_mean()
     assert mean[0] == pytest.approx(10.5)  # nothing measured the CPU: its prior stands
+
+
+def test_refit_plans_each_proposal_within_its_time_limit_from_the_incumbent(monkeypatch):
+    """On four devices with memory limits each proposal solves the MILP: every solve of a
+    proposal is given at most half of what is left of the proposal's time (PLAN_SHARE of
+    ``time_limit``; at least MIN_SOLVE_S), starts from the best known placement under its
+    costs, and returns one no worse than it."""
+    import policies.solvers.exact as exact_mod
+    from policies.search.refit import MIN_SOLVE_S, PLAN_SHARE
+
+    truth = random_cost_graph(30, devices=4, seed=2)
+    truth = dataclasses.replace(truth, mem_capacity=np.array([np.inf, 0.25, 0.25, np.inf])
+                                * truth.mem_bytes.sum())
+    rng = np.random.default_rng(5)
+    known = dataclasses.replace(
+        truth, compute_s=truth.compute_s * np.exp(0.5 * rng.standard_normal(truth.compute_s.shape)))
+    # (limit, what was left of the proposal's time, start's value, result's value)
+    calls: list[tuple[float, float, float, float]] = []
+    real_solve = exact_mod.solve
+
+    def recording_solve(graph, objective, method, *, time_limit=60.0, **options):
+        left = search._deadline - time.perf_counter()
+        res = real_solve(graph, objective, method, time_limit=time_limit, **options)
+        start = options.get("start")
+        start_v = np.inf if start is None else Simulator(graph).sequential(start).value
+        calls.append((time_limit, left, start_v, res.value))
+        return res
+
+    monkeypatch.setattr(exact_mod, "solve", recording_solve)
+    limit = 0.4
+    search = ProfileThompson(30, 4, 8, seed=0, costs=known, time_limit=limit)
+    assert search.solver == "milp"
+    machine = Simulator(truth)
+    for k in range(8):
+        before = len(calls)
+        p = search.propose()
+        assert machine.check(p) is None
+        mine = calls[before:]
+        assert mine and mine[0][0] <= PLAN_SHARE * limit / 2 + 1e-9
+        for solve_limit, left, start_v, value in mine:
+            # ``left`` is read just after the search read it: a little less
+            assert solve_limit <= max(left / 2, MIN_SOLVE_S) + 0.01
+            assert value <= start_v * (1 + 1e-9)
+        if k > 0:  # from the second proposal on, there is an incumbent to start from
+            assert all(np.isfinite(c[2]) for c in mine)
+        search.observe(p, machine.sequential(p).value)

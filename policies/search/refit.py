@@ -26,11 +26,13 @@ then more) when every draw does. Memory is known exactly, so every proposal fits
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import numpy as np
 
 from envs.latency_model import MODELED_OBJECTIVES, NOISE_FIT_AFTER, NOISE_LEVELS, LatencyModel
+from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 
 __all__ = ["ProfileThompson", "NOISE_LEVELS", "NOISE_FIT_AFTER"]
@@ -38,6 +40,13 @@ __all__ = ["ProfileThompson", "NOISE_LEVELS", "NOISE_FIT_AFTER"]
 #: random changes of the best placement tried when every posterior draw repeats one
 #: (20 of one node, then 20 of two nodes, and so on)
 LOCAL_TRIES = 200
+#: seconds a MILP solve gets at least, however little of the proposal's time is left
+MIN_SOLVE_S = 0.05
+#: share of a proposal's time handed out as the MILP solves' time limits (HiGHS checks
+#: its limit between steps, and building each model takes time besides)
+PLAN_SHARE = 0.6
+#: measured placements considered for the MILP's start: this many fastest and latest
+INCUMBENT_CANDIDATES = 10
 
 
 class ProfileThompson:
@@ -55,14 +64,19 @@ class ProfileThompson:
             trusted to about half its value).
         noise: a measurement's noise, relative to its latency, until the search fits
             its own from :data:`NOISE_FIT_AFTER` measurements on.
-        time_limit: seconds for each exact solve (a MILP stopped early gives its best).
+        time_limit: seconds of planning per proposal where the exact solver is the MILP
+            (memory limits, or the throughput objective): the first solve may take half
+            of :data:`PLAN_SHARE` of them, each further one half of what is left, and no
+            further posterior sample is solved once too little is left. Each MILP starts from the
+            incumbent, the best under the solve's costs of the last solve's placement and
+            the measured ones, and returns it when it finds none better in its time.
         retries: posterior samples drawn per proposal before changing the best measured placement instead.
     """
 
     def __init__(self, num_nodes: int, num_devices: int, budget: int, seed: int = 0,
                  start: Optional[np.ndarray] = None, *, costs: CostGraph,
                  objective: str = "sequential", sigma: float = 0.5, noise: float = 0.02,
-                 time_limit: float = 10.0, retries: int = 4) -> None:
+                 time_limit: float = 1.0, retries: int = 4) -> None:
         from policies.solvers.exact import exact_method
 
         if objective not in MODELED_OBJECTIVES:
@@ -79,6 +93,8 @@ class ProfileThompson:
         self.time_limit, self.retries = time_limit, retries
         self.seen: set[bytes] = set()
         self.proposals = {"mean": 0, "sample": 0, "local": 0}
+        self._last: Optional[np.ndarray] = None  # the last solve's placement
+        self._deadline = 0.0
 
     @property
     def placements(self) -> list[np.ndarray]:
@@ -95,18 +111,46 @@ class ProfileThompson:
     def _placement(self, theta: np.ndarray) -> Optional[np.ndarray]:
         from policies.solvers.exact import solve
 
-        res = solve(self.model.refitted(theta), self.objective, self.solver, time_limit=self.time_limit)
-        return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
+        costs = self.model.refitted(theta)
+        options: dict[str, Any] = {}
+        limit = None
+        if self.solver == "milp":
+            limit = max(0.5 * (self._deadline - time.perf_counter()), MIN_SOLVE_S)
+            options["start"] = self._incumbent(costs)
+        res = solve(costs, self.objective, self.solver, time_limit=limit, **options)
+        if not res.feasible:
+            return None
+        self._last = np.asarray(res.placement, dtype=np.int64)
+        return self._last
+
+    def _incumbent(self, costs: CostGraph) -> Optional[np.ndarray]:
+        """The best under ``costs`` of the last solve's placement and the measured ones (the
+        :data:`INCUMBENT_CANDIDATES` fastest measured and as many of the latest)."""
+        cands = [] if self._last is None else [self._last]
+        order = np.argsort(self.latencies)
+        picked = set(order[:INCUMBENT_CANDIDATES].tolist())
+        picked |= set(range(max(len(self.latencies) - INCUMBENT_CANDIDATES, 0), len(self.latencies)))
+        cands += [self.placements[i] for i in sorted(picked)]
+        sim = Simulator(costs)
+        best, best_v = None, np.inf
+        for p in cands:
+            r = sim.evaluate(p, self.objective)
+            if r.feasible and r.value < best_v:
+                best, best_v = p, r.value
+        return best
 
     def _new(self, p: Optional[np.ndarray]) -> bool:
         return p is not None and p.tobytes() not in self.seen
 
     # --------------------------------------------------------------- protocol
     def propose(self) -> np.ndarray:
+        self._deadline = time.perf_counter() + PLAN_SHARE * self.time_limit
         p = self._placement(self.model.posterior_mean())
         kind = "mean"
         spread = 1.0
         for _ in range(self.retries if not self._new(p) else 0):
+            if self.solver == "milp" and self._deadline - time.perf_counter() < 2 * MIN_SOLVE_S:
+                break  # the proposal's time is spent: a change of the best placement instead
             prior = self.model.prior_sample(self.rng, spread)
             p = self._placement(self.model.condition(prior, self.rng.standard_normal(len(self.latencies))))
             kind, spread = "sample", spread * 1.5
