@@ -28,6 +28,8 @@ METHODS = ("refit", "anneal", "hsdag")
 AIM = 1.3
 #: interleaved rounds of the finalists' re-measurement
 ROUNDS = 3
+#: the exact solver's time limit per cap (its best placement so far when it runs out)
+SOLVE_S = 10.0
 
 
 def _embedding_nodes(program, graph) -> list[int]:
@@ -99,7 +101,7 @@ def offload(spec: str, gpu: str, shares, budget: int, seed: int) -> dict[str, An
                                                                        backend.torch_devices, strategy)
             except (ValueError, RuntimeError, ImportError) as e:
                 row["rows"][f"accelerate_{strategy}"] = {"ok": False, "error": str(e)}
-        res = solve(costs, "sequential", exact_method(costs, "sequential"), time_limit=30.0)
+        res = solve(costs, "sequential", exact_method(costs, "sequential"), time_limit=SOLVE_S)
         if res.feasible:
             cands["exact_on_profile"] = np.asarray(res.placement, np.int64)
         for name in METHODS:
@@ -169,17 +171,19 @@ def lines(figs: list[dict[str, Any]], gpu: str, budget: int) -> list[str]:
            "'noise' where the intervals overlap.", ""]
     for f in figs:
         unc = f["gpu_uncapped"]
-        out += [f"### {f['model']}: {f['weights_mb']:.0f} MB of weights, {f['nodes']} nodes", "",
+        out += [f"### {f['model']}: {f['weights_mb']:.3g} MB of weights, {f['nodes']} nodes", "",
                 f"All on the uncapped {gpu} (for scale): {ms(unc.get('latency_s'))} ms "
                 f"({interval_ms(unc.get('interval_s'))}).", "",
                 "| share on device | placement | median (ms) | 95% interval | speed-up vs Accelerate "
                 "| weights on device | embeddings on device | measured | --guide |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for c in f["caps"]:
-            for name, r in c["rows"].items():
-                label = LABELS.get(name, name)
+            for name in sorted(c["rows"], key=lambda k: list(LABELS).index(k) if k in LABELS else 99):
+                r, label = c["rows"][name], LABELS.get(name, name)
+                if r.get("same_as"):  # re-measured once, under the first row's name
+                    label += f" (= {LABELS.get(r['same_as'], r['same_as'])})"
                 if not r.get("ok"):
-                    out.append(f"| {c['share']:.0%} ({c['cap_mb']:.0f} MB) | {label} | failed: "
+                    out.append(f"| {c['share']:.0%} ({c['cap_mb']:.3g} MB) | {label} | failed: "
                                f"{str(r.get('error'))[:90]} | | | | | | |")
                     continue
                 sp = r.get("speedup")
@@ -188,7 +192,7 @@ def lines(figs: list[dict[str, Any]], gpu: str, budget: int) -> list[str]:
                 if r.get("vs_accelerate") == "within the noise" and name != c.get("accelerate_best"):
                     speed += ", noise"
                 emb = r.get("embeddings_on_gpu") or []
-                out.append(f"| {c['share']:.0%} ({c['cap_mb']:.0f} MB) | {label} | {ms(r['latency_s'])} "
+                out.append(f"| {c['share']:.0%} ({c['cap_mb']:.3g} MB) | {label} | {ms(r['latency_s'])} "
                            f"| {interval_ms(r['interval_s'])} | {speed} | {r['gpu_weights']:.0%} "
                            f"| {sum(emb)}/{len(emb)} | {r.get('measured', '-')} | - |")
         out.append("")
