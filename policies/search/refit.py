@@ -23,6 +23,11 @@ Thompson 1933; for combinatorial choices Russo et al., "A Tutorial on
 Thompson Sampling", 2018), drawn again with a wider spread while it repeats a
 measured placement, and a change of the best measured placement (one node,
 then more) when every draw does. Memory is known exactly, so every proposal fits.
+
+Where the exact solver is the MILP, a proposal's planning is bounded by ``time_limit``
+(1 s by default): each solve starts from the incumbent (the best, under the solve's
+costs, of the last solve's placement and the measured ones) and keeps it when HiGHS
+finds nothing better in its share of the time.
 """
 from __future__ import annotations
 

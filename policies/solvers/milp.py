@@ -234,7 +234,7 @@ def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
                      bound=floor, proven=out.optimal, status=out.status, scope=scope,
                      info=out.info)
     if start is not None and (not out.feasible or info["start_s"] < out.value):
-        out = finish(g, objective, method, start, t0, bound=out.bound,
+        out = finish(g, objective, method, start, t0, bound=out.bound, proven=out.optimal,
                      status=f"the start: HiGHS found none better ({res.message})",
                      scope=scope, info=info)
     return out
