@@ -175,11 +175,42 @@ def measured_reference(model: str, profile: Path, devices: list[str], coarsen: s
     method = exact_method(cg, objective) or heuristic_method(objective)
     res = solve(cg, objective, method, time_limit=time_limit)
     REFERENCES[(model, tuple(devices))] = reference_text(method, res.optimal, res.gap)
+    SHAPES[(model, tuple(devices))] = optimum_shape(graph, res.placement)
     return float(Simulator(cg).evaluate(np.asarray(res.placement), objective).value)
 
 
 #: per (model, devices): which solver gave the reference a ratio divides by, and its proof
 REFERENCES: dict[tuple[str, tuple[str, ...]], str] = {}
+
+#: per (model, devices): :func:`optimum_shape` of the reference placement
+SHAPES: dict[tuple[str, tuple[str, ...]], dict] = {}
+
+
+def optimum_shape(graph, placement) -> dict:
+    """What a grouping must express to reach a placement: its coarsened nodes, those off
+    its most-used device (the nodes that must move from one device), and the connected
+    pieces they form (each piece at least one group of its own)."""
+    import networkx as nx
+
+    place = [int(d) for d in placement]
+    main = max(set(place), key=place.count)
+    moved = {k for k, d in enumerate(place) if d != main}
+    g = nx.Graph()
+    g.add_nodes_from(moved)
+    g.add_edges_from((e.src, e.dst) for e in graph.edges
+                     if e.src in moved and e.dst in moved and place[e.src] == place[e.dst])
+    return {"nodes": len(place), "moved": len(moved),
+            "pieces": nx.number_connected_components(g) if moved else 0}
+
+
+def learning_state(summary: dict) -> list[tuple[int, Optional[float], Optional[float]]]:
+    """A learned run's state per iteration, from its ``metrics.jsonl``: ``(measurements so
+    far, the policy's entropy, its number of groups)`` (None where the method has none:
+    a search without a policy, or a policy without a grouper)."""
+    path = Path(summary["run_dir"]) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+        if path.exists() else []
+    return [(r.get("measurements"), r.get("entropy"), r.get("num_groups")) for r in rows]
 
 
 def reference_text(method: str, proven: bool, gap) -> str:
@@ -244,7 +275,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     optimum = measured_reference(model, profile, devices_of(acc), base.coarsen,
                                                  base.objective, base.solver_time_limit)
                 for method in methods:
-                    ratios, curves, proven_all, by_guide = [], [], True, []
+                    ratios, curves, proven_all, by_guide, states = [], [], True, [], []
                     for seed in seeds:
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
@@ -277,6 +308,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             exact_ratios.append(b[own] / optimum)
                         ratios.append(best / opt)
                         curves.append((measured_curve(s), opt))
+                        states.append(learning_state(s))
                         by_guide.append(_best_by_guide(s))
                         if optimum is None and s.get("optimum_method"):
                             REFERENCES[(model, tuple(cfg.devices))] = reference_text(
@@ -294,7 +326,9 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             + f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
                                   "ratios": ratios, "curves": curves, "proven": proven_all,
-                                  "unit": base.budget_unit, "best_by_guide": by_guide})
+                                  "unit": base.budget_unit, "best_by_guide": by_guide,
+                                  "states": states,
+                                  "shape": SHAPES.get((model, tuple(devices_of(acc))))})
                     if on_case is not None:
                         on_case(cases)
                 if estimate > 0 and exact_ratios:
@@ -313,11 +347,14 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     return cases
 
 
-def parse(description: str, default_methods: str, guide_modes: bool = False):
+def parse(description: str, default_methods: str, guide_modes: bool = False, extra=None):
     """The command line shared by the learning benchmarks: (args, base TrainConfig);
-    ``guide_modes`` adds ``--guide off|on|both`` (each method as published, guided, or both)."""
+    ``guide_modes`` adds ``--guide off|on|both`` (each method as published, guided, or both),
+    ``extra(parser)`` a bench's own flags."""
     ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    if extra is not None:
+        extra(ap)
     if guide_modes:
         ap.add_argument("--guide", choices=("off", "on", "both"), default="both",
                         help="run every method as published (off), with train --guide (on) "

@@ -28,21 +28,116 @@ CPU and several accelerators. Profiles are shared with ``bench_learning.py`` and
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from bench.bench_learning import REFERENCES, TARGET, best_at, parse, plot, run_grid, target_cells
+from bench.bench_learning import (REFERENCES, TARGET, best_at, parse, plot, run_grid, target_cells,
+                                  to_target)
 
 from hsdag_ray.results import cell
+
+
+def _flags(ap) -> None:
+    ap.add_argument("--dynamics", default="",
+                    help="FILE: also print the learning table (best/optimum at --budgets, "
+                         "measurements to 1.05x and 1.01x, final entropy and groups, what the "
+                         "optimum moves) and draw best/optimum, entropy and groups against "
+                         "measurements, one column per model, to FILE")
+
+
+def _median(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(xs) if xs else math.nan
+
+
+def dynamics_table(cases: list[dict], budgets: list[int]) -> list[str]:
+    """One markdown row per learned (method, model, accelerator): median over seeds of
+    best/optimum after each budget's measurements, the measurements to 1.05x and 1.01x
+    (``>N``: not within N), the policy's entropy and number of groups at its last
+    iteration, and the optimum's shape (coarsened nodes off its main device / all, and
+    the connected pieces they form)."""
+    lines = ["| method | model | accelerator | " + " | ".join(f"{b}" for b in budgets)
+             + " | to 1.05x | to 1.01x | final entropy | final groups | optimum moves |",
+             "|" + "---|" * (8 + len(budgets))]
+    for c in cases:
+        if not c.get("states") or not c["curves"]:
+            continue
+        cells = [cell([best_at(cv, b, opt) for cv, opt in c["curves"]]) for b in budgets]
+        for factor in (1.05, TARGET):
+            hits = [to_target(cv, opt, factor)[0] for cv, opt in c["curves"]]
+            made = _median([cv[-1][0] for cv, _ in c["curves"] if cv])
+            med = statistics.median(hits)
+            cells.append(f"{med:.0f}" if math.isfinite(med) else f">{made:.0f}")
+        last = [st[-1] for st in c["states"] if st]
+        ent, grp = _median([r[1] for r in last]), _median([r[2] for r in last])
+        cells += [f"{ent:.3f}" if math.isfinite(ent) else "-",
+                  f"{grp:.1f}" if math.isfinite(grp) else "-"]
+        sh = c.get("shape") or {}
+        cells.append(f"{sh['moved']}/{sh['nodes']} ({sh['pieces']} pieces)" if sh else "-")
+        lines.append(f"| {c['method']} | {c['model']} | {c['accelerator']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_dynamics(cases: list[dict], path: str, budget: int) -> None:
+    """Per (model, accelerator) column: best/optimum after every measurement, and the
+    policy's entropy and number of groups per iteration, against measurements; one colour
+    per method, one line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in cases if c.get("states")]
+    panels = sorted({(c["model"], c["accelerator"]) for c in cases})
+    methods = list(dict.fromkeys(c["method"] for c in cases))
+    fig, axes = plt.subplots(3, len(panels), figsize=(4.6 * len(panels), 8.4), squeeze=False)
+    for j, (model, acc) in enumerate(panels):
+        for c in (c for c in cases if (c["model"], c["accelerator"]) == (model, acc)):
+            colour = plt.cm.tab10(methods.index(c["method"]) % 10)
+            for k, ((cv, opt), st) in enumerate(zip(c["curves"], c["states"])):
+                label = c["method"] if k == 0 else None
+                xs = list(range(1, budget + 1))
+                ys = [best_at(cv, x, opt) for x in xs]
+                axes[0, j].plot(xs, [y if math.isfinite(y) else math.nan for y in ys],
+                                color=colour, label=label)
+                n = [r[0] for r in st]
+                for row, key in ((1, 1), (2, 2)):
+                    vals = [r[key] if r[key] is not None else math.nan for r in st]
+                    if any(math.isfinite(v) for v in vals):
+                        axes[row, j].plot(n, vals, color=colour, label=label)
+        axes[0, j].axhline(1.05, ls=":", lw=0.8, color="grey")
+        axes[0, j].axhline(TARGET, ls="--", lw=0.8, color="grey")
+        axes[0, j].set_ylim(0.99, 1.6)
+        axes[0, j].set_title(f"{model} / {acc}", fontsize=9)
+        for row, name in enumerate(("best / optimum", "entropy", "groups")):
+            axes[row, j].set_xscale("log")
+            axes[row, j].set_xlim(1, budget)
+            axes[row, j].set_ylabel(name, fontsize=8)
+            axes[row, j].set_xlabel("measurements", fontsize=8)
+        axes[0, j].legend(fontsize=7)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
     from policies.registry import METHODS
 
-    args, base = parse(__doc__, ",".join(METHODS), guide_modes=True)
+    args, base = parse(__doc__, ",".join(METHODS), guide_modes=True, extra=_flags)
     methods = args.methods.split(",")
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.guide]
     columns, by_case = [], {}
+    if args.merge:  # earlier --json files instead of runs
+        import json
+
+        modes = []
+        for item in args.merge.split(","):
+            for c in json.loads(Path(item.partition("=")[0]).read_text()):
+                c["ratios"] = [float(r) for r in c["ratios"]]
+                columns += [c["method"]] if c["method"] not in columns else []
+                by_case.setdefault((c["model"], c["accelerator"]), {})[c["method"]] = c
     for guided in modes:
         cases = run_grid(args.models.split(","), args.accelerators.split(","), methods,
                          [int(s) for s in args.seeds.split(",")], args.budget, Path(args.profiles),
@@ -90,6 +185,14 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(
             [c | {"method": label} for by_label in by_case.values() for label, c in by_label.items()],
             default=str))
+    if args.dynamics:
+        cases = [c | {"method": label} for by_label in by_case.values() for label, c in by_label.items()]
+        budgets = sorted(int(b) for b in args.budgets.split(","))
+        print(f"\nlearned methods: best/optimum after {', '.join(map(str, budgets))} measurements, "
+              "measurements to 1.05x and 1.01x, entropy and groups at the last iteration\n")
+        print("\n".join(dynamics_table(cases, budgets)))
+        plot_dynamics(cases, args.dynamics, budgets[-1])
+        print(f"\nlearning curves written to {args.dynamics}")
     if REFERENCES:
         print("\nwhat each row divides by (the solver on the simulator's costs):\n")
         for (model, devices), text in REFERENCES.items():

@@ -1,0 +1,49 @@
+"""The learning-dynamics reading of bench_learning / bench_methods: what an optimum asks a
+grouping to express, a run's entropy and groups per iteration, and the table built from them."""
+from __future__ import annotations
+
+import json
+
+from bench.bench_learning import learning_state, optimum_shape
+from bench.bench_methods import dynamics_table
+from hsdag_core.compgraph import CompGraph, Edge, Node
+
+
+def _chain(n: int) -> CompGraph:
+    nodes = [Node(name=f"n{k}", op_type="MatMul", ops=[f"n{k}"]) for k in range(n)]
+    edges = [Edge(src=k, dst=k + 1, port=0, shape=[1], dtype="f32", bytes=4.0) for k in range(n - 1)]
+    return CompGraph("chain", nodes, edges)
+
+
+def test_optimum_shape_counts_moved_nodes_and_their_pieces():
+    graph = _chain(8)
+    # main device 0; nodes 2,3 (one piece) and 6 (another) on device 1
+    assert optimum_shape(graph, [0, 0, 1, 1, 0, 0, 1, 0]) == {"nodes": 8, "moved": 3, "pieces": 2}
+    assert optimum_shape(graph, [1] * 8) == {"nodes": 8, "moved": 0, "pieces": 0}
+    # neighbours on two different minor devices are two pieces, not one
+    assert optimum_shape(graph, [0, 1, 2, 0, 0, 0, 0, 0])["pieces"] == 2
+
+
+def test_learning_state_reads_metrics_rows(tmp_path):
+    rows = [{"iteration": 1, "measurements": 20, "entropy": 3.0, "num_groups": 6.5},
+            {"iteration": 2, "measurements": 37, "entropy": 2.5}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert learning_state({"run_dir": str(tmp_path)}) == [(20, 3.0, 6.5), (37, 2.5, None)]
+
+
+def test_dynamics_table_reads_budgets_targets_and_final_state():
+    # best 1.5x at 1, 1.04x from 5, 1.0x from 50 measurements, of 60
+    curve = [(n, 1.5 if n < 5 else (1.04 if n < 50 else 1.0), None) for n in range(1, 61)]
+    case = {"method": "hsdag", "model": "m", "accelerator": "A", "curves": [(curve, 1.0)],
+            "states": [[(20, 3.0, 6.0), (60, 0.25, 4.0)]],
+            "shape": {"nodes": 30, "moved": 5, "pieces": 2}}
+    search = {"method": "exact (profile)", "model": "m", "accelerator": "A",
+              "curves": [([(1, 1.2, None)], 1.0)]}  # no policy: no row
+    lines = dynamics_table([case, search], [1, 10, 100])
+    assert len(lines) == 3
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[3:6] == ["1.500", "1.040", "1.000"]
+    assert cells[6:8] == ["5", "50"]  # measurements to 1.05x and to 1.01x
+    assert cells[8:] == ["0.250", "4.0", "5/30 (2 pieces)"]
+    never = dict(case, curves=[([(n, 1.2, None) for n in range(1, 61)], 1.0)])
+    assert [c.strip() for c in dynamics_table([never], [10])[2].strip("|").split("|")][4:6] == [">60", ">60"]
