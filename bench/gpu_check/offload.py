@@ -74,7 +74,7 @@ def offload(spec: str, gpu: str, shares, budget: int, seed: int) -> dict[str, An
                            "weights_mb": program.parameter_bytes() / 1e6,
                            "embedding_nodes": _embedding_nodes(program, coarse), "caps": []}
     tm = timing()
-    # the GPU uncapped first: a per-process memory cap, once set, stays for the process
+    # the GPU uncapped first (each cap is lifted again after its share)
     free = TorchBackend(coarse, program, ["cpu", gpu], tm)
     uncapped = free.measure_array(np.ones(n, np.int64))
     out["gpu_uncapped"] = uncapped.to_dict() | {"samples_s": None}
@@ -131,6 +131,7 @@ def offload(spec: str, gpu: str, shares, budget: int, seed: int) -> dict[str, An
         out["caps"].append(row)
         say(f"offload {spec} at {share:.0%}: " + ", ".join(
             f"{k} {ms(v.get('latency_s'))}" for k, v in row["rows"].items()))
+        backend.apply_caps(False)  # a per-process GPU cap would outlive the backend
         del backend
         release()
     out["seconds"] = time.perf_counter() - t_model
