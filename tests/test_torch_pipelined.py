@@ -101,6 +101,10 @@ def test_the_torch_backend_measures_a_pipelines_time_per_sample():
     assert m.info["objective"] == "throughput" and m.info["in_flight"] == in_flight_for(m.info["stages"])
     assert m.info["samples_per_round"] == 4 * m.info["in_flight"]
     assert 0 < m.latency_s < 10 and m.info["output_error"] <= 8e-2
+    # the two CPU devices' stages run at once on the same cores: each gets half the threads,
+    # and the backend's own count is back afterwards
+    assert m.info["threads_per_cpu_device"] == max(1, backend.threads // 2)
+    assert torch.get_num_threads() == backend.threads
     one = make_backend("torch", graph, program, devices, timing, None, "sequential").measure(placement)
     assert one.ok and "objective" not in one.info
 

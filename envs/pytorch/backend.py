@@ -272,7 +272,13 @@ class TorchBackend(Backend):
             in_flight = in_flight_for(stages)
             runner = PipelinedRunner(placed, self.inputs, in_flight, PIPELINE_ROUND * in_flight)
             unit = runner.samples
-            info.update(objective="throughput", in_flight=in_flight, samples_per_round=unit)
+            # CPU devices (cpu, cpu:bf16) share the cores: stages of two of them run at once
+            # in the pipeline's workers, so each gets its share of the intra-op threads
+            # rather than all of them competing for the same cores
+            cpus = sum(1 for d in used if not self.by_name[d].is_cuda)
+            torch.set_num_threads(max(1, self.threads // max(1, cpus)))
+            info.update(objective="throughput", in_flight=in_flight, samples_per_round=unit,
+                        threads_per_cpu_device=torch.get_num_threads())
         else:
             single_gpu = len(used) == 1 and self.by_name[used[0]].is_cuda
             runner = (_EventRunner if single_gpu else _Runner)(placed, self.inputs, self.cuda)
@@ -285,6 +291,7 @@ class TorchBackend(Backend):
             runs = time_runs(runner, self.timing, 0, deadline, info, None if best is None else best * unit)
         finally:
             runner.close()
+            torch.set_num_threads(self.threads)
         if single_gpu and not info.get("raced"):
             info["cuda_event_s"] = runner.last_s
         return [r / unit for r in runs], runner.outputs
