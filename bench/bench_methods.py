@@ -5,6 +5,9 @@
     python bench/bench_methods.py --methods hsdag,anneal --guide off --seeds 0,1,2,3,4 -- --no-cost
     python bench/bench_methods.py --guide off --seeds 0 --budgets 50,200 --estimate 0.5 \
         --accelerators GPU_SMALLMEM+NPU_MODEL,GPU_SMALLMEM+GPU_TINYMEM+NPU_MODEL   # 3 and 4 devices
+    python bench/bench_methods.py --guide off --methods hsdag,placeto,rnn,gdp --seeds 0 --budget 1000 \
+        --budgets 10,100,500,1000 --estimate 0.5 --models tv:mobilenet_v2 --accelerators GPU_SMALLMEM \
+        --dynamics bench/figures/learning_1000.png -- --budget-unit measurements
 
 Simulator, sequential objective, the local CPU profiled once by OpenVINO plus a modeled
 accelerator (unlimited ``GPU_MODEL`` or 64 MB ``GPU_SMALLMEM``), the same budget of
@@ -21,8 +24,15 @@ column per method and guide mode, and a table of the measurements and wall secon
 marks a case whose optimum the solver did not prove, and a list after the tables names
 the solver each row divides by (s-t minimum cut on two devices, the MILP beyond) with
 its proof or gap; ``--plot FILE`` draws each method's median best/optimum against
-measurements and ``--json FILE`` writes every case. ``--accelerators A+B`` runs on the
-CPU and several accelerators. Profiles are shared with ``bench_learning.py`` and
+measurements and ``--json FILE`` writes every case; ``--merge A.json,B.json`` prints and
+draws earlier ``--json`` files together instead of running (a long grid split over
+processes). ``--dynamics FILE`` adds, for the learned methods, a table of best/optimum at
+``--budgets``, the measurements to 1.05x and 1.01x, the policy's entropy and number of
+groups at its last iteration (each method's own entropy, from the run's
+``metrics.jsonl``) and what the optimum asks a grouping for (its coarsened nodes off its
+main device and the connected pieces they form), and draws best/optimum, entropy and
+groups against measurements. ``--accelerators A+B`` runs on the CPU and several
+accelerators. Profiles are shared with ``bench_learning.py`` and
 ``bench_solvers.py`` (``--profiles``).
 """
 from __future__ import annotations
@@ -115,6 +125,7 @@ def plot_dynamics(cases: list[dict], path: str, budget: int) -> None:
             axes[row, j].set_xlim(1, budget)
             axes[row, j].set_ylabel(name, fontsize=8)
             axes[row, j].set_xlabel("measurements", fontsize=8)
+        axes[1, j].set_yscale("symlog", linthresh=0.01)  # a collapse to near 0 stays visible
         axes[0, j].legend(fontsize=7)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
