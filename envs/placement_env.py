@@ -290,7 +290,7 @@ class PlacementEnv(gym.Env):
 
     def _measure_suggested(self) -> None:
         """With ``suggestions``: measure the placement the run's driver queued for this
-        graph (``--refit-every``: refit's proposal, :mod:`hsdag_ray.refit_guide`), once,
+        graph (``--refit-every``: refit's proposal, :mod:`policies.search.refit_guide`), once,
         as a placement of the run: when it is the run's best, the policy samples
         around it from the next episode on."""
         if not self.config.suggestions:

@@ -32,7 +32,7 @@ def graph_log(store, graph_id: str, start: int) -> tuple[list[dict[str, Any]], i
     """The measurements of ``graph_id``'s placements in ``store``'s log from index
     ``start`` on (each with its placement), and the index to read from next: what a
     model refitted to a run's measurements learns from (:mod:`envs.screen`,
-    :mod:`hsdag_ray.refit_guide`)."""
+    :mod:`policies.search.refit_guide`)."""
     new = store.log_since(start)
     prefix = graph_id + ":"
     return [e for e in new if "placement" in e and str(e["key"]).startswith(prefix)], start + len(new)
@@ -107,7 +107,7 @@ class MeasurementStore:
     def suggest(self, graph_id: str, placements: list[list[int]]) -> None:
         """Queue ``placements`` for the next steps of the environments of ``graph_id`` to
         measure as the run's own, one per step (``--refit-every``,
-        :mod:`hsdag_ray.refit_guide`); they replace those not taken yet (proposed
+        :mod:`policies.search.refit_guide`); they replace those not taken yet (proposed
         knowing fewer measurements). Not part of the saved state: a resumed run
         suggests again."""
         self._suggested[graph_id] = [list(map(int, p)) for p in placements]

@@ -70,7 +70,7 @@ class TrainConfig:
             the run's first, HSDAG samples around the run's best (its incumbent prior, the
             only policy that has one), and one untried neighbour of the run's best is
             measured per 10 placements proposed, the refitted profile's optimum first at
-            each new best (hsdag_ray/neighbour_guide.py). Placements the guide proposes
+            each new best (policies/search/neighbour_guide.py). Placements the guide proposes
             are counted in the budget and marked in the summary.
         algo: ``reinforce`` (the paper's) or ``ppo``; empty = the method's own.
         backend: ``default`` (real OpenVINO devices when the machine has two, else the
@@ -224,12 +224,12 @@ class TrainConfig:
         refit_every: 0 (off), or for every this many placements proposed in the run
             (measured or answered from the cache), measure a proposal of --method refit
             (the exact solver on the profile refitted to the run's measurements) as the
-            run's own, counted in the budget (hsdag_ray/refit_guide.py; needs a profile of
+            run's own, counted in the budget (policies/search/refit_guide.py; needs a profile of
             every device and the sequential objective).
         neighbour_every: 0 (off), or for every this many placements proposed in the run,
             measure an untried neighbour of the run's best (one node on another device; once
             all are measured, both ends of an edge) as the run's own, counted in the budget
-            (hsdag_ray/neighbour_guide.py); -1: 10 with guide unless refit_every is set, else 0.
+            (policies/search/neighbour_guide.py); -1: 10 with guide unless refit_every is set, else 0.
         neighbour_order: profile (the default: with a profile of every device, at each
             new best first the exact optimum of the profile refitted to the run's
             measurements, then the neighbours it estimates fastest first, those it says do

@@ -114,7 +114,7 @@ class SearchDriver:
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)
-            from hsdag_ray.baselines import profile_costs
+            from envs.baselines import profile_costs
 
             costs = {"costs": profile_costs(env), "objective": cfg.objective}
         self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
@@ -189,7 +189,7 @@ class SolverDriver:
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                  resources: Optional[dict] = None) -> None:
         from envs.measuring import measuring_service
-        from hsdag_ray.baselines import profile_costs
+        from envs.baselines import profile_costs
 
         self.cfg, self.method = cfg, method
         self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},

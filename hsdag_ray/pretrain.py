@@ -10,7 +10,7 @@ unlimited memory but slow on memory-bound ops), for ``--budget`` placements in
 all (default 2000). With
 ``--imitate-steps K`` the policy first learns, in ``K`` gradient steps, to
 place each training graph as the exact solver's optimum does
-(:mod:`hsdag_ray.imitate`; no measurement: the family's costs are the
+(:mod:`policies.imitate`; no measurement: the family's costs are the
 simulator's), then does ``--budget`` placements of reinforcement; left unset,
 that budget is the method's own after imitation (``Method.budget_after_imitation``
 in ``policies/registry.py``): 0 for Placeto, imitation only (its reinforcement
@@ -127,7 +127,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
              imitate_steps: int = 0, accelerator: str = ACCELERATOR) -> dict[str, Any]:
     """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary.
     ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
-    optimum (:mod:`hsdag_ray.imitate`), then ``cfg.budget`` placements of reinforcement.
+    optimum (:mod:`policies.imitate`), then ``cfg.budget`` placements of reinforcement.
     Every graph is placed on ``CPU_MODEL`` and ``accelerator``
     (:data:`hsdag_core.families.FAMILY_ACCELERATORS`)."""
     import ray
@@ -177,7 +177,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
         t0, steps, it = time.time(), 0, 0
         imitation = None
         if imitate_steps > 0:
-            from hsdag_ray.imitate import imitate
+            from policies.imitate import imitate
 
             learner_module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
             imitation = imitate(learner_module, env.envs, imitate_steps, lr=cfg.lr, seed=cfg.seed,
@@ -260,7 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--imitate-steps", type=int, default=0,
                     help="first imitate each training graph's exact optimum for this many steps "
                          "(the simulator's costs make it free of measurements; see "
-                         "hsdag_ray/imitate.py), then --budget placements of reinforcement")
+                         "policies/imitate.py), then --budget placements of reinforcement")
     ap.add_argument("--family-accelerator", default=ACCELERATOR, metavar="NAME",
                     help="the accelerator next to CPU_MODEL on every graph: " + "; ".join(
                         f"{k} ({v})" for k, v in FAMILY_ACCELERATORS.items()) + f"; default {ACCELERATOR}")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hsdag_ray.baselines import Baselines, compute_baselines
+from envs.baselines import Baselines
+from hsdag_ray.baselines import compute_baselines
 
 __all__ = ["measure_start"]
 
@@ -94,7 +95,7 @@ def _measure_etf(env, service, objective: str, say) -> bool:
     (``--etf-start``, a critical-path warm start), as :func:`_measure_exact` does the exact
     solver's; whether it was measured."""
     from envs.measuring import call
-    from hsdag_ray.baselines import profile_costs
+    from envs.baselines import profile_costs
     from policies.solvers.exact import solve
 
     costs = profile_costs(env)

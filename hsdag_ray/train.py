@@ -168,8 +168,8 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
     """Iterate until the budget is reached (placements proposed, or with ``budget_unit``
     measurements, at most ``PROPOSAL_CAP`` times as many proposed and not screened, and
     ``SCREEN_CAP`` times as many screened); checkpoint on the way. ``guide``
-    (``--refit-every``, :class:`hsdag_ray.refit_guide.RefitGuide`; ``--neighbour-every``,
-    :class:`hsdag_ray.neighbour_guide.NeighbourGuide`) queues its proposals in the store
+    (``--refit-every``, :class:`policies.search.refit_guide.RefitGuide`; ``--neighbour-every``,
+    :class:`policies.search.neighbour_guide.NeighbourGuide`) queues its proposals in the store
     between iterations."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
     target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
@@ -219,11 +219,11 @@ def _guide(cfg: TrainConfig, env, store):
     untried neighbours of the run's best; else None."""
     kind = guide_of(cfg)
     if kind == "refit":
-        from hsdag_ray.refit_guide import RefitGuide
+        from policies.search.refit_guide import RefitGuide
 
         return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
     if kind == "neighbours":
-        from hsdag_ray.neighbour_guide import NeighbourGuide
+        from policies.search.neighbour_guide import NeighbourGuide
 
         return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.seed, objective=cfg.objective,
                               ranked=cfg.neighbour_order == "profile")

@@ -1,9 +1,9 @@
-"""Pre-training by imitating the exact optima of the training graphs (hsdag_ray/imitate.py)."""
+"""Pre-training by imitating the exact optima of the training graphs (policies/imitate.py)."""
 import numpy as np
 import pytest
 
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.imitate import demonstrations, imitate, optimum_of
+from policies.imitate import demonstrations, imitate, optimum_of
 from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, family_graph_configs
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process

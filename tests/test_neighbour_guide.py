@@ -13,7 +13,7 @@ from tests.test_bad_inputs import one_error
 from envs.placement_env import EnvConfig, PlacementEnv
 from envs.store import placement_key
 from hsdag_core.device_profile import Profile
-from hsdag_ray.neighbour_guide import NeighbourGuide
+from policies.search.neighbour_guide import NeighbourGuide
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -116,7 +116,7 @@ def _all_singles(path, put, ranked=True) -> np.ndarray:
 def _measured_on(path):
     """``put``: measure the all-device-0 placement as the profile's simulator does."""
     from envs.simulator import Simulator
-    from hsdag_ray.baselines import profile_costs
+    from envs.baselines import profile_costs
 
     def put(env):
         sim = Simulator(profile_costs(env))
@@ -128,7 +128,7 @@ def _measured_on(path):
 
 def test_with_a_profile_the_neighbours_come_in_the_order_of_its_estimate(tiny_recording):
     from envs.simulator import Simulator
-    from hsdag_ray.baselines import profile_costs
+    from envs.baselines import profile_costs
 
     path = tiny_recording("known", 3)
     got = _all_singles(path, _measured_on(path))  # a measurement the profile predicts exactly
@@ -141,7 +141,7 @@ def test_with_a_profile_the_neighbours_come_in_the_order_of_its_estimate(tiny_re
 
 def test_the_refitted_profiles_own_optimum_comes_first_unless_measured(tiny_recording, tmp_path):
     from envs.simulator import Simulator
-    from hsdag_ray.baselines import profile_costs
+    from envs.baselines import profile_costs
     from policies.solvers.exact import exact_method, solve
 
     prof = Profile.load(tiny_recording("known", 3))
@@ -183,7 +183,7 @@ def test_the_order_follows_the_profile_refitted_to_the_runs_measurements(tiny_re
 def test_a_single_change_that_does_not_fit_gives_way_to_its_swaps(tiny_recording, tmp_path):
     """The accelerator holds one node of two: moving the other on overflows, exchanging them
     fits; the guide queues the exchanges, ranked with the single changes that fit."""
-    from hsdag_ray.baselines import profile_costs
+    from envs.baselines import profile_costs
     from hsdag_core.fit import feasible
 
     prof = Profile.load(tiny_recording("known", 3))
@@ -212,8 +212,8 @@ def test_a_single_change_that_does_not_fit_gives_way_to_its_swaps(tiny_recording
 
 def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_rank(
         tiny_recording, tmp_path, monkeypatch):
-    import hsdag_ray.neighbour_guide as ng
-    from hsdag_ray.baselines import profile_costs
+    import policies.search.neighbour_guide as ng
+    from envs.baselines import profile_costs
     from hsdag_core.fit import feasible
 
     prof = Profile.load(tiny_recording("known", 3))

@@ -56,8 +56,8 @@ def test_the_guide_proposes_refits_next_placement_every_k_placements(tiny_record
     """Fed the same measurements, the guide queues what ``--method refit`` proposes next,
     once per ``every`` placements proposed in the run."""
     from envs.store import placement_key
-    from hsdag_ray.baselines import profile_costs
-    from hsdag_ray.refit_guide import RefitGuide
+    from envs.baselines import profile_costs
+    from policies.search.refit_guide import RefitGuide
     from policies.search.refit import ProfileThompson
 
     env = make_env(tiny_recording("known", 3), measure_reference=False)

@@ -12,7 +12,7 @@ before is answered from the cache and costs no budget, as in every other run. Th
 reward is the speedup over the fastest single device, one scale on every graph and set.
 
 * :func:`imitate`: cross-entropy towards each training problem's teacher
-  placement (GDP pre-training by imitation, as ``hsdag_ray.imitate`` does for the
+  placement (GDP pre-training by imitation, as ``policies.imitate`` does for the
   RLlib methods; reinforcement alone converged to single devices there).
 * :func:`reinforce`: REINFORCE with ``samples`` placements per step of one problem
   and their mean reward as the baseline, plus an entropy bonus.

@@ -39,7 +39,7 @@ class RefitGuide:
     """
 
     def __init__(self, env, store, every: int, seed: int = 0, objective: str = "sequential") -> None:
-        from hsdag_ray.baselines import profile_costs
+        from envs.baselines import profile_costs
         from policies.search.refit import ProfileThompson
 
         costs = profile_costs(env)
