@@ -187,9 +187,8 @@ SHAPES: dict[tuple[str, tuple[str, ...]], dict] = {}
 
 
 def optimum_shape(graph, placement) -> dict:
-    """What a grouping must express to reach a placement: its coarsened nodes, those off
-    its most-used device (the nodes that must move from one device), and the connected
-    pieces they form (each piece at least one group of its own)."""
+    """What a grouping must express to reach a placement: its coarsened nodes, those off its
+    main device (that must move), the connected pieces they form, and the placement."""
     import networkx as nx
 
     place = [int(d) for d in placement]
@@ -199,7 +198,7 @@ def optimum_shape(graph, placement) -> dict:
     g.add_nodes_from(moved)
     g.add_edges_from((e.src, e.dst) for e in graph.edges
                      if e.src in moved and e.dst in moved and place[e.src] == place[e.dst])
-    return {"nodes": len(place), "moved": len(moved),
+    return {"nodes": len(place), "moved": len(moved), "placement": place,
             "pieces": nx.number_connected_components(g) if moved else 0}
 
 
@@ -275,7 +274,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     optimum = measured_reference(model, profile, devices_of(acc), base.coarsen,
                                                  base.objective, base.solver_time_limit)
                 for method in methods:
-                    ratios, curves, proven_all, by_guide, states = [], [], True, [], []
+                    ratios, curves, proven_all, by_guide, states, bests = [], [], True, [], [], []
                     for seed in seeds:
                         t0 = time.time()
                         cfg = replace(base, model=model, method=method, backend="simulator",
@@ -309,6 +308,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         ratios.append(best / opt)
                         curves.append((measured_curve(s), opt))
                         states.append(learning_state(s))
+                        bests.append((json.loads((Path(s["run_dir"]) / "store.json").read_text())["best"] or {}).get("placement"))
                         by_guide.append(_best_by_guide(s))
                         if optimum is None and s.get("optimum_method"):
                             REFERENCES[(model, tuple(cfg.devices))] = reference_text(
@@ -327,7 +327,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     cases.append({"model": model, "accelerator": acc, "method": method,
                                   "ratios": ratios, "curves": curves, "proven": proven_all,
                                   "unit": base.budget_unit, "best_by_guide": by_guide,
-                                  "states": states,
+                                  "states": states, "best_placements": bests,
                                   "shape": SHAPES.get((model, tuple(devices_of(acc))))})
                     if on_case is not None:
                         on_case(cases)

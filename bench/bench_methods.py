@@ -65,11 +65,11 @@ def dynamics_table(cases: list[dict], budgets: list[int]) -> list[str]:
     """One markdown row per learned (method, model, accelerator): median over seeds of
     best/optimum after each budget's measurements, the measurements to 1.05x and 1.01x
     (``>N``: not within N), the policy's entropy and number of groups at its last
-    iteration, and the optimum's shape (coarsened nodes off its main device / all, and
-    the connected pieces they form)."""
+    iteration, the optimum's shape (coarsened nodes off its main device / all, and the
+    connected pieces they form) and how many nodes the run's best places otherwise."""
     lines = ["| method | model | accelerator | " + " | ".join(f"{b}" for b in budgets)
-             + " | to 1.05x | to 1.01x | final entropy | final groups | optimum moves |",
-             "|" + "---|" * (8 + len(budgets))]
+             + " | to 1.05x | to 1.01x | final entropy | final groups | optimum moves "
+             "| best's nodes off the optimum's |", "|" + "---|" * (9 + len(budgets))]
     for c in cases:
         if not c.get("states") or not c["curves"]:
             continue
@@ -85,6 +85,9 @@ def dynamics_table(cases: list[dict], budgets: list[int]) -> list[str]:
                   f"{grp:.1f}" if math.isfinite(grp) else "-"]
         sh = c.get("shape") or {}
         cells.append(f"{sh['moved']}/{sh['nodes']} ({sh['pieces']} pieces)" if sh else "-")
+        off = [sum(a != b for a, b in zip(p, sh["placement"]))
+               for p in c.get("best_placements") or [] if p and sh.get("placement")]
+        cells.append(f"{_median(off):.0f}" if off else "-")
         lines.append(f"| {c['method']} | {c['model']} | {c['accelerator']} | " + " | ".join(cells) + " |")
     return lines
 

@@ -18,8 +18,9 @@ def _chain(n: int) -> CompGraph:
 def test_optimum_shape_counts_moved_nodes_and_their_pieces():
     graph = _chain(8)
     # main device 0; nodes 2,3 (one piece) and 6 (another) on device 1
-    assert optimum_shape(graph, [0, 0, 1, 1, 0, 0, 1, 0]) == {"nodes": 8, "moved": 3, "pieces": 2}
-    assert optimum_shape(graph, [1] * 8) == {"nodes": 8, "moved": 0, "pieces": 0}
+    shape = optimum_shape(graph, [0, 0, 1, 1, 0, 0, 1, 0])
+    assert (shape["nodes"], shape["moved"], shape["pieces"]) == (8, 3, 2)
+    assert (optimum_shape(graph, [1] * 8)["moved"], optimum_shape(graph, [1] * 8)["pieces"]) == (0, 0)
     # neighbours on two different minor devices are two pieces, not one
     assert optimum_shape(graph, [0, 1, 2, 0, 0, 0, 0, 0])["pieces"] == 2
 
@@ -36,7 +37,8 @@ def test_dynamics_table_reads_budgets_targets_and_final_state():
     curve = [(n, 1.5 if n < 5 else (1.04 if n < 50 else 1.0), None) for n in range(1, 61)]
     case = {"method": "hsdag", "model": "m", "accelerator": "A", "curves": [(curve, 1.0)],
             "states": [[(20, 3.0, 6.0), (60, 0.25, 4.0)]],
-            "shape": {"nodes": 30, "moved": 5, "pieces": 2}}
+            "shape": {"nodes": 4, "moved": 1, "pieces": 1, "placement": [0, 1, 0, 0]},
+            "best_placements": [[1, 1, 0, 1]]}
     search = {"method": "exact (profile)", "model": "m", "accelerator": "A",
               "curves": [([(1, 1.2, None)], 1.0)]}  # no policy: no row
     lines = dynamics_table([case, search], [1, 10, 100])
@@ -44,6 +46,6 @@ def test_dynamics_table_reads_budgets_targets_and_final_state():
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[3:6] == ["1.500", "1.040", "1.000"]
     assert cells[6:8] == ["5", "50"]  # measurements to 1.05x and to 1.01x
-    assert cells[8:] == ["0.250", "4.0", "5/30 (2 pieces)"]
+    assert cells[8:] == ["0.250", "4.0", "1/4 (1 pieces)", "2"]  # 2 nodes placed otherwise
     never = dict(case, curves=[([(n, 1.2, None) for n in range(1, 61)], 1.0)])
     assert [c.strip() for c in dynamics_table([never], [10])[2].strip("|").split("|")][4:6] == [">60", ">60"]
