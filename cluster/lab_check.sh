@@ -80,14 +80,14 @@ PYEOF
 run_openvino() {
     say "train: OpenVINO pair CPU,CPU_F32 (log: $LOGS/openvino.log)"
     on_head 400 "python3 -m hsdag_ray.train --address auto --backend auto --devices CPU,CPU_F32 --model tiny_cnn \
-        --budget 30 --env-runners 3 --wandb disabled --out ~/lab_runs --name openvino" \
+        --budget 20 --env-runners 3 --wandb disabled --out ~/lab_runs --name openvino" \
         > "$LOGS/openvino.log" 2>&1 || { tail -20 "$LOGS/openvino.log" >&2; fail "the OpenVINO run failed"; return 1; }
     summary_check openvino "the OpenVINO run" 's["failures"] == 0 and not s["backend"].startswith("simulator")'
 }
 
 run_sweep() {
     say "sweep: 2 methods, 3 EnvRunners each (log: $LOGS/sweep.log)"
-    on_head 500 "printf 'models: [tiny_cnn]\nmethods: [hsdag, random]\nseeds: [0]\nbudget: 30\ntrain: {devices: [CPU, CPU_F32], sim_delay_s: $DELAY, env_runners: 3}\n' > ~/lab_sweep.yaml \
+    on_head 500 "printf 'models: [tiny_cnn]\nmethods: [hsdag, random]\nseeds: [0]\nbudget: 20\ntrain: {devices: [CPU, CPU_F32], sim_delay_s: $DELAY, env_runners: 3}\n' > ~/lab_sweep.yaml \
         && python3 -m hsdag_ray.sweep --config ~/lab_sweep.yaml --address auto --wandb disabled --out ~/lab_runs --name sweep" \
         > "$LOGS/sweep.log" 2>&1 || { tail -20 "$LOGS/sweep.log" >&2; fail "the sweep failed"; return 1; }
     local table=$LAB/hosts/head/home/lab_runs/sweep/results.md line
@@ -108,7 +108,7 @@ kill_worker_ray() {  # $1: host; its Ray processes only (its sshd stays: the mac
 run_kill() {
     say "train: simulator, ${DELAY} s per measurement, 3 EnvRunners; a worker host's Ray killed mid-run (log: $LOGS/kill.log)"
     on_head 500 "$SIM_YAML && python3 -m hsdag_ray.train --config ~/lab_sim.yaml --address auto --backend simulator \
-        --devices CPU,CPU_F32 --model tiny_cnn --budget 150 --env-runners 3 --wandb disabled --out ~/lab_runs --name kill" \
+        --devices CPU,CPU_F32 --model tiny_cnn --budget 100 --env-runners 3 --wandb disabled --out ~/lab_runs --name kill" \
         > "$LOGS/kill.log" 2>&1 &
     local job=$! metrics=$LAB/hosts/head/home/lab_runs/kill/metrics.jsonl
     for _ in $(seq 300); do
@@ -154,9 +154,9 @@ cmd_check() {
     [[ -e $LAB/namespaces ]] || cmd_up
     mkdir -p "$LOGS"
     if cluster_up; then
-        run_kill || true
         run_openvino || true
         run_sweep || true
+        run_kill || true
         # the secrets stay out of what the launcher and the runs print
         if grep -rqF "$(cat "$LAUNCHER_HOME/.hsdag_secrets/ray_auth_token")" "$LOGS"; then
             fail "the Ray token appears in the logs"
@@ -173,4 +173,50 @@ cmd_check() {
         echo "LAB CHECK FAILED: $FAILED (${took} s)"
         return 1
     fi
+}
+
+# scale: measurements per second on 1, 2 and 3 worker hosts, as bench/bench_scaling.py
+# measures raylets of one machine: ResNet-50 on the simulator with 0.25 s per
+# measurement, one EnvRunner per worker and one episode per EnvRunner per iteration;
+# the rate is the median over the iterations after the first of an iteration's new
+# measurements over its wall time. k workers: a run with k EnvRunners on the cluster
+# of three (one per machine).
+SCALE_ITERATIONS=${SCALE_ITERATIONS:-5}
+
+cmd_scale() {
+    need_root
+    [[ -e $LAB/namespaces ]] || cmd_up
+    mkdir -p "$LOGS"
+    local k rows=""
+    if cluster_up; then
+        for k in 1 2 3; do
+            say "scale: $k worker(s) (log: $LOGS/scale$k.log)"
+            on_head 900 "printf 'sim_delay_s: $DELAY\nepisode_len: 10\nepisodes_per_iteration: $k\nremeasure_rounds: 1\ncheckpoint_every: 1000\n' > ~/lab_scale.yaml \
+                && python3 -m hsdag_ray.train --config ~/lab_scale.yaml --address auto --backend simulator --devices CPU,CPU_F32 \
+                --model resnet50 --budget $((k * 10 * SCALE_ITERATIONS)) --env-runners $k --wandb disabled --out ~/lab_runs --name scale$k" \
+                > "$LOGS/scale$k.log" 2>&1 || { fail "the run on $k worker(s) failed"; continue; }
+            rows+=$("$PY" - "$LAB/hosts/head/home/lab_runs/scale$k" "$k" "$DELAY" <<'PYEOF'
+import json, statistics, sys
+d, k, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rows = [json.loads(x) for x in open(f"{d}/metrics.jsonl")]
+rate = statistics.median(r["measurements_per_s"] for r in rows[1:])
+by = json.load(open(f"{d}/summary.json")).get("measured_by", {})
+print(f"{k} {rate:.2f} {rate * delay / k:.2f} {len(rows)} {' '.join(f'{m}={n}' for m, n in by.items())}")
+PYEOF
+)$'\n'
+        done
+    fi
+    cluster_down
+    cmd_down
+    printf '%s' "$rows" | "$PY" -c '
+import sys
+rows = [l.split(None, 4) for l in sys.stdin if l.strip()]
+base = float(rows[0][1]) if rows and rows[0][0] == "1" else None
+print("| worker hosts | measurements/s | of ideal | scaling efficiency | iterations | measurements per machine |")
+print("|---|---|---|---|---|---|")
+for k, rate, ideal, its, *by in rows:
+    eff = f"{float(rate) / (int(k) * base):.2f}" if base else "-"
+    machines = by[0].strip() if by else "-"
+    print(f"| {k} | {rate} | {ideal} | {eff} | {its} | {machines} |")'
+    [[ -z $FAILED ]] || { echo "LAB SCALE FAILED: $FAILED"; return 1; }
 }

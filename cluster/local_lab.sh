@@ -103,6 +103,7 @@ EOF
     setsid ip netns exec "$n" unshare --pid --fork --kill-child --mount --mount-proc bash -c "$inner" \
         > "$d/sshd.log" 2>&1 < /dev/null &
     echo $! > "$d/unshare.pid"
+    disown $!
 }
 
 cmd_up() {

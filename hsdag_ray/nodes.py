@@ -25,15 +25,16 @@ on (:func:`envs.gpus.gpus_needed`): Ray makes only the GPUs an actor holds visib
 """
 from __future__ import annotations
 
+from collections import Counter
 from itertools import takewhile
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
 from envs.gpus import gpus_needed, measuring_gpus  # noqa: F401 - re-exported
 from hsdag_ray.config import MEASURE_RESOURCE
 
-__all__ = ["DEVICES_PREFIX", "device_name", "devices_resource", "gpus_needed", "measuring_gpus",
-           "measuring_resources", "measuring_slots", "unsatisfiable"]
+__all__ = ["DEVICES_PREFIX", "device_name", "devices_resource", "gpus_needed", "machines_of",
+           "measuring_gpus", "measuring_resources", "measuring_slots", "unsatisfiable"]
 
 #: prefix of the custom resource that names a machine's device set
 DEVICES_PREFIX = "devices_"
@@ -171,3 +172,27 @@ def unsatisfiable(bundles: Sequence[Mapping[str, float]],
         if v > 0 and have < v:
             return k, f"{v:g} {k!r} in all (the machines have {have:g})"
     return "", ""
+
+
+def machines_of(node_ids: Sequence[Optional[str]]) -> tuple[dict[str, int], list[str]]:
+    """Which machines made the measurements whose Ray node ids are ``node_ids`` (one
+    per measurement, None for one made outside Ray): the measurements per machine,
+    and the machines among them the cluster no longer lists as alive (they left
+    during the run). A machine is named by its address (a machine whose Ray was
+    restarted is one machine), or by its address and the start of its node id where
+    several alive nodes share one address (raylets of one machine)."""
+    import ray
+
+    info = {n["NodeID"]: n for n in ray.nodes()} if ray.is_initialized() else {}
+    shared = Counter(n.get("NodeManagerAddress") for n in info.values() if n.get("Alive"))
+
+    def name(node: str) -> str:
+        address = (info.get(node) or {}).get("NodeManagerAddress")
+        if address is None:
+            return node[:8]
+        return address if shared[address] <= 1 else f"{address}/{node[:6]}"
+
+    ids = [i for i in node_ids if i]
+    counts = Counter(name(i) for i in ids)
+    left = sorted({name(i) for i in set(ids) if i in info and not info[i].get("Alive")})
+    return dict(sorted(counts.items())), left

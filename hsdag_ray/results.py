@@ -37,7 +37,7 @@ __all__ = ["COLUMNS", "TARGETS", "cell", "rows_from_summary", "baseline_rows", "
 COLUMNS = ("kind", "model", "method", "variant", "guide", "seed", "backend", "devices",
            "best_latency_s", "run_best_latency_s", "best_source", "cpu_only_s", "speedup_vs_cpu",
            "optimum_s", "optimum_proven", "ratio_to_optimum", "best_known_s", "to_1.05x",
-           "to_1.01x", "wall_to_1.01x", "placements", "measurements", "failures", "wall_s", "run_dir")
+           "to_1.01x", "wall_to_1.01x", "placements", "measurements", "failures", "wall_s", "measured_by", "run_dir")
 #: the factors of the best known placement the table counts measurements to
 TARGETS = (1.05, 1.01)
 
@@ -92,7 +92,23 @@ def rows_from_summary(s: dict[str, Any], variant: str = "") -> dict[str, Any]:
             "optimum_s": opt, "optimum_proven": s.get("optimum_proven") if opt is not None else None,
             "ratio_to_optimum": _ratio(best, opt), "placements": s.get("placements"),
             "measurements": s.get("measurements"), "failures": s.get("failures"),
-            "wall_s": s.get("wall_s"), "run_dir": s.get("run_dir")}
+            "wall_s": s.get("wall_s"), "run_dir": s.get("run_dir"),
+            # measurements per machine: "address=count" separated by spaces
+            "measured_by": " ".join(f"{m}={k}" for m, k in (s.get("measured_by") or {}).items()) or None}
+
+
+def _per_machine(rows: Sequence[dict[str, Any]]) -> str:
+    """The sentence under the table that gives the measurements each machine made over
+    all runs (``""`` when the runs name no machine)."""
+    total: dict[str, int] = {}
+    for r in rows:
+        for part in str(r.get("measured_by") or "").split():
+            machine, _, k = part.rpartition("=")
+            total[machine] = total.get(machine, 0) + int(float(k))
+    if not total:
+        return ""
+    return ("Measurements per machine, all runs: "
+            + ", ".join(f"{m} {k}" for m, k in sorted(total.items())) + ".\n")
 
 
 def baseline_rows(runs: Sequence[dict[str, Any]], summaries: Sequence[dict[str, Any]]) -> list[dict]:
@@ -257,7 +273,8 @@ def markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
             f"| {cell([r['measurements'] for r in runs], '{:.0f}') if runs else '-'} "
             f"| {cell([r['wall_s'] for r in runs], '{:.1f}') if runs else '-'} "
             f"| {len(runs) if runs else 'baseline'} |")
-    return "\n".join(lines) + "\n"
+    machines = _per_machine([r for r in rows if r["kind"] == "run"])
+    return "\n".join(lines) + "\n" + ("\n" + machines if machines else "")
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str = "") -> None:

@@ -136,6 +136,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         summary["best_interval_s"] = res[key].get("interval_s") if key in res else None
     elif baselines.measured_on:
         summary["measured_on"] = baselines.measured_on
+    _machines(summary, [e.get("node") for e in store.log_since(0)], say)
     if source == "none":
         say("no feasible placement: neither the method nor any single device ran the model")
     t_cpu = figures.get("CPU_only", math.nan)
@@ -159,3 +160,21 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
     plots.learning_curve(lat, run_dir.dir / "learning_curve.png", figures,
                          title=f"{cfg.model} / {cfg.method} / {env.backend.name}")
     return summary
+
+
+def _machines(summary: dict[str, Any], nodes: list, say: Callable[[str], None]) -> None:
+    """Add the measurements per machine (``measured_by``) and the machines that left
+    the cluster during the run (``machines_left``) to ``summary``; say them when the
+    run measured on more than one machine or lost one."""
+    if not any(nodes):
+        return
+    from hsdag_ray.nodes import machines_of
+
+    measured_by, left = machines_of(nodes)
+    summary["measured_by"] = measured_by
+    if len(measured_by) > 1 or left:
+        say("measurements per machine: " + ", ".join(f"{m} {k}" for m, k in measured_by.items()))
+    if left:
+        summary["machines_left"] = left
+        say(f"{', '.join(left)} left the cluster during the run (its measurements up to then "
+            "count); the other machines measured on")

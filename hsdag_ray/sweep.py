@@ -193,6 +193,7 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
     devices are the ones the trial will measure on: its default ones when the sweep names
     none (:func:`hsdag_ray.resolve.default_devices`), so on a cluster that names device
     sets the bundle holds the set its measuring actors ask for."""
+    import ray
     from ray import tune
 
     from hsdag_ray.nodes import measuring_gpus, measuring_resources
@@ -201,15 +202,16 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
     from envs.backends import is_real
 
     runners = cfg.env_runners
+    # the driver on the sweep's machine: its run folder is where the sweep reads and resumes it
+    driver = {"CPU": 1} | ({f"node:{ray.util.get_node_ip_address()}": 0.001} if ray.is_initialized() else {})
     if _measures(cfg):
         devices = list(cfg.devices) or (default_devices(cfg.backend) if is_real(cfg.backend) else [])
         slot = measuring_resources(devices) if devices else {MEASURE_RESOURCE: 1}
         gpus = measuring_gpus({"backend": cfg.backend, "devices": devices})
         if gpus:
             slot = {**slot, "GPU": gpus}
-        return tune.PlacementGroupFactory([{"CPU": 1}] + [slot] * max(runners, 1),
-                                          strategy="SPREAD")
-    return tune.PlacementGroupFactory([{"CPU": 1}] + [{"CPU": 1}] * runners, strategy="PACK")
+        return tune.PlacementGroupFactory([driver] + [slot] * max(runners, 1), strategy="SPREAD")
+    return tune.PlacementGroupFactory([driver] + [{"CPU": 1}] * runners, strategy="PACK")
 
 
 def _check_resources(pgf, cfg: TrainConfig) -> None:

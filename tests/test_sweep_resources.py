@@ -129,7 +129,11 @@ def test_a_trial_asks_for_the_device_set_it_will_measure_on(monkeypatch, tmp_pat
     sc = sweep.config_from_args(REAL + ["--out", str(tmp_path)])
     [trial] = sweep.trials(sc)
     pgf = sweep._resources(sc, sc.trial_config(trial, Path(tmp_path)))
-    assert pgf.bundles == [{"CPU": 1.0}, {MEASURE_RESOURCE: 1.0, cpus: 1.0}]
+    import ray
+
+    # the trial's driver on the sweep's machine (its run folder is read there), then the slot
+    here = f"node:{ray.util.get_node_ip_address()}"
+    assert pgf.bundles == [{"CPU": 1.0, here: 0.001}, {MEASURE_RESOURCE: 1.0, cpus: 1.0}]
 
 
 @pytest.mark.slow
