@@ -66,26 +66,28 @@ def test_remeasured_rounds_pool_their_blocks_into_one_interval():
         assert row["interval_level"] > 0.95  # 9 pooled blocks, not 3 rounds
 
 
-class _Settling:
-    """A runner whose first runs are slow (caches filling), then steady."""
+class _Runner:
+    """A runner whose runs take about a millisecond."""
 
-    def __init__(self, times):
-        self.times, self.calls = list(times), 0
+    def __init__(self):
+        self.calls = 0
 
     def infer(self):
-        time.sleep(self.times[min(self.calls, len(self.times) - 1)])
+        time.sleep(0.001)
         self.calls += 1
 
 
 def test_unraced_warm_up_runs_until_two_runs_agree():
-    timing = TimingConfig(warmup=1, warmup_agree=0.3, warmup_max=8, repeats=2, block=1)
-    info: dict = {}
-    time_runs(_Settling([0.04, 0.02, 0.01, 0.005, 0.005]), timing, 0, time.perf_counter() + 30, info)
-    assert info["warmup_runs"] == 5  # 40, 20, 10, 5, 5 ms: the 4th and 5th agree
-    raced: dict = {}
-    time_runs(_Settling([0.04, 0.02, 0.01, 0.005, 0.005]), timing, 0, time.perf_counter() + 30, raced,
-              best=1.0)
-    assert raced["warmup_runs"] == 1  # a raced placement keeps its fixed warm-up
+    def warmup_runs(agree: float, best=None) -> int:
+        info: dict = {}
+        timing = TimingConfig(warmup=1, warmup_agree=agree, warmup_max=5, repeats=1, block=1)
+        time_runs(_Runner(), timing, 0, time.perf_counter() + 30, info, best=best)
+        return info["warmup_runs"]
+
+    assert warmup_runs(1e-12) == 5  # no two runs agree that closely: up to warmup_max
+    assert warmup_runs(1e3) == 2    # the first pair agrees: the first run is compared with the second
+    assert warmup_runs(1e-12, best=1.0) == 1  # a raced placement keeps its fixed warm-up
+    assert warmup_runs(0.0) == 1    # off
 
 
 def test_measure_json_gives_the_median_inside_its_interval(capsys):
