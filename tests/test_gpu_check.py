@@ -76,3 +76,24 @@ def test_the_gpu_check_needs_neither_openvino_nor_ray():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_re_measurement_stops_early_once_every_interval_is_tight():
+    from bench.gpu_check.common import remeasure_until
+    from envs.base import Measurement
+
+    calls = []
+
+    def measure(p):
+        calls.append(p)
+        if p == "big":
+            return Measurement.failure("torch", "memory", "too big")
+        spread = 0.001 if p != "noisy" else 0.2  # relative step between a measurement's blocks
+        return Measurement(ok=True, latency_s=1.0, samples_s=[1.0 + spread * i for i in range(4)])
+
+    tight = remeasure_until(measure, {"a": "a", "b": "b", "x": "big"}, rounds=3)
+    assert tight["a"]["rounds"] == 2 and tight["a"]["half_width"] <= 0.02
+    assert tight["x"]["ok"] is False and "memory" in tight["x"]["error"]
+    assert calls.count("big") == 1  # a failed candidate is not measured again
+    loose = remeasure_until(measure, {"a": "a", "n": "noisy"}, rounds=3)
+    assert loose["n"]["rounds"] == 3 and loose["n"]["interval_s"][0] <= loose["n"]["latency_s"]

@@ -9,7 +9,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Report", "say", "timing", "graphs", "profile", "release", "ms", "interval_ms", "verdict"]
+__all__ = ["Report", "say", "timing", "graphs", "profile", "release", "ms", "interval_ms", "verdict",
+           "remeasure_until"]
 
 
 class Report:
@@ -93,3 +94,41 @@ def interval_ms(iv: Optional[Sequence[float]]) -> str:
 def verdict(met: bool, what: str, by: str) -> str:
     """One line: ``met`` or ``not met``, what the aim was, and by how much."""
     return f"{'met' if met else 'not met'}: {what} ({by})"
+
+
+def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2, tight: float = 0.02) -> dict:
+    """Re-measure ``candidates`` (name -> placement) in interleaved rounds, as
+    :func:`envs.measuring.remeasure` does (round ``r`` in an order rotated by ``r``), but
+    stop after ``least`` rounds once every candidate's 95% interval is within ``tight`` of
+    its median (half-width over median): a quiet machine spends fewer rounds. Returns per
+    name ``ok``, ``latency_s`` (the pooled blocks' median), ``interval_s``,
+    ``half_width``, ``rounds``, ``error``."""
+    from envs.intervals import interval_fields
+
+    names = list(candidates)
+    pooled: dict[str, list[float]] = {n: [] for n in names}
+    errors: dict[str, Optional[str]] = {n: None for n in names}
+    done = 0
+    for r in range(max(1, rounds)):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            if errors[name] is None:
+                m = measure(candidates[name])
+                if m.ok:
+                    pooled[name] += list(m.samples_s)
+                else:
+                    errors[name] = f"{m.stage}: {m.error}"
+        done = r + 1
+        fields = {n: interval_fields(pooled[n]) for n in names if errors[n] is None}
+        if done >= least and all(f["half_width"] is not None and f["half_width"] <= tight
+                                 for f in fields.values()):
+            break
+    out = {}
+    for name in names:
+        if errors[name] is not None or not pooled[name]:
+            out[name] = {"ok": False, "latency_s": None, "interval_s": None, "half_width": None,
+                         "rounds": done, "error": errors[name]}
+            continue
+        f = interval_fields(pooled[name])
+        out[name] = {"ok": True, "latency_s": f["median_s"], "interval_s": f["interval_s"],
+                     "half_width": f["half_width"], "rounds": done, "error": None}
+    return out
