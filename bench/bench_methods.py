@@ -129,6 +129,7 @@ def plot_dynamics(cases: list[dict], path: str, budget: int) -> None:
             axes[row, j].set_ylabel(name, fontsize=8)
             axes[row, j].set_xlabel("measurements", fontsize=8)
         axes[1, j].set_yscale("symlog", linthresh=0.01)  # a collapse to near 0 stays visible
+        axes[1, j].set_ylim(bottom=0)
         axes[0, j].legend(fontsize=7)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
