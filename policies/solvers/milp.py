@@ -21,6 +21,9 @@ so relaxing the indicators to lower bounds is exact.
 Interchangeable devices of unlimited memory (e.g. the benchmark's CPU cores)
 are all but one left empty, which loses nothing for this objective
 (:func:`policies.solvers.result.redundant_for_sequential`).
+Interchangeable devices with a memory limit (the benchmark's accelerators) are used in
+the order of their first node (:func:`_order_identical`), so the branch and bound does
+not explore relabellings of one placement; the MIP start is relabelled to match.
 
 ``throughput`` (:func:`solve_milp_throughput`)::
 
@@ -61,6 +64,9 @@ from policies.solvers.result import (SolveResult, colocation_groups, device_clas
 
 __all__ = ["solve_milp_sequential", "sequential_start", "solve_milp_throughput", "solve_milp_parallel",
            "PARALLEL_MAX_NODES"]
+
+ORDER_IDENTICAL = True
+"""Add :func:`_order_identical`'s rows to the sequential MILP (symmetry breaking)."""
 
 PARALLEL_MAX_NODES = 40
 """Largest graph the disjunctive parallel MILP accepts."""
@@ -137,6 +143,29 @@ def _result(graph, objective, method, res, x, t0, scope="all", info=None) -> Sol
                   objective != "parallel", status=status, scope=scope, info=info)
 
 
+def _order_identical(m: Model, g: CostGraph, x: np.ndarray, unused: Sequence[int]) -> None:
+    """Symmetry breaking among interchangeable devices (one class of
+    :func:`policies.solvers.result.device_classes`, transfers independent of the pair):
+    device ``k`` of a class holds node ``i`` only if device ``k - 1`` holds a node before
+    ``i``, so the class's devices are used in the order of their first node. Relabelling
+    such devices changes no objective, so one optimum always satisfies it."""
+    if uniform_transfer(g) is None:
+        return
+    n = g.num_nodes
+    for cls in device_classes(g):
+        cls = [d for d in cls if d not in unused]
+        if len(cls) < 2:
+            continue
+        K = len(cls)
+        s = m.var((n, K), ub=1.0)   # s[i, k] = nodes 0..i on device cls[k] (at most 1 needed)
+        m.rows(np.stack([s[0], x[0, cls]], axis=1), [1.0, -1.0], ub=0.0)
+        for k, d in enumerate(cls):
+            m.rows(np.stack([s[1:, k], s[:-1, k], x[1:, d]], axis=1), [1.0, -1.0, -1.0], ub=0.0)
+            if k:
+                m.rows(np.stack([x[0:1, d], ], axis=1), [1.0], ub=0.0)
+                m.rows(np.stack([x[1:, d], s[:-1, k - 1]], axis=1), [1.0, -1.0], ub=0.0)
+
+
 def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Optional[np.ndarray]:
     """The best placement of the heuristics, by simulator value: alpha-expansion (within
     ``time_limit``), Baechi's m-TOPO and m-ETF, and the best single device; None when none fits."""
@@ -152,6 +181,20 @@ def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Op
         if r.feasible and (best is None or r.value < best.value):
             best = r
     return None if best is None else best.placement
+
+
+def _canonical(g: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
+    """``p`` with each class of interchangeable devices relabelled in the order of their
+    first node (:func:`_order_identical`), so it satisfies the ordering rows."""
+    if not ORDER_IDENTICAL or uniform_transfer(g) is None:
+        return p
+    q = p.copy()
+    for cls in device_classes(g):
+        cls = [d for d in cls if d not in unused]
+        used = sorted((d for d in cls if (p == d).any()), key=lambda d: int(np.argmax(p == d)))
+        for new, old in zip(cls, used + [d for d in cls if d not in used]):
+            q[p == old] = new
+    return q
 
 
 def _merge_redundant(graph: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
@@ -201,8 +244,10 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         for d in range(g.num_devices):
             m.rows(np.stack([b[:, d], x[:-1, d], x[1:, d]], axis=1), [1.0, -1.0, 1.0], lb=0.0)
     info: dict = {"devices_left_empty": len(unused)}
+    if ORDER_IDENTICAL:
+        _order_identical(m, g, x, unused)
     if start is not None:
-        start = _merge_redundant(g, start, unused)
+        start = _canonical(g, _merge_redundant(g, start, unused), unused)
     return _solve_from(m, g, objective, x, start, t0, time_limit, rel_gap, threads, info)
 
 
