@@ -3,6 +3,7 @@ grouping to express, a run's entropy and groups per iteration, and the table bui
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from bench.bench_learning import learning_state, optimum_shape
 from bench.bench_methods import dynamics_table
@@ -49,3 +50,24 @@ def test_dynamics_table_reads_budgets_targets_and_final_state():
     assert cells[8:] == ["0.250", "4.0", "1/4 (1 pieces)", "2"]  # 2 nodes placed otherwise
     never = dict(case, curves=[([(n, 1.2, None) for n in range(1, 61)], 1.0)])
     assert [c.strip() for c in dynamics_table([never], [10])[2].strip("|").split("|")][4:6] == [">60", ">60"]
+
+
+def test_merge_prints_and_draws_earlier_runs(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    curve = [[n, 1.3 if n < 20 else 1.0, 0.1 * n] for n in range(1, 61)]
+    case = {"model": "m", "accelerator": "A", "method": "hsdag", "ratios": [1.0], "proven": True,
+            "curves": [[curve, 1.0]], "states": [[[20, 3.0, 6.0], [60, 0.02, 4.0]]],
+            "shape": {"nodes": 4, "moved": 1, "pieces": 1, "placement": [0, 1, 0, 0]},
+            "best_placements": [[0, 1, 0, 0]]}
+    (tmp_path / "a.json").write_text(json.dumps([case]))
+    out = subprocess.run([sys.executable, str(root / "bench" / "bench_methods.py"), "--guide", "off",
+                          "--seeds", "0", "--budgets", "10,60", "--merge", str(tmp_path / "a.json"),
+                          "--dynamics", str(tmp_path / "d.png")], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| m | A | 1.000 |" in out.stdout  # the 60-measurement comparison table
+    assert "| hsdag | m | A | 1.300 | 1.000 | 20 | 20 | 0.020 | 4.0 | 1/4 (1 pieces) | 0 |" in out.stdout
+    assert (tmp_path / "d.png").stat().st_size > 0
