@@ -3,7 +3,7 @@
     python bench/bench_racing.py                                  # resnet50, converging + cold
     python bench/bench_racing.py --models bert_base --load 2      # on a machine made busy
 
-Racing (:mod:`envs.openvino.racing`) saves runs by deciding early; a wrong
+Racing (:mod:`envs.racing`) saves runs by deciding early; a wrong
 early decision costs the learner a reward (a placement as fast as the best
 reported slower) and, worst, a lost new best. Live benchmarks
 (``bench/bench_measure.py``) show the speed; they cannot show the wrong
@@ -12,7 +12,7 @@ placement of a stream (``bench_measure``'s ``cold`` and ``converging``
 streams) is timed run by run, ``--runs`` runs each (the first
 ``TimingConfig.warmup`` of them are the warm-up runs), once; then each racing
 setting is replayed on these recorded runs with the project's own decisions
-(:func:`~envs.openvino.racing.far_slower`, :func:`~envs.openvino.racing.race_step`),
+(:func:`~envs.racing.far_slower`, :func:`~envs.racing.race_step`),
 so every setting sees exactly the same timings. A placement's *full* latency is
 the median of all its recorded blocks.
 
@@ -42,7 +42,7 @@ import numpy as np
 from bench.bench_measure import cold_stream, converging_stream
 from envs.base import TimingConfig
 from envs.graph_backend import OpenVINOGraphBackend
-from envs.openvino.racing import far_slower, race_step
+from envs.racing import far_slower, race_step
 from hsdag_core.coarsening import build_graph
 
 #: the settings replayed; the first is the yardstick, the last today's default

@@ -37,7 +37,7 @@ class TimingConfig:
         validate_outputs: compare outputs with the unsplit model's once.
         race: when a method's placement is measured against the best so far,
             stop timing it once it is clearly slower, and time it longer when
-            it claims a new best by a small margin (:mod:`envs.openvino.racing`);
+            it claims a new best by a small margin (:mod:`envs.racing`);
             baselines and re-measurements are always timed in full.
         race_margin: relative margin of "clearly slower" and "small margin".
         race_min_blocks: blocks timed before a placement may be stopped (its
@@ -144,7 +144,7 @@ class Backend(ABC):
     * ``simulated``: a cost model computes its latencies (exact, and instant unless
       delayed on purpose), so nothing is re-measured at the end;
     * ``races``: ``measure(..., race=True)`` may stop timing a placement that is clearly
-      slower than the best so far (:mod:`envs.openvino.racing`); without it ``race`` is
+      slower than the best so far (:mod:`envs.racing`); without it ``race`` is
       ignored;
     * ``sim``: a simulated backend's cost model (:class:`envs.simulator.Simulator`), which
       others read for schedules and feasibility; None for a real backend;

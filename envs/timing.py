@@ -12,7 +12,7 @@ from typing import Mapping, Optional
 
 from envs.base import TimingConfig
 from envs.intervals import LEVEL, WITHIN_NOISE, compare, half_width, interval_fields, median_interval
-from envs.openvino.racing import far_slower, race_step
+from envs.racing import far_slower, race_step
 
 __all__ = ["OVERSUBSCRIPTION", "StageFailure", "time_runs", "timeout_text", "busy_threads", "cpu_per_wall",
            "median_interval", "interval_fields", "half_width", "compare", "LEVEL", "WITHIN_NOISE"]
@@ -40,10 +40,10 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
     ``info['warmup_s']`` and ``info['timed_s']`` say where the time went.
 
     With ``best`` (the best latency so far, seconds) the blocks are raced
-    against it (:func:`envs.openvino.racing.race_step`): fewer blocks for a
+    against it (:func:`envs.racing.race_step`): fewer blocks for a
     clearly slower placement (``info['raced'] = 'stopped'``) or one that
     cannot claim the best (``'settled'``), none when the
-    last warm-up run was already far slower (:func:`envs.openvino.racing.far_slower`;
+    last warm-up run was already far slower (:func:`envs.racing.far_slower`;
     that run is returned as the one sample), more for a close new best
     (``'extended'``). Sets ``info['cpu_per_wall']``, and
     ``info['warning']`` when more than ``limit`` threads (0 = no limit) were

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from hsdag_ray.baselines import Baselines, single_devices
+from envs.baselines import Baselines, single_devices
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.resolve import guide_of
 from hsdag_ray.rundir import Run

@@ -125,7 +125,7 @@ class OpenVINOBackend:
     # ------------------------------------------------------------------ public
 
     races = True
-    """:meth:`measure` takes ``race`` (see :mod:`envs.openvino.racing`)."""
+    """:meth:`measure` takes ``race`` (see :mod:`envs.racing`)."""
 
     def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
         """Same as :meth:`measure_ops` (the :class:`~envs.base.Backend` interface)."""
@@ -138,7 +138,7 @@ class OpenVINOBackend:
         With ``race`` (and ``TimingConfig.race``) the placement is timed
         against the best latency of the earlier raced measurements of this
         backend: a clearly slower one is stopped early, a close new best is
-        timed longer (:mod:`envs.openvino.racing`); without it, exactly
+        timed longer (:mod:`envs.racing`); without it, exactly
         ``repeats`` blocks, as for baselines and re-measurements.
 
         Returns:
