@@ -169,13 +169,17 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
     timing = timing_from_args(args, validate=True)
     if args.rounds < 1:
         raise UsageError("--rounds must be at least 1")
-    on_torch = graph_source(args.backend) == "torch"
-    default = "cpu,cpu:bf16" if on_torch else "CPU,CPU_F32"
+    default = ",".join(BACKENDS[args.backend].default_devices)
     specs = [d for d in (default if args.devices is None else args.devices).split(",") if d]
     if not specs:
         raise UsageError(f"--devices is empty; name the devices, e.g. --devices {default}")
-    if on_torch:
-        return _apply_torch(args, timing, specs, say)
+    return _APPLIERS[graph_source(args.backend)](args, timing, specs, say)
+
+
+def _apply_openvino(args: argparse.Namespace, timing: TimingConfig, specs: list[str],
+                    say) -> dict[str, Any]:
+    """:func:`apply` on an OpenVINO backend: the placement compiled as ``--backend`` runs
+    it, each device alone, OpenVINO AUTO and HETERO's own splits, interleaved."""
     names, model, graph, placement, counts = _read_placement(args, timing, specs, say)
     affinity = complete_affinity(model, graph.expand_placement(placement))
     backend = OpenVINOBackend(model, specs, mode=args.backend, timing=timing, seed=args.seed)
@@ -193,7 +197,7 @@ def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
         result["error"] = f"the placement failed at {placed.stage}: {placed.error}"
         return result
     # each device alone, the whole model compiled on it (validated too: its own error), and AUTO
-    whole = backend if args.backend != "pipeline" else OpenVINOBackend(model, specs, "auto", timing, args.seed)
+    whole = backend if backend.mode != "pipeline" else OpenVINOBackend(model, specs, "auto", timing, args.seed)
     jobs: dict[str, Callable[[], Measurement]] = {"placement": lambda: backend.measure_ops(affinity)}
     for name in names:
         jobs[name] = partial(whole.measure_ops, {op: name for op in affinity})
@@ -303,6 +307,10 @@ def _apply_torch(args: argparse.Namespace, timing: TimingConfig, specs: list[str
                            "max_rel_error": max_rel, "tolerance": tolerance, "ok": max_rel <= tolerance}
     return result
 
+
+
+#: how a placement is applied, by the graph source of its backend
+_APPLIERS = {"openvino": _apply_openvino, "torch": _apply_torch}
 
 def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig,
                     placed: Measurement, device_set, seed: int) -> dict[str, Any]:
