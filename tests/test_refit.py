@@ -16,6 +16,8 @@ from hsdag_core.synthetic import random_cost_graph
 from policies.solvers.exact import solve
 from policies.search.refit import ProfileThompson
 
+pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
+
 
 def wrong_profile(limited: bool):
     """A 40-node problem (the machine) and a profile of it with every node time off by
