@@ -3,10 +3,10 @@
     python bench/bench_methods.py --budget 200 --budgets 50,200 --estimate 0.5 \\
         --models resnet50,inception_v3,bert_base,tv:mobilenet_v3_small,tv:regnet_y_400mf,hf:t5,hf:gpt2
     python bench/bench_methods.py --methods hsdag,anneal --guide off --seeds 0,1,2,3,4 -- --no-cost
-    python bench/bench_methods.py --guide off --seeds 0 --budgets 50,200 --estimate 0.5 \
+    python bench/bench_methods.py --guide off --seeds 0 --budgets 50,200 --estimate 0.5 \\
         --accelerators GPU_SMALLMEM+NPU_MODEL,GPU_SMALLMEM+GPU_TINYMEM+NPU_MODEL   # 3 and 4 devices
-    python bench/bench_methods.py --guide off --methods hsdag,placeto,rnn,gdp --seeds 0 --budget 1000 \
-        --budgets 10,100,500,1000 --estimate 0.5 --models tv:mobilenet_v2 --accelerators GPU_SMALLMEM \
+    python bench/bench_methods.py --guide off --methods hsdag,placeto,rnn,gdp --seeds 0 --budget 1000 \\
+        --budgets 10,100,500,1000 --estimate 0.5 --models tv:mobilenet_v2 --accelerators GPU_SMALLMEM \\
         --dynamics bench/figures/learning_1000.png -- --budget-unit measurements
 
 Simulator, sequential objective, the local CPU profiled once by OpenVINO plus a modeled
