@@ -23,7 +23,7 @@
 # holds the secrets folder the config mounts (a token made as
 # cluster/README.md says). It ends with one line: `LAB CHECK PASSED` or
 # `LAB CHECK FAILED: <why>`. Needs root (namespaces, sshd), about 4 GB of
-# memory and 10-12 minutes on 2 busy cores.
+# memory and 5-12 minutes on 2 cores (the longer when others keep them busy).
 set -euo pipefail
 
 LAB=${HSDAG_LAB_DIR:-/var/tmp/hsdag-lab}   # not under /tmp: every host gets its own /tmp
