@@ -39,6 +39,11 @@ def check(path: Path) -> None:
             assert value.startswith('"$(') or value.startswith("$("), \
                 f"{var} is written in {path.name}; read it from a file instead"
     for remote, local in (cfg.get("file_mounts") or {}).items():
+        if not remote.startswith("~/.hsdag_secrets"):
+            # the project's code, not the whole checkout (whose run folders hold links
+            # that stop Ray's autoscaler): each path is a part of the project
+            src = (ROOT / local).resolve()
+            assert src != ROOT and src.exists() and ROOT in src.parents, (remote, local)
         if "secret" in remote:
             src = Path(local).expanduser().resolve()
             assert ROOT not in src.parents and src != ROOT, "secrets come from outside the repository"
