@@ -33,6 +33,7 @@ def check(path: Path) -> None:
     assert MEASURE_RESOURCE in workers and DEVICES_PREFIX in workers
     assert MEASURE_RESOURCE not in head
     assert "--dashboard-host=127.0.0.1" in head, "the dashboard stays on loopback"
+    assert "--disable-usage-stats" in head, "Ray's usage statistics stay off"
     text = path.read_text()
     for var in SECRET_VARS:
         for value in re.findall(rf"{var}=(\S+)", text):
