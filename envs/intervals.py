@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 __all__ = ["LEVEL", "median_interval", "interval_fields", "half_width", "compare",
-           "speedup_interval", "WITHIN_NOISE"]
+           "speedup_interval", "interval_ms", "WITHIN_NOISE"]
 
 #: the confidence level of every reported interval
 LEVEL = 0.95
@@ -93,3 +93,10 @@ def speedup_interval(fast: Optional[Sequence[float]], slow: Optional[Sequence[fl
     if fast is None or slow is None or fast[0] <= 0 or fast[1] <= 0:
         return None
     return slow[0] / fast[1], slow[1] / fast[0]
+
+
+def interval_ms(interval: Optional[Sequence[float]], digits: int = 3) -> str:
+    """An interval in seconds as ``low-high`` in milliseconds, or ``-`` without one."""
+    if not interval:
+        return "-"
+    return f"{interval[0] * 1e3:.{digits}f}-{interval[1] * 1e3:.{digits}f}"

@@ -65,7 +65,7 @@ import numpy as np
 
 from envs.backends import BACKENDS, graph_source
 from envs.base import Measurement, TimingConfig, summarize_times
-from envs.intervals import WITHIN_NOISE, compare
+from envs.intervals import WITHIN_NOISE, compare, interval_ms
 from envs.graph_backend import parse_placement
 from envs.openvino_backend import (
     HETERO_MODES, TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, measure_hetero_mode,
@@ -341,11 +341,6 @@ def _ms(v: Optional[float]) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.3f}"
 
 
-def _interval(row: dict[str, Any]) -> str:
-    iv = row.get("interval_s")
-    return "-" if not iv else f"{iv[0] * 1e3:.3f}-{iv[1] * 1e3:.3f}"
-
-
 def _verdict(row: dict[str, Any]) -> str:
     """What the placement is against ``row``: its speed-up when the intervals part, else
     within the noise."""
@@ -382,7 +377,7 @@ def table(result: dict[str, Any]):
             how += f", {info.get('stages')} stage" + ("s" if info.get("stages") != 1 else "")
         if info.get("execution_devices"):
             how = f"on {','.join(info['execution_devices'])}"
-        tab.add_row(row["name"], _ms(row["latency_s"]), _interval(row), _verdict(row), err, how,
+        tab.add_row(row["name"], _ms(row["latency_s"]), interval_ms(row.get("interval_s")), _verdict(row), err, how,
                     style="bold" if row is result["placed"] else None)
     return tab
 

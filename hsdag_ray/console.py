@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from envs.intervals import WITHIN_NOISE, compare
+from envs.intervals import WITHIN_NOISE, compare, interval_ms
 
 __all__ = ["say", "libraries_to", "Progress", "result_table", "print_result"]
 
@@ -182,7 +182,7 @@ def result_table(summary: Mapping[str, Any]) -> Any:
         return f"{(1 - v / cpu) * 100:.1f}% faster" if v <= cpu else f"{(v / cpu - 1) * 100:.1f}% slower"
 
     def cells(v: Optional[float], iv) -> list[str]:
-        shown = "-" if not iv else f"{iv[0] * 1e3:.3f}-{iv[1] * 1e3:.3f} ms"
+        shown = "-" if not iv else interval_ms(iv) + " ms"
         return [_ms(v), *([shown] if rem else []), vs_cpu(v, iv)]
 
     source = summary.get("best_source", "learner")

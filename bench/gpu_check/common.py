@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Report", "say", "timing", "graphs", "profile", "release", "ms", "interval_ms", "verdict",
+__all__ = ["Report", "say", "timing", "graphs", "profile", "release", "ms", "verdict",
            "remeasure_until"]
 
 
@@ -85,10 +85,6 @@ def release() -> None:
 
 def ms(v: Optional[float]) -> str:
     return "-" if v is None or not np.isfinite(v) else f"{v * 1e3:.2f}"
-
-
-def interval_ms(iv: Optional[Sequence[float]]) -> str:
-    return "-" if not iv else f"{iv[0] * 1e3:.2f}-{iv[1] * 1e3:.2f}"
 
 
 def verdict(met: bool, what: str, by: str) -> str:

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.gpu_check.common import (graphs, interval_ms, ms, profile, release, remeasure_until, say,
-                                    timing, verdict)
+from bench.gpu_check.common import (graphs, ms, profile, release, remeasure_until, say, timing,
+                                    verdict)
 
 __all__ = ["offload", "lines", "judge", "METHODS", "AIM"]
 
@@ -166,6 +166,8 @@ LABELS = {"cpu_only": "all on the CPU", "accelerate_sequential": "Accelerate seq
 
 def lines(figs: list[dict[str, Any]], gpu: str, budget: int) -> list[str]:
     """The section's markdown."""
+    from envs.intervals import interval_ms
+
     out = [f"## The offload case: models larger than the capped {gpu}", "",
            f"Re-measured in up to {ROUNDS} interleaved rounds (2 when every interval is within 2% "
            "of its median by then), the rounds' blocks pooled; median and 95% interval (ms). "
@@ -177,7 +179,7 @@ def lines(figs: list[dict[str, Any]], gpu: str, budget: int) -> list[str]:
         unc = f["gpu_uncapped"]
         out += [f"### {f['model']}: {f['weights_mb']:.3g} MB of weights, {f['nodes']} nodes", "",
                 f"All on the uncapped {gpu} (for scale): {ms(unc.get('latency_s'))} ms "
-                f"({interval_ms(unc.get('interval_s'))}).", "",
+                f"({interval_ms(unc.get('interval_s'), 2)}).", "",
                 "| share on device | placement | median (ms) | 95% interval | speed-up vs Accelerate "
                 "| weights on device | embeddings on device | measured | --guide |",
                 "|---|---|---|---|---|---|---|---|---|"]
@@ -197,7 +199,7 @@ def lines(figs: list[dict[str, Any]], gpu: str, budget: int) -> list[str]:
                     speed += ", noise"
                 emb = r.get("embeddings_on_gpu") or []
                 out.append(f"| {c['share']:.0%} ({c['cap_mb']:.3g} MB) | {label} | {ms(r['latency_s'])} "
-                           f"| {interval_ms(r['interval_s'])} | {speed} | {r['gpu_weights']:.0%} "
+                           f"| {interval_ms(r['interval_s'], 2)} | {speed} | {r['gpu_weights']:.0%} "
                            f"| {sum(emb)}/{len(emb)} | {r.get('measured', '-')} | - |")
         out.append("")
     return out
