@@ -42,7 +42,7 @@ from envs.base import Backend, Measurement
 from envs.env_config import TRANSIENT_STAGES, reward_of
 from envs.store import MeasurementStore, StoreClient, placement_key
 
-__all__ = ["Measurer", "best_curve", "to_target"]
+__all__ = ["Measurer", "best_curve"]
 
 #: distinct proposals whose repair a measurer remembers (then it starts over)
 REPAIRS_KEPT = 20000
@@ -227,12 +227,3 @@ def best_curve(log: Sequence[dict[str, Any]], start: Optional[float] = None) -> 
             row["wall_s"] = e["t"] - start if e.get("t") is not None else None
         rows.append(row)
     return rows
-
-
-def to_target(curve: Sequence[dict[str, Any]], target_s: float) -> tuple[Optional[int], Optional[float]]:
-    """The measurements, and the wall seconds, after which a :func:`best_curve`'s best is
-    at most ``target_s`` (None, None: never within it)."""
-    for row in curve:
-        if row["best_latency_s"] is not None and row["best_latency_s"] <= target_s:
-            return row["measurement"], row.get("wall_s")
-    return None, None

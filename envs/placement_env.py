@@ -177,7 +177,8 @@ class PlacementEnv(gym.Env):
 
     @property
     def reference_s(self) -> float:
-        """The latency failures are rewarded relative to (:meth:`_reference`); NaN when
+        """The latency failures are rewarded relative to
+        (:meth:`envs.measurer.Measurer.find_reference`); NaN when
         the environment was built with ``measure_reference`` off."""
         return self.measurer.reference_s
 
@@ -209,13 +210,6 @@ class PlacementEnv(gym.Env):
         reference): never cached, never counted, never the run's best, and
         always timed in full."""
         return self.measurer.measure_untracked(placement)
-
-    def _reference(self) -> tuple[float, dict[str, float]]:
-        """The reference latency of rewards and failures, and each device's latency
-        (:meth:`envs.measurer.Measurer.find_reference`); sets ``reference_kind``."""
-        ref, self.reference_kind, singles = self.measurer.find_reference(
-            self.devices, self.config.reference, self.graph.name)
-        return ref, singles
 
     # -------------------------------------------------------------- gym API
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):

@@ -14,13 +14,11 @@ every table marks ratios against it as such.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
 
 from envs.backends import graph_source, is_real
-from envs.baselines import Baselines, profile_costs, single_devices
+from envs.baselines import Baselines, profile_costs
 
-__all__ = ["Baselines", "single_devices", "profile_costs", "compute_baselines"]
+__all__ = ["compute_baselines"]
 
 
 def compute_baselines(service, env, objective: str, say, time_limit: float = 120.0) -> Baselines:
