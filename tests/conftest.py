@@ -64,6 +64,19 @@ def modeled_profile(model: str, devices=("CPU_MODEL", "GPU_MODEL"), boundary_s: 
     return prof
 
 
+#: a CPU, two accelerators that differ only in memory and an NPU-like one
+FOUR_DEVICES = ("CPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")
+
+
+@pytest.fixture(scope="session")
+def four_device_profile(tmp_path_factory) -> Path:
+    """tiny_cnn on :data:`FOUR_DEVICES` (memory limits on three of them): every method's
+    runs on more than two devices."""
+    path = tmp_path_factory.mktemp("four") / "tiny_cnn.json"
+    modeled_profile("tiny_cnn", FOUR_DEVICES).save(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_profile_file(tmp_path_factory) -> Path:
     """tiny_cnn on a modeled CPU and accelerator with a 0.5 ms stage boundary (splitting is

@@ -9,23 +9,11 @@ import json
 
 import pytest
 
-from conftest import modeled_profile
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.train import train
 from policies.registry import METHODS
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
-
-
-#: a CPU, two accelerators that differ only in memory and an NPU-like one
-FOUR = ("CPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")
-
-
-@pytest.fixture(scope="module")
-def four_device_profile(tmp_path_factory):
-    path = tmp_path_factory.mktemp("four") / "tiny_cnn.json"
-    modeled_profile("tiny_cnn", FOUR).save(path)
-    return path
 
 
 #: every method on four devices; the learned ones on two as well (the searches and solvers

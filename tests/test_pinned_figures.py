@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import modeled_profile
 from test_inprocess import crossed_profile, layered_cnn
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -120,17 +119,6 @@ def test_device_set_finetuning_measures_what_it_measured_before():
 
 
 # ------------------------------------------------------------------ through train
-#: a CPU, two accelerators that differ only in memory and an NPU-like one
-FOUR = ("CPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")
-
-
-@pytest.fixture(scope="module")
-def four_devices(tmp_path_factory):
-    path = tmp_path_factory.mktemp("pinned") / "tiny_cnn.json"
-    modeled_profile("tiny_cnn", FOUR).save(path)
-    return path
-
-
 def _trained(method: str, profile: Path, out: Path) -> dict:
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
@@ -162,7 +150,8 @@ def _check_curve(path: Path, summary: dict) -> list[dict]:
     return curve
 
 
-def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_devices, tmp_path):
+def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_device_profile,
+                                                                          tmp_path):
     """The best after every measurement: a run's iterations (7 placements each here) end at
     other counts than 10, and its best after 10 measurements is read off the curve, as the
     benches read it."""
@@ -170,7 +159,8 @@ def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_d
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    cfg = TrainConfig(model="tiny_cnn", method="anneal", backend="simulator", profile=str(four_devices),
+    cfg = TrainConfig(model="tiny_cnn", method="anneal", backend="simulator",
+                      profile=str(four_device_profile),
                       budget=10, budget_unit="measurements", episode_len=7, env_runners=0,
                       wandb="disabled", out=str(tmp_path), name="ten", seed=0)
     s = train(cfg, quiet=True)
@@ -185,13 +175,13 @@ def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_d
 
 
 @pytest.mark.parametrize("method", ["random", "refit", "m-etf"])
-def test_a_training_run_writes_the_metrics_it_wrote_before(method, four_devices, tmp_path):
-    pin(f"train/{method}", _trained(method, four_devices, tmp_path))
+def test_a_training_run_writes_the_metrics_it_wrote_before(method, four_device_profile, tmp_path):
+    pin(f"train/{method}", _trained(method, four_device_profile, tmp_path))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["hsdag", "placeto", "rnn", "gdp", "anneal", "exact", "heft",
                                     "m-topo", "m-sct"])
-def test_every_other_methods_training_run_writes_the_metrics_it_wrote_before(method, four_devices,
+def test_every_other_methods_training_run_writes_the_metrics_it_wrote_before(method, four_device_profile,
                                                                               tmp_path):
-    pin(f"train/{method}", _trained(method, four_devices, tmp_path))
+    pin(f"train/{method}", _trained(method, four_device_profile, tmp_path))
