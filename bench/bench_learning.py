@@ -52,7 +52,6 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -258,7 +257,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
 
     from hsdag_ray.train import train
 
-    own, ref = over_what(base.objective)
+    own, ref = over_what(base.env.objective)
     exact = own == "optimum"
     from hsdag_ray.local_ray import start_or_join
 
@@ -271,13 +270,13 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
             for acc in accelerators:
                 optimum, exact_ratios = None, []
                 if estimate > 0 or not exact:
-                    optimum = measured_reference(model, profile, devices_of(acc), base.coarsen,
-                                                 base.objective, base.solver_time_limit)
+                    optimum = measured_reference(model, profile, devices_of(acc), base.env.coarsen,
+                                                 base.env.objective, base.env.solver_time_limit)
                 for method in methods:
                     ratios, curves, proven_all, by_guide, states, bests = [], [], True, [], [], []
                     for seed in seeds:
                         t0 = time.time()
-                        cfg = replace(base, model=model, method=method, backend="simulator",
+                        cfg = base.replace(model=model, method=method, backend="simulator",
                                       profile=str(known), devices=devices_of(acc),
                                       sim_profile=str(profile) if estimate > 0 else "",
                                       budget=budget, env_runners=0, wandb="disabled", out=out,
@@ -285,7 +284,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         s = None
                         for attempt in (1, 2):  # a run killed from outside (memory) is run again
                             try:
-                                s = train(replace(cfg, name=f"{cfg.name}-{attempt}"), quiet=True)
+                                s = train(cfg.replace(name=f"{cfg.run.name}-{attempt}"), quiet=True)
                                 break
                             except Exception as e:  # noqa: BLE001 - reported, the grid goes on
                                 say(f"{model} {acc} {method} seed {seed}: run {attempt} failed "
@@ -311,7 +310,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                         bests.append((json.loads((Path(s["run_dir"]) / "store.json").read_text())["best"] or {}).get("placement"))
                         by_guide.append(_best_by_guide(s))
                         if optimum is None and s.get("optimum_method"):
-                            REFERENCES[(model, tuple(cfg.devices))] = reference_text(
+                            REFERENCES[(model, tuple(cfg.env.devices))] = reference_text(
                                 s["optimum_method"], bool(s.get("optimum_proven")),
                                 s.get("optimum_gap"))
                         unproven = s.get("optimum_proven") is False
@@ -326,7 +325,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                             + f"{time.time() - t0:.0f} s")
                     cases.append({"model": model, "accelerator": acc, "method": method,
                                   "ratios": ratios, "curves": curves, "proven": proven_all,
-                                  "unit": base.budget_unit, "best_by_guide": by_guide,
+                                  "unit": base.run.budget_unit, "best_by_guide": by_guide,
                                   "states": states, "best_placements": bests,
                                   "shape": SHAPES.get((model, tuple(devices_of(acc))))})
                     if on_case is not None:
@@ -339,7 +338,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                     cases.append({"model": model, "accelerator": acc,
                                   "method": f"{'exact' if exact else 'heft'} (profile)",
                                   "ratios": [r], "curves": [([(1, r * optimum, None)], optimum)],
-                                  "proven": True, "unit": base.budget_unit})
+                                  "proven": True, "unit": base.run.budget_unit})
                     if on_case is not None:
                         on_case(cases)
     if started:
@@ -484,9 +483,9 @@ def main() -> None:
                      args.methods.split(","), [int(s) for s in args.seeds.split(",")],
                      budgets[-1], Path(args.profiles), base, say=lambda m: print(m, flush=True),
                      on_case=save, jitter=args.jitter, estimate=args.estimate)
-    print(f"\nbest/{over_what(base.objective)[1]} ({base.objective} objective), median [min-max] over seeds {args.seeds} at "
-          f"{', '.join(map(str, budgets))} measurements (runs' budget in {base.budget_unit}), cost features "
-          + ("off" if base.no_cost else "on")
+    print(f"\nbest/{over_what(base.env.objective)[1]} ({base.env.objective} objective), median [min-max] over seeds {args.seeds} at "
+          f"{', '.join(map(str, budgets))} measurements (runs' budget in {base.run.budget_unit}), cost features "
+          + ("off" if (not base.features.cost) else "on")
           + (f", with {' '.join(args.train_flags)}" if args.train_flags else "")
           + (f", profiles jittered by {args.jitter}" if args.jitter else "")
           + (f", runs' profiles off by sigma {args.estimate}" if args.estimate else ""))

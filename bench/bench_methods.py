@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 from bench.bench_learning import (REFERENCES, TARGET, best_at, parse, plot, run_grid, target_cells,
@@ -156,7 +155,7 @@ def main() -> None:
     for guided in modes:
         cases = run_grid(args.models.split(","), args.accelerators.split(","), methods,
                          [int(s) for s in args.seeds.split(",")], args.budget, Path(args.profiles),
-                         replace(base, guide=guided), say=lambda m: print(m, flush=True),
+                         base.replace(guide=guided), say=lambda m: print(m, flush=True),
                          jitter=args.jitter, estimate=args.estimate)
         for c in cases:
             label = c["method"] + (" (guided)" if guided else "")

@@ -76,7 +76,6 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     in this process (call it in a fresh one for a meaningful ``peak_rss_gb``). With
     ``alternate`` = K (HSDAG), K more updates without and K with the stored gate edges,
     alternated, give ``alternate_cpu_s``: the median CPU time of each."""
-    import dataclasses
 
     import torch
     from ray.rllib.core.columns import Columns
@@ -99,7 +98,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
            pad_graph_observation(x, edge_index, nodes, edge_index.shape[1]).items()}
     from hsdag_ray.resolve import resolved
 
-    settings = dataclasses.asdict(resolved(TrainConfig(episode_len=steps)))
+    settings = resolved(TrainConfig.of(episode_len=steps))
     module = RLModuleSpec(module_class=load(spec_m.module), observation_space=obs_space,
                           action_space=act_space,
                           model_config=spec_m.model_config(settings)).build()

@@ -36,14 +36,14 @@ def one(nodes: int, args, out: Path) -> dict:
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        cfg = TrainConfig(model=args.model, backend="simulator", sim_delay_s=args.delay,
+        cfg = TrainConfig.of(model=args.model, backend="simulator", sim_delay_s=args.delay,
                           episode_len=args.episode_len, episodes_per_iteration=nodes,
                           env_runners=nodes, budget=nodes * args.episode_len * args.iterations,
                           wandb="disabled", remeasure_rounds=1, checkpoint_every=1000,
                           out=str(out), name=f"nodes{nodes}")
         t0 = time.time()
         s = train(cfg, quiet=True)
-        rows = [json.loads(x) for x in (out / cfg.name / "metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(x) for x in (out / cfg.run.name / "metrics.jsonl").read_text().splitlines()]
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -41,10 +41,10 @@ def run(model: str, runners: int, iterations: int) -> dict:
     from hsdag_ray.resolve import env_config, resolve_backend
     from policies.registry import get
 
-    cfg = TrainConfig(model=model, env_runners=runners, wandb="disabled", algo="reinforce")
+    cfg = TrainConfig.of(model=model, env_runners=runners, wandb="disabled", algo="reinforce")
     backend, devices, profile = resolve_backend(cfg, lambda m: None)
     ec = env_config(cfg, backend, devices, profile, "")
-    algo = algo_config(cfg, get(cfg.method), ec, False, cfg.episode_len).build_algo()
+    algo = algo_config(cfg, get(cfg.run.method), ec, False, cfg.learning.episode_len).build_algo()
     out = {}
     if runners == 0:
         env = PlacementEnv(EnvConfig.from_dict(ec))

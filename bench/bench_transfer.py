@@ -64,7 +64,7 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
 
     m = get(method)
     ckpt = read_pretrained(pre)
-    cfg = adopt_settings(TrainConfig(method=method, **base), ckpt)  # its features, as train --init
+    cfg = adopt_settings(TrainConfig.of(method=method, **base), ckpt)  # its features, as train --init
     rows = []
     placed = [FamilyGraph(g, "named") for g in graphs] or get_family(family).held_out
     for env_cfg in graph_configs(cfg, placed, None, accelerator=accelerator):
@@ -121,14 +121,14 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     if init_soften < 1:
         kinds.insert(0, ("softened", str(pre), init_soften))
     for kind, init, soften in kinds:
-        cfg = TrainConfig(method=method, model=graph["graph"], backend="simulator",
+        cfg = TrainConfig.of(method=method, model=graph["graph"], backend="simulator",
                           devices=family_devices(accelerator), profile=str(prof_file), init=init,
                           init_soften=soften,
                           budget=budget, env_runners=0, wandb="disabled", out=str(out), seed=seed,
                           name=run_name(method, kind, soften, graph["graph"], seed, settings),
                           memory_penalty=memory_penalty,
                           **{**base, **(settings or {})})
-        done = out / cfg.name
+        done = out / cfg.run.name
         if reuse and (done / "summary.json").is_file():
             store = done / "store.json"
         else:
@@ -247,7 +247,7 @@ def main() -> None:
             budget = args.pretrain_budget
             if budget is None:  # the method's own after imitation (Placeto: none), else 3000
                 budget = default_budget(method, args.imitate_steps, fallback=3000)
-            meta = pretrain(TrainConfig(**{**PRETRAIN_DEFAULTS, **base, **pretrain_settings},
+            meta = pretrain(TrainConfig.of(**{**PRETRAIN_DEFAULTS, **base, **pretrain_settings},
                                         method=method, budget=budget,
                                         wandb="disabled", seed=args.pretrain_seed), args.family, pre,
                             say=lambda s: print(s, flush=True), imitate_steps=args.imitate_steps,

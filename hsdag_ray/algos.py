@@ -9,8 +9,7 @@ measures on when its devices are CUDA ones), failed EnvRunners restarted.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any, Optional
+from typing import Optional
 
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from policies.registry import Method, load
@@ -35,36 +34,35 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
     from hsdag_ray.resolve import resolved
     from policies.reinforce import REINFORCEConfig
 
-    cfg = resolved(cfg)  # what --guide decides, written out for the method's own settings
-    settings: dict[str, Any] = {**asdict(cfg), "prior_device": prior_device}
-    model_config = method.model_config(settings) if method.model_config else {}
-    algo = cfg.algo or method.algo
+    cfg = resolved(cfg, prior_device)  # what --guide decides, written out for the method
+    model_config = method.model_config(cfg) if method.model_config else {}
+    algo = cfg.learning.algo or method.algo
     if algo == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig
 
-        extra = method.ppo_config(settings) if method.ppo_config else {}
+        extra = method.ppo_config(cfg) if method.ppo_config else {}
         ac = PPOConfig().training(
-            lr=cfg.lr, entropy_coeff=cfg.entropy_coeff, gamma=0.0, lambda_=0.0,
-            train_batch_size_per_learner=steps_per_episode * cfg.episodes_per_iteration,
+            lr=cfg.learning.lr, entropy_coeff=cfg.learning.entropy_coeff, gamma=0.0, lambda_=0.0,
+            train_batch_size_per_learner=steps_per_episode * cfg.learning.episodes_per_iteration,
             minibatch_size=steps_per_episode, num_epochs=4, **extra)
     else:
-        extra = method.learner_config(settings) if method.learner_config else {}
-        ac = REINFORCEConfig().training(lr=cfg.lr, entropy_coeff=cfg.entropy_coeff,
-                                        episodes_per_iteration=cfg.episodes_per_iteration,
+        extra = method.learner_config(cfg) if method.learner_config else {}
+        ac = REINFORCEConfig().training(lr=cfg.learning.lr, entropy_coeff=cfg.learning.entropy_coeff,
+                                        episodes_per_iteration=cfg.learning.episodes_per_iteration,
                                         steps_per_episode=steps_per_episode, **extra)
         if method.learner:
             ac = ac.training(learner_class=load(method.learner))
-    measuring = real and cfg.env_runners > 0  # remote EnvRunners, on measuring machines
+    measuring = real and cfg.run.env_runners > 0  # remote EnvRunners, on measuring machines
     ac = (ac.environment(load(method.env), env_config=env_cfg)
           .rl_module(rl_module_spec=RLModuleSpec(module_class=load(method.module),
                                                  model_config=model_config))
-          .env_runners(num_env_runners=cfg.env_runners, rollout_fragment_length=steps_per_episode,
+          .env_runners(num_env_runners=cfg.run.env_runners, rollout_fragment_length=steps_per_episode,
                        batch_mode="complete_episodes", num_cpus_per_env_runner=0 if real else 1,
                        num_gpus_per_env_runner=measuring_gpus(env_cfg) if measuring else 0,
                        custom_resources_per_env_runner=(
                            dict(resources or {MEASURE_RESOURCE: 1}) if measuring else {}))
           .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=1.0)
-          .debugging(seed=cfg.seed))
+          .debugging(seed=cfg.run.seed))
     import torch
 
     if torch.cuda.is_available():

@@ -1,22 +1,39 @@
-"""The command line of a training run: a flag of every :class:`TrainConfig` field.
+"""The command line of a training run: a flag of every setting of every section.
 
-:func:`build_parser` makes a flag of every field (with the field's docstring as
-its help) and :func:`config_from_args` fills a :class:`TrainConfig` from
-``--config run.yaml``, a resumed run's ``config.json`` and the flags, flags winning.
+:func:`build_parser` makes a flag of every field of every section of
+:class:`TrainConfig` (``--name``, or ``--section.name`` for a name several sections
+share), with the field's own help: the string under it, or its line of the class's
+``Attributes:``. :func:`config_from_args` fills a :class:`TrainConfig` from ``--config
+run.yaml``, a resumed run's ``config.json`` and the flags, flags winning; the flags of
+earlier releases (:data:`hsdag_ray.config.RENAMED`) still parse.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import json
 import re
-from dataclasses import fields
+import textwrap
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import SECTIONS, TrainConfig
+from hsdag_ray.config import RENAMED, SECTIONS, TrainConfig, setting_index, settings_of
 
-__all__ = ["Command", "build_parser", "config_from_args"]
+__all__ = ["Command", "build_parser", "config_from_args", "field_docs", "flag_of"]
+
+#: the sections ``--help`` lists without a method named (the others with ``--method M``)
+SHORT_SECTIONS = ("run", "env")
+#: the settings of those that ``--help`` lists without a method named
+SHORT_SETTINGS = ("model", "method", "guide", "budget", "seed", "init", "wandb", "out", "name",
+                  "address", "env_runners", "backend", "devices", "profile", "objective")
+#: the sections of one method's own network
+METHOD_SECTIONS = ("hsdag", "placeto", "rnn", "gdp")
+#: the value types of earlier releases' flags that take a value (the others are switches)
+OLD_VALUE_TYPES = {"gcn_layers": int, "start_logit": float, "timeout": float, "hidden_dim": int,
+                   "rnn_groups": int}
 
 
 def _first_sentence(text: str) -> str:
@@ -24,98 +41,29 @@ def _first_sentence(text: str) -> str:
     return re.split(r"(?<!\.)\.\s+(?=[A-Z])|;\s", text, maxsplit=1)[0].rstrip(".")
 
 
-def shown_sections(method: Optional[str]) -> tuple[str, ...]:
-    """The sections of :data:`hsdag_ray.config.SECTIONS` that ``--help`` shows: the run's,
-    and with a method named (``--method M --help``) the learning, guide and method's own."""
-    if method is None:
-        return ("run",)
-    return ("run", "run details", "learning", "guide") + ((method,) if method in SECTIONS else ())
+@lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """A settings class's help per field: the string literal right under a field, else the
+    field's entry in the class docstring's ``Attributes:`` block."""
+    out = _attributes_block(cls.__doc__ or "")
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return out
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for node, after in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            out[node.target.id] = " ".join(after.value.value.split())
+    return out
 
 
-def build_parser(help_for: Optional[Mapping[str, str]] = None,
-                 description: Optional[str] = None,
-                 sections: Optional[Sequence[str]] = None,
-                 method: Optional[str] = None) -> argparse.ArgumentParser:
-    """The command line of every TrainConfig field; ``help_for`` replaces the help of
-    fields whose meaning another command changes (e.g. pretrain's ``budget``);
-    ``description`` heads ``--help``; ``sections`` (of :data:`SECTIONS`): the settings
-    ``--help`` lists in full, grouped by section (None: every section; the others are
-    parsed all the same); ``method``: the method whose description and departures from its
-    paper ``--help`` ends with."""
-    help_for = dict(help_for or {})
-    short = sections is not None and tuple(sections) == ("run",)
-    if short and description:  # its first paragraph and its examples
-        paragraphs = description.split("\n\n")
-        description = "\n\n".join([paragraphs[0]] + [p for p in paragraphs[1:] if "python -m" in p][:2])
-    ap = argparse.ArgumentParser(
-        prog="python -m hsdag_ray.train", description=description,
-        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, max_help_position=30))
-    ap.add_argument("--config", help="YAML file with any of the settings below (flags win)")
-    ap.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
-    ap.add_argument("--verbose", action="store_true",
-                    help="show the libraries' warnings and logs (torch, Ray, RLlib, W&B, "
-                         "OpenVINO) on the console instead of the run's libraries.log")
-    if method is not None:
-        ap.epilog = _method_epilog(method)
-    if short:
-        ap.epilog = ("A learned method's settings (its network, REINFORCE or PPO, the guide's "
-                     "details): python -m hsdag_ray.train --method METHOD --help. Methods: "
-                     + ", ".join(_method_names()) + ".")
-    groups = {name: ap.add_argument_group(f"{name} settings") for name in (sections or SECTIONS)}
-    section_of = {n: sec for sec, names in SECTIONS.items() for n in names}
-    defaults = TrainConfig()
-    doc = _field_docs()
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        help_text = doc.get(f.name, "")
-        group = groups.get(section_of.get(f.name, "run"))
-        if group is None:  # parsed, not listed
-            ap_or_group, help_text = ap, argparse.SUPPRESS
-        else:
-            ap_or_group = group
-            if short:
-                help_text = _first_sentence(help_text)
-        if help_text == argparse.SUPPRESS:
-            if isinstance(default, bool) and f.name.startswith("no_"):
-                ap.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
-                                help=help_text)
-                ap.add_argument("--" + f.name[3:].replace("_", "-"), dest=f.name,
-                                action="store_const", const=False, help=help_text)
-            elif isinstance(default, bool):
-                ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=help_text)
-            else:
-                ap.add_argument(flag, type=None if isinstance(default, list) else type(default),
-                                default=None, help=help_text)
-            help_for.pop(f.name, None)
-            continue
-        metavar = {int: "N", float: "X", list: "A,B"}.get(type(default), f.name.split("_")[-1].upper())
-        if f.name in help_for:
-            ap_or_group.add_argument(flag, type=type(default), default=None, help=help_for.pop(f.name))
-        elif isinstance(default, bool) and f.name.startswith("no_"):
-            # argparse's BooleanOptionalAction reads any flag starting with --no- as False,
-            # so --no-cost would switch cost features on: the pair is spelled out instead
-            on = "--" + f.name[3:].replace("_", "-")
-            ap_or_group.add_argument(flag, dest=f.name, action="store_const", const=True, default=None,
-                            help=f"{help_text} ({on} undoes it)")
-            ap_or_group.add_argument(on, dest=f.name, action="store_const", const=False,
-                            help=argparse.SUPPRESS)
-        elif isinstance(default, bool):
-            ap_or_group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif isinstance(default, list):
-            ap_or_group.add_argument(flag, default=None, metavar=metavar,
-                                     help=help_text + " (comma-separated)")
-        else:
-            ap_or_group.add_argument(flag, type=type(default), default=None, metavar=metavar,
-                                     help=f"{help_text} (default: {default if default != '' else 'none'})")
-    if help_for:
-        raise ValueError(f"no setting named {', '.join(help_for)}")
-    return ap
-
-
-def _field_docs() -> dict[str, str]:
-    doc = TrainConfig.__doc__ or ""
+def _attributes_block(doc: str) -> dict[str, str]:
+    """The entries of a Google-style ``Attributes:`` block (``name: text``, continuation
+    lines indented deeper; ``a / b: text`` documents both)."""
+    if "Attributes:" not in doc:
+        return {}
     out: dict[str, str] = {}
     current: list[str] = []
     text: list[str] = []
@@ -126,8 +74,10 @@ def _field_docs() -> dict[str, str]:
             continue
         indent = len(line) - len(line.lstrip())
         item_indent = indent if item_indent is None else item_indent
+        if indent < item_indent:  # the block has ended
+            break
         head, _, rest = s.partition(":")
-        names = [h.strip() for h in head.split("/")]
+        names = [h.strip().strip("`") for h in head.split("/")]
         if indent <= item_indent and rest and all(n.isidentifier() for n in names):
             for n in current:
                 out[n] = " ".join(text)
@@ -137,6 +87,101 @@ def _field_docs() -> dict[str, str]:
     for n in current:
         out[n] = " ".join(text)
     return out
+
+
+def flag_of(section: str, name: str) -> str:
+    """A setting's flag: ``--name``, or ``--section.name`` when several sections have it."""
+    shared = len(setting_index().get(name, ())) > 1
+    return "--" + (f"{section}." if shared else "") + name.replace("_", "-")
+
+
+def shown_sections(method: Optional[str]) -> tuple[str, ...]:
+    """The sections ``--help`` lists: the run's and the environment's, and with a method
+    named (``--method M --help``) the general ones and the method's own."""
+    if method is None:
+        return SHORT_SECTIONS
+    return tuple(s for s in SECTIONS if s not in METHOD_SECTIONS or s == method)
+
+
+def build_parser(help_for: Optional[Mapping[str, str]] = None,
+                 description: Optional[str] = None,
+                 sections: Optional[Sequence[str]] = None,
+                 method: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command line of every setting; ``help_for`` replaces the help of settings whose
+    meaning another command changes (e.g. pretrain's ``budget``); ``description`` heads
+    ``--help``; ``sections`` (of :data:`SECTIONS`): the sections ``--help`` lists in full
+    (None: every one; the others are parsed all the same); ``method``: the method whose
+    description and departures from its paper ``--help`` ends with. Every flag's value
+    lands in ``args.<section>.<name>`` (None when not given)."""
+    help_for = dict(help_for or {})
+    short = sections is not None and tuple(sections) == SHORT_SECTIONS
+    if short and description:  # its first paragraph and its examples
+        paragraphs = description.split("\n\n")
+        description = "\n\n".join([paragraphs[0]] + [p for p in paragraphs[1:] if "python -m" in p][:2])
+    ap = argparse.ArgumentParser(
+        prog="python -m hsdag_ray.train", description=description,
+        usage="python -m hsdag_ray.train [--config FILE] [--resume RUN_DIR] [--SETTING VALUE ...]",
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, max_help_position=30))
+    ap.add_argument("--config", help="YAML file with any of the settings below, nested by "
+                                     "section or flat (flags win)")
+    ap.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
+    ap.add_argument("--verbose", action="store_true",
+                    help="show the libraries' warnings and logs (torch, Ray, RLlib, W&B, "
+                         "OpenVINO) on the console instead of the run's libraries.log")
+    if method is not None:
+        ap.epilog = _method_epilog(method)
+    if short:
+        ap.epilog = ("Every other setting (timing, features, learning, the search aids, a "
+                     "method's network): python -m hsdag_ray.train --method METHOD --help. "
+                     "Methods: " + ", ".join(_method_names()) + ".")
+    defaults = TrainConfig()
+    for section, cls in SECTIONS.items():
+        shown = sections is None or section in sections
+        group = ap.add_argument_group(f"{section} settings", _first_line(cls)) if shown else ap
+        docs = field_docs(cls)
+        for name in settings_of(cls):
+            default = getattr(getattr(defaults, section), name)
+            text = help_for.pop(name, None) or docs.get(name, "")
+            if not shown or (short and name not in SHORT_SETTINGS):
+                text = argparse.SUPPRESS
+            elif short:
+                text = _first_sentence(text)
+            _add(group, flag_of(section, name), f"{section}.{name}", default, text)
+    taken = {s for a in ap._actions for s in a.option_strings}
+    for old in RENAMED:  # earlier releases' flags: parsed, not listed
+        flag = "--" + old.replace("_", "-")
+        if flag in taken:  # --no-fractal: the switch's own off flag
+            continue
+        if old in OLD_VALUE_TYPES:
+            ap.add_argument(flag, dest=f"old.{old}", type=OLD_VALUE_TYPES[old], default=None,
+                            help=argparse.SUPPRESS)
+        else:
+            ap.add_argument(flag, dest=f"old.{old}", action="store_const", const=True,
+                            default=None, help=argparse.SUPPRESS)
+    if help_for:
+        raise ValueError(f"no setting named {', '.join(help_for)}")
+    return ap
+
+
+def _first_line(cls: type) -> str:
+    return (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n    ", " ")
+
+
+def _add(group, flag: str, dest: str, default: Any, text: str) -> None:
+    """One setting's flag: on/off pairs for switches, comma-separated lists, typed values."""
+    if isinstance(default, bool):
+        group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
+                           default=None, help=text)
+        return
+    if text != argparse.SUPPRESS and not isinstance(default, (list, tuple)) and "(default" not in text:
+        shown = default if default != "" else "none"
+        text = f"{text} (default: {shown})"
+    if isinstance(default, (list, tuple)):
+        group.add_argument(flag, dest=dest, default=None, metavar="A,B",
+                           help=text if text == argparse.SUPPRESS else text + " (comma-separated)")
+        return
+    metavar = {int: "N", float: "X"}.get(type(default), dest.rsplit(".", 1)[-1].split("_")[-1].upper())
+    group.add_argument(flag, dest=dest, type=type(default), default=None, metavar=metavar, help=text)
 
 
 class Command(NamedTuple):
@@ -182,6 +227,22 @@ def _named_method(argv: Sequence[str]) -> Optional[str]:
     return None
 
 
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags gave (``section.name`` -> value), an earlier release's flags
+    (:data:`hsdag_ray.config.RENAMED`) first, so a flag of the new form wins over one."""
+    old: dict[str, Any] = {}
+    new: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        section, _, name = key.partition(".")
+        if value is None or not name:
+            continue
+        if section == "old":
+            old[name] = value
+        elif section in SECTIONS:
+            new[key] = value
+    return {**old, **new}
+
+
 def config_from_args(argv: Optional[Sequence[str]], description: Optional[str] = None) -> Command:
     import sys
 
@@ -190,25 +251,22 @@ def config_from_args(argv: Optional[Sequence[str]], description: Optional[str] =
     sections = shown_sections(named) if ("-h" in argv or "--help" in argv) else None
     args = build_parser(description=description, sections=sections,
                         method=named if sections else None).parse_args(argv)
-    values: dict[str, Any] = {}
+    cfg = TrainConfig()
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
         cfg_file = resume / "config.json"
         if not cfg_file.is_file():
             raise UsageError(f"{resume} is not a run folder (no config.json); pass the folder "
                              "a previous run printed")
-        values.update(json.loads(cfg_file.read_text())["train"])
+        cfg = cfg.with_settings(json.loads(cfg_file.read_text())["train"], source=str(cfg_file))
     if args.config:
-        values.update(TrainConfig.yaml_settings(args.config))
-    for f in fields(TrainConfig):
-        v = getattr(args, f.name)
-        if v is not None:
-            values[f.name] = v
-    if isinstance(values.get("devices"), str):
-        values["devices"] = [d for d in values["devices"].split(",") if d]
-    try:
-        cfg = TrainConfig(**values)
-    except TypeError as e:
-        raise UsageError(f"bad settings: {e}") from None
+        cfg = cfg.with_settings(_yaml(args.config), source=args.config)
+    cfg = cfg.with_settings(given_settings(args), source="the command line")
     cfg.validate()
     return Command(cfg, resume, bool(args.verbose))
+
+
+def _yaml(path: str) -> dict[str, Any]:
+    from hsdag_ray.cli import read_yaml_mapping
+
+    return read_yaml_mapping(path, "config file")

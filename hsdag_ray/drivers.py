@@ -39,16 +39,16 @@ class RLDriver:
     def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
                  singles: Optional[dict] = None, resources: Optional[dict] = None) -> None:
         prior = -1
-        if cfg.start == "best_single" and singles:
+        if cfg.learning.start == "best_single" and singles:
             lat = [singles.get(d, float("inf")) for d in env.devices]
             if min(lat) < float("inf"):
                 prior = int(np.argmin(lat))
         self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
                                 prior_device=prior, resources=resources).build_algo()
-        if cfg.init:  # fine-tuning a pre-trained policy: its weights before the first update
+        if cfg.run.init:  # fine-tuning a pre-trained policy: its weights before the first update
             from hsdag_ray.pretrained import init_soften_factor, load_into_algo, read_pretrained
 
-            load_into_algo(self.algo, read_pretrained(cfg.init), method.name,
+            load_into_algo(self.algo, read_pretrained(cfg.run.init), method.name,
                            init_soften_factor(cfg, method))
 
     @property
@@ -110,15 +110,15 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif (exact_start_applies(cfg, env_cfg["backend"]) or cfg.etf_start) and env_cfg.get("store"):
+        elif (exact_start_applies(cfg, env_cfg["backend"]) or cfg.aids.etf_start) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)
             from envs.baselines import profile_costs
 
-            costs = {"costs": profile_costs(env), "objective": cfg.objective}
-        self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.budget,
-                                       seed=cfg.seed, start=start, **costs)
+            costs = {"costs": profile_costs(env), "objective": cfg.env.objective}
+        self.search = load(method.run)(env.graph.num_nodes, len(env.devices), cfg.run.budget,
+                                       seed=cfg.run.seed, start=start, **costs)
         if method.costs:  # it models the costs: the single devices measured before it teach it
             for name, latency in singles.items():
                 if name not in env.devices:
@@ -157,7 +157,7 @@ class SearchDriver:
     def iterate(self) -> dict[str, Optional[float]]:
         from envs.measuring import call
 
-        for _ in range(self.cfg.episode_len):
+        for _ in range(self.cfg.learning.episode_len):
             if self.store is not None:
                 self._measure_suggestion()
             p = self.search.propose()
@@ -195,8 +195,8 @@ class SolverDriver:
         self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
                                          tracked=True)
         # checked by train before (hsdag_ray.resolve.unmet_needs): a profile of every device
-        self.placement = load(method.run)(profile_costs(env), cfg.objective,
-                                          time_limit=cfg.solver_time_limit)
+        self.placement = load(method.run)(profile_costs(env), cfg.env.objective,
+                                          time_limit=cfg.env.solver_time_limit)
 
     @property
     def handle(self):
@@ -208,7 +208,7 @@ class SolverDriver:
 
         if self.placement is None:
             raise RunError(f"--method {self.method.name} found no placement for the "
-                           f"{self.cfg.objective} objective on the run's profile; use another "
+                           f"{self.cfg.env.objective} objective on the run's profile; use another "
                            "method or objective")
         call(self.service, "measure_batch", [self.placement.tolist()])
         self.done = True
@@ -234,7 +234,7 @@ def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env
     ``singles``: each device's single-device latency (where a learned method may start
     its sampling); ``resources``: what each measuring actor asks for with a real backend
     (:func:`hsdag_ray.nodes.measuring_resources`)."""
-    if cfg.budget == 0:
+    if cfg.run.budget == 0:
         from hsdag_ray.pretrained import ZeroShotDriver
 
         return ZeroShotDriver(cfg, method, env_cfg, real, env, resources)

@@ -33,7 +33,6 @@ afterwards. The search aids
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
@@ -67,10 +66,10 @@ class _Measurer(Measurer):
         from hsdag_ray.resolve import reward_of_run
 
         #: the cost graph an over-memory placement is repaired to before it is measured
-        self.limits = costs if costs is not None and cfg.memory_penalty == "repair" else None
+        self.limits = costs if costs is not None and cfg.env.memory_penalty == "repair" else None
         super().__init__(backend, graph.name, graph.num_nodes, StoreClient(MeasurementStore()),
                          self.limits, budget=budget, proposal_cap=PROPOSAL_CAP,
-                         failure_factor=cfg.failure_factor, memory_penalty=cfg.memory_penalty,
+                         failure_factor=cfg.env.failure_factor, memory_penalty=cfg.env.memory_penalty,
                          reward=reward_of_run(cfg))
         self.devices = list(backend.devices)
         _, _, self.single_device_s = self.find_reference(self.devices, "best_single", graph.name)
@@ -85,6 +84,7 @@ class _Measurer(Measurer):
 def _settings(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]]):
     """The run's :class:`~hsdag_ray.config.TrainConfig` (checked, ``--guide``'s choices
     written out), refusing what an in-process run does not do."""
+    from hsdag_ray.cli import UsageError
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.resolve import neighbour_every, resolved
 
@@ -92,17 +92,16 @@ def _settings(method: str, budget: int, seed: int, objective: str, settings: Opt
     given = sorted(set(settings) & set(_ARGUMENTS))
     if given:
         raise ValueError(f"{given[0]!r} is an argument of run_method, not a setting")
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"unknown setting {unknown[0]!r}; settings are the fields of "
-                         "hsdag_ray.config.TrainConfig")
-    cfg = TrainConfig(**settings, method=method, budget=int(budget), seed=int(seed), objective=objective)
+    try:
+        cfg = TrainConfig.of(**settings, method=method, budget=int(budget), seed=int(seed),
+                             objective=objective)
+    except UsageError as e:
+        raise ValueError(str(e)) from None
     cfg.validate()
-    off = {"guide": cfg.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.etf_start,
-           "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.refit_every > 0,
-           "screen": cfg.screen > 0, "init": bool(cfg.init), "sim_profile": bool(cfg.sim_profile),
-           "algo": cfg.algo not in ("", "reinforce")}
+    off = {"guide": cfg.run.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.aids.etf_start,
+           "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.aids.refit_every > 0,
+           "screen": cfg.aids.screen > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile),
+           "algo": cfg.learning.algo not in ("", "reinforce")}
     on = [name for name, value in off.items() if value]
     if on:
         raise ValueError(f"the setting {on[0]!r} needs python -m hsdag_ray.train: in-process runs "
@@ -116,7 +115,7 @@ def _features(graph: CompGraph, cfg, costs: Optional[CostGraph], num_devices: in
     from hsdag_core.features import node_features
     from hsdag_ray.resolve import reads_incumbent
 
-    features = cfg.features()
+    features = cfg.features
     times = mem = cap = None
     if costs is not None and (features.cost or features.relative):
         times, mem, cap = costs.compute_s, costs.mem_bytes, costs.mem_capacity
@@ -131,20 +130,20 @@ def _run_hsdag(cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostG
     """HSDAG's iterations until the budget is spent (as :class:`hsdag_ray.drivers.RLDriver`
     starts it: ``--start best_single`` leans on the fastest single device)."""
     from envs.incumbent import incumbent, start_placement
-    from hsdag_ray.resolve import reads_incumbent
+    from hsdag_ray.resolve import reads_incumbent, resolved
     from policies.hsdag.local import LocalHSDAG, configs_from_settings
 
     n, devices, singles = measurer.n, measurer.devices, measurer.single_device_s
     prior = -1
-    if cfg.start == "best_single":
+    if cfg.learning.start == "best_single":
         latencies = [singles.get(d, math.inf) for d in devices]
         prior = int(np.argmin(latencies)) if min(latencies) < math.inf else -1
-    net_config, learn = configs_from_settings({**dataclasses.asdict(cfg), "prior_device": prior})
+    net_config, learn = configs_from_settings(resolved(cfg, prior))
     x = _features(graph, cfg, costs, len(devices))
     agent = LocalHSDAG(x.shape[1], len(devices), graph.edge_index(), net_config, learn)
     shows = reads_incumbent(cfg)
     start = start_placement(n, devices, singles, measurer.limits) if shows else None
-    wander = np.random.default_rng(cfg.seed)  # which episodes see the incumbent
+    wander = np.random.default_rng(cfg.run.seed)  # which episodes see the incumbent
     first = [shows and measurer.limits is not None and start is not None]
 
     def observe() -> np.ndarray:
@@ -153,7 +152,7 @@ def _run_hsdag(cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostG
             return x
         obs = x.copy()
         obs[:, -len(devices):] = 0.0
-        if cfg.incumbent_share >= 1 or wander.random() < cfg.incumbent_share:
+        if cfg.aids.incumbent_share >= 1 or wander.random() < cfg.aids.incumbent_share:
             p = incumbent(measurer.store.best(), start, devices, singles, n)
             if p is not None:
                 obs[np.arange(n), x.shape[1] - len(devices) + p] = 1.0
@@ -183,8 +182,8 @@ def _run_search(method, cfg, measurer: _Measurer, costs: Optional[CostGraph],
     start = start_placement(n, devices, measurer.single_device_s, measurer.limits)
     if start is None:
         start = np.zeros(n, dtype=np.int64)
-    kw = {"costs": costs, "objective": cfg.objective} if method.costs else {}
-    search = load(method.run)(n, len(devices), cfg.budget, seed=cfg.seed, start=start, **kw)
+    kw = {"costs": costs, "objective": cfg.env.objective} if method.costs else {}
+    search = load(method.run)(n, len(devices), cfg.run.budget, seed=cfg.run.seed, start=start, **kw)
     if method.costs:  # it models the costs: the single devices measured before it teach it
         for name, latency in measurer.single_device_s.items():
             search.observe(np.full(n, devices.index(name), dtype=np.int64), latency, proposed=False)
@@ -201,9 +200,9 @@ def _run_solver(method, cfg, measurer: _Measurer, costs: CostGraph) -> dict[str,
     """A solver's placement of the costs, as :class:`hsdag_ray.drivers.SolverDriver` runs it."""
     from policies.registry import load
 
-    placement = load(method.run)(costs, cfg.objective, time_limit=cfg.solver_time_limit)
+    placement = load(method.run)(costs, cfg.env.objective, time_limit=cfg.env.solver_time_limit)
     if placement is None:
-        raise RuntimeError(f"method {method.name} found no placement for the {cfg.objective} "
+        raise RuntimeError(f"method {method.name} found no placement for the {cfg.env.objective} "
                            "objective on the costs; use another method or objective")
     measurer.take(placement)
     return {}
@@ -268,8 +267,8 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     if costs is None and (spec.costs or spec.kind == "solver"):
         raise ValueError(f"method {method!r} reads a profile of every device: pass costs="
                          "hsdag_core.device_profile.cost_graph(graph, profile, backend.devices)")
-    measurer = _Measurer(graph, backend, costs, cfg, cfg.budget)
-    bar = _progress(cfg.budget, progress)
+    measurer = _Measurer(graph, backend, costs, cfg, cfg.run.budget)
+    bar = _progress(cfg.run.budget, progress)
 
     def tick() -> None:
         if bar is not None:
@@ -280,10 +279,10 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
             import torch
 
             threads = torch.get_num_threads()
-            torch.set_num_threads(cfg.torch_threads)  # as train sets it: more spin on small graphs
+            torch.set_num_threads(cfg.run.torch_threads)  # as train sets it: more spin on small graphs
             try:
                 with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(cfg.seed)
+                    torch.manual_seed(cfg.run.seed)
                     extra = _run_hsdag(cfg, graph, measurer, costs, tick)
             finally:
                 torch.set_num_threads(threads)
@@ -306,7 +305,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         "best_curve": best_curve(log, t_wall),
         "wall_s": time.perf_counter() - t0, "devices": devices,
         "single_device_s": dict(measurer.single_device_s), "reference_s": measurer.reference_s,
-        "budget": cfg.budget, "seed": cfg.seed, "objective": cfg.objective, **extra}
+        "budget": cfg.run.budget, "seed": cfg.run.seed, "objective": cfg.env.objective, **extra}
     say(f"{method} on {graph.name}: best {result['latency_s'] * 1e3:.3f} ms, "
         f"{result['measured']} measured of {result['proposed']} proposed in {result['wall_s']:.1f} s")
     return result

@@ -44,19 +44,17 @@ model, backend, devices and profile, which the family sets.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import sys
 import time
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run, writable_dir
-from hsdag_ray.arguments import build_parser
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.arguments import build_parser, given_settings
+from hsdag_ray.config import SECTIONS, TrainConfig, settings_of
 from hsdag_core.families import ACCELERATOR
 
 __all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "file_slug", "default_budget", "PRETRAIN_DEFAULTS"]
@@ -100,13 +98,13 @@ def graph_configs(cfg: TrainConfig, graphs, folder: Optional[Path], say=lambda s
     out = []
     for g in graphs:
         t0 = time.time()
-        _, _, graph, _ = build_graph(g.spec, cfg.coarsen)
+        _, _, graph, _ = build_graph(g.spec, cfg.env.coarsen)
         prof = family_profile(graph, accelerator=accelerator)
         if folder is not None:
             path = profile_file(folder, g.spec)
             path.parent.mkdir(parents=True, exist_ok=True)
             prof.save(path)
-        c = dataclasses.replace(cfg, model=g.spec)
+        c = cfg.replace(model=g.spec)
         out.append(env_config(c, "simulator", family_devices(accelerator), prof.to_json(), store=""))
         say(f"  {g.spec} ({g.group}): {graph.num_nodes} nodes ({time.time() - t0:.1f} s)")
     return out
@@ -125,9 +123,9 @@ def _local_env(algo):
 
 def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
              imitate_steps: int = 0, accelerator: str = ACCELERATOR) -> dict[str, Any]:
-    """Pre-train ``cfg.method`` on ``family``'s training graphs; return the run's summary.
+    """Pre-train ``cfg.run.method`` on ``family``'s training graphs; return the run's summary.
     ``imitate_steps`` > 0: first that many steps of imitating each training graph's exact
-    optimum (:mod:`policies.imitate`), then ``cfg.budget`` placements of reinforcement.
+    optimum (:mod:`policies.imitate`), then ``cfg.run.budget`` placements of reinforcement.
     Every graph is placed on ``CPU_MODEL`` and ``accelerator``
     (:data:`hsdag_core.families.FAMILY_ACCELERATORS`)."""
     import ray
@@ -141,17 +139,17 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     from hsdag_ray.pretrained import save_pretrained
     from policies.registry import get
 
-    method = get(cfg.method)
+    method = get(cfg.run.method)
     if method.kind != "rl":
-        raise UsageError(f"{cfg.method} is a {method.kind} method and learns no policy; pre-train "
+        raise UsageError(f"{cfg.run.method} is a {method.kind} method and learns no policy; pre-train "
                          "a learned one (hsdag, placeto)")
     fam = get_family(family)
     devices = family_devices(accelerator)
-    if not cfg.reward:
+    if not cfg.learning.reward:
         # latencies of a family's graphs differ by orders of magnitude: a reward relative to
         # each graph's best single device keeps them comparable (a value baseline, PPO's)
-        cfg = dataclasses.replace(cfg, reward=SCALE_FREE_REWARD)
-    torch.set_num_threads(cfg.torch_threads)
+        cfg = cfg.replace(reward=SCALE_FREE_REWARD)
+    torch.set_num_threads(cfg.run.torch_threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"family {family}: {len(fam.train)} training graphs, {len(fam.held_out)} held out")
     train_cfgs = family_graph_configs(cfg, family, "train", out_dir, say, accelerator)
@@ -165,11 +163,11 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
         "held_out": [{"spec": g.spec, "group": g.group, "profile": str(profile_file(out_dir, g.spec))}
                      for g in fam.held_out]}, indent=1))
     del held_cfgs  # their profiles are written; nothing of them is seen in training
-    multi_cfg = {"graphs": train_cfgs, "env_class": method.env, "seed": cfg.seed}
+    multi_cfg = {"graphs": train_cfgs, "env_class": method.env, "seed": cfg.run.seed}
     env = MultiGraphEnv(multi_cfg)
     say(f"padding {n} nodes / {e} edges; {env.observation_space['x'].shape[1]} features; "
         f"devices {', '.join(env.devices)}")
-    started = start_or_join(num_cpus=max(1, cfg.env_runners + 1))  # or a running one, as train's
+    started = start_or_join(num_cpus=max(1, cfg.run.env_runners + 1))  # or a running one, as train's
     try:
         ac = algo_config(cfg, method, multi_cfg, False, env.steps_per_episode)
         ac = ac.environment(MultiGraphEnv, env_config=multi_cfg)
@@ -180,13 +178,13 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
             from policies.imitate import imitate
 
             learner_module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
-            imitation = imitate(learner_module, env.envs, imitate_steps, lr=cfg.lr, seed=cfg.seed,
+            imitation = imitate(learner_module, env.envs, imitate_steps, lr=cfg.learning.lr, seed=cfg.run.seed,
                                 say=say)
             algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group,
                                                inference_only=True)
             say(f"imitation: loss {imitation['loss_before']:.3f} -> {imitation['loss_after']:.3f} "
                 f"in {imitation['wall_s']:.0f} s")
-        while steps < cfg.budget:
+        while steps < cfg.run.budget:
             result = algo.train()
             it += 1
             steps = int(result.get("env_runners", {}).get("num_env_steps_sampled_lifetime", steps) or steps)
@@ -201,14 +199,15 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
         from hsdag_ray.resolve import resolved
 
         cfg = resolved(cfg)  # what --guide decides, written out
-        settings = {k: v for k, v in asdict(cfg).items()
-                    if k in ("hidden_dim", "gcn_layers", "node_state_update", "grouping_noise",
-                             "self_loops", "episode_len", "no_fractal", "no_shape", "no_cost",
-                             "no_op_type", "no_degree", "position", "coarsen", "relative_features",
-                             "incumbent_prior", "incumbent", "graph_norm")}
-        meta = {"method": cfg.method, "family": family, "model_config":
-                method.model_config(asdict(cfg)) if method.model_config else {},
-                "settings": settings, "reward": cfg.reward, "devices": devices,
+        # what train --init adopts from the checkpoint: the network, features and episode
+        own = (cfg.run.method,) if cfg.run.method in SECTIONS else ()
+        settings = {f"{section}.{name}": getattr(getattr(cfg, section), name)
+                    for section in own + ("features",) for name in settings_of(SECTIONS[section])}
+        settings.update({"env.coarsen": cfg.env.coarsen, "env.incumbent": cfg.env.incumbent,
+                         "learning.episode_len": cfg.learning.episode_len})
+        meta = {"method": cfg.run.method, "family": family, "model_config":
+                method.model_config(cfg) if method.model_config else {},
+                "settings": settings, "reward": cfg.learning.reward, "devices": devices,
                 "num_features": int(env.observation_space["x"].shape[1]),
                 "train_graphs": [g.spec for g in fam.train],
                 "held_out_graphs": [g.spec for g in fam.held_out],
@@ -220,7 +219,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     finally:
         if started:
             ray.shutdown()
-    say(f"pre-trained {cfg.method} on {len(fam.train)} graphs of {family}: {steps} placements, "
+    say(f"pre-trained {cfg.run.method} on {len(fam.train)} graphs of {family}: {steps} placements, "
         f"{it} iterations, {meta['wall_s']:.0f} s; checkpoint {path}")
     return meta
 
@@ -228,7 +227,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
 #: pre-training's own defaults where train's differ: scale-free features (measured to
 #: transfer to held-out graphs where the raw costs did not), and HSDAG sampling as the
 #: paper, without the incumbent prior (the pre-training figures of docs/results/transfer.md were measured so)
-PRETRAIN_DEFAULTS = {"env_runners": 0, "relative_features": True, "incumbent_prior": 0.0}
+PRETRAIN_DEFAULTS = {"env_runners": 0, "relative": True, "incumbent_prior": 0.0}
 
 
 def default_budget(method: str, imitate_steps: int, fallback: int = DEFAULT_BUDGET) -> int:
@@ -272,24 +271,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")
     if args.family not in FAMILIES:
         raise UsageError(f"unknown graph family {args.family!r}; choose one of {', '.join(FAMILIES)}")
-    for flag in ("model", "backend", "devices", "profile", "init", "resume"):
-        if getattr(args, flag, None):
+    given = given_settings(args)
+    for flag, key in (("model", "run.model"), ("backend", "env.backend"), ("devices", "env.devices"),
+                      ("profile", "env.profile"), ("init", "run.init"), ("resume", "")):
+        if given.get(key) is not None or (flag == "resume" and args.resume):
             raise UsageError(f"--{flag} is set by the family in pre-training; leave it out")
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
-    if "budget" not in values:
-        values["budget"] = default_budget(values.get("method", TrainConfig.method), args.imitate_steps)
-    if values["budget"] == 0 and not args.imitate_steps:
+    cfg = TrainConfig.of(**PRETRAIN_DEFAULTS).with_settings(given, source="the command line")
+    if "run.budget" not in given:
+        cfg = cfg.replace(budget=default_budget(cfg.run.method, args.imitate_steps))
+    if cfg.run.budget == 0 and not args.imitate_steps:
         raise UsageError("--budget 0 pre-trains nothing without --imitate-steps; give one or both")
-    for k, v in PRETRAIN_DEFAULTS.items():
-        values.setdefault(k, v)
-    values.update(backend="simulator", wandb="disabled")
-    try:
-        cfg = TrainConfig(**values)
-    except TypeError as e:
-        raise UsageError(f"bad settings: {e}") from None
+    cfg = cfg.replace(backend="simulator", wandb="disabled")
     # a budget of 0 after imitation is pre-training's own (imitation only), not train's zero-shot
-    dataclasses.replace(cfg, budget=cfg.budget or 1).validate()
-    out = Path(cfg.out or "runs").resolve() / (cfg.name or f"{args.family}-{cfg.method}-pretrain")
+    cfg.replace(budget=cfg.run.budget or 1).validate()
+    out = Path(cfg.run.out or "runs").resolve() / (cfg.run.name or f"{args.family}-{cfg.run.method}-pretrain")
     writable_dir(out)
     # what Ray, RLlib and torch print goes to the checkpoint folder, as in a training run
     with console.libraries_to(None if args.verbose else out / "libraries.log"):

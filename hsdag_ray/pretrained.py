@@ -88,18 +88,20 @@ def adopt_settings(cfg, ckpt: Mapping[str, Any]):
     run left them at their defaults (a setting the run names itself is kept, and a
     mismatch is then refused by :func:`check_compatible`): ``train --init`` needs no
     copy of the pre-training's flags."""
-    import dataclasses
-
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.config import TrainConfig, expand
 
     defaults = TrainConfig()
-    # a checkpoint that does not name the incumbent settings was trained without them
-    theirs = {"incumbent_prior": 0.0, "incumbent": False, **dict(ckpt.get("settings") or {}),
-              "reward": ckpt.get("reward", "")}
-    change = {k: v for k, v in theirs.items()
-              if hasattr(cfg, k) and v not in (None, "") and getattr(cfg, k) == getattr(defaults, k)
-              and getattr(cfg, k) != v}
-    return dataclasses.replace(cfg, **change) if change else cfg
+    # a checkpoint that does not name the incumbent settings was trained without them;
+    # one of an earlier release names its settings flat (expand reads those too)
+    theirs = {"hsdag.incumbent_prior": 0.0, "env.incumbent": False,
+              **dict(ckpt.get("settings") or {}), "learning.reward": ckpt.get("reward", "")}
+    change = {}
+    for key, value in theirs.items():
+        for section, name, v in expand(key, value, "the checkpoint"):
+            own, default = getattr(getattr(cfg, section), name), getattr(getattr(defaults, section), name)
+            if v not in (None, "") and own == default and own != v:
+                change[f"{section}.{name}"] = v
+    return cfg.replace(**change) if change else cfg
 
 
 def check_compatible(ckpt: Mapping[str, Any], method: str, module) -> None:
@@ -124,7 +126,7 @@ def init_soften_factor(cfg, method) -> float:
     """The factor a fine-tuning run spreads its loaded policy by: ``--init-soften``, or
     when left at 0 the method's own (``Method.init_soften``); 1 leaves it as loaded.
     Raises :class:`UsageError` for a factor below 1 on a policy with no ``soften_policy``."""
-    factor = cfg.init_soften or method.init_soften
+    factor = cfg.run.init_soften or method.init_soften
     if factor < 1.0:
         from policies.registry import load
 
@@ -271,12 +273,12 @@ class ZeroShotDriver:
         from hsdag_ray.config import MEASURE_RESOURCE
         from policies.registry import load
 
-        if not cfg.init:
+        if not cfg.run.init:
             raise UsageError("--budget 0 places with a pre-trained policy: pass --init CHECKPOINT")
         if method.kind != "rl":
             raise UsageError(f"--budget 0 places with a pre-trained policy; {method.name} learns none")
         self.cfg, self.done = cfg, False
-        self.ckpt = read_pretrained(cfg.init)
+        self.ckpt = read_pretrained(cfg.run.init)
         # the policy's own copy: measures nothing of the run (the simulator's references
         # give Placeto's start times; a real backend measures only through the service)
         own = {**env_cfg, "store": "", "measure_reference": not real}
@@ -296,8 +298,8 @@ class ZeroShotDriver:
 
         if self.done:
             return {}
-        placements = infer_placements(self.module, self.env, max(1, self.cfg.zero_shot_samples),
-                                      seed=self.cfg.seed)
+        placements = infer_placements(self.module, self.env, max(1, self.cfg.run.zero_shot_samples),
+                                      seed=self.cfg.run.seed)
         call(self.service, "measure_batch", [p.tolist() for p in placements])
         self.done = True
         return {}
@@ -307,7 +309,7 @@ class ZeroShotDriver:
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        src = Path(self.cfg.init)
+        src = Path(self.cfg.run.init)
         shutil.copyfile(src / CHECKPOINT_FILE if src.is_dir() else src, folder / CHECKPOINT_FILE)
 
     def restore(self, folder: Path) -> None:

@@ -115,7 +115,7 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     """Backend kind, device names and profile (as a dict) for the run."""
     from hsdag_core.device_profile import Profile
 
-    backend, devices = cfg.backend, list(cfg.devices)
+    backend, devices = cfg.env.backend, list(cfg.env.devices)
     if backend == "default":
         import openvino as ov
 
@@ -131,35 +131,35 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     if get_backend(backend).simulated:
         if devices:  # refused before a profile is recorded for them
             check_two_devices(devices)
-        if cfg.profile:
-            prof = Profile.load(cfg.profile)
+        if cfg.env.profile:
+            prof = Profile.load(cfg.env.profile)
         else:
-            prof, _ = default_profile(cfg.model, devices, cfg.input_shape, cfg.threads, say)
+            prof, _ = default_profile(cfg.run.model, devices, cfg.run.input_shape, cfg.timing.threads, say)
         if not devices and len(prof.devices) < 2:
-            raise UsageError(f"the profile {cfg.profile} has only {', '.join(prof.device_names)}, "
+            raise UsageError(f"the profile {cfg.env.profile} has only {', '.join(prof.device_names)}, "
                              "and placement needs at least two devices; record one of two with "
                              "python -m hsdag_ray.profile (e.g. --devices CPU --modeled GPU_MODEL)")
         devices = devices or prof.device_names
         missing = [d for d in devices if d not in prof.devices]
         if missing:
-            raise UsageError(f"device {missing[0]} is not in the profile {cfg.profile} (it has "
+            raise UsageError(f"device {missing[0]} is not in the profile {cfg.env.profile} (it has "
                              f"{', '.join(prof.device_names)}); record one with it with "
                              "python -m hsdag_ray.profile, or leave out --profile")
-        if cfg.sim_profile:
-            sim = Profile.load(cfg.sim_profile)
+        if cfg.env.sim_profile:
+            sim = Profile.load(cfg.env.sim_profile)
             absent = [d for d in devices if d not in sim.devices]
             if absent:
                 raise UsageError(f"device {absent[0]} is not in the simulator's profile "
-                                 f"{cfg.sim_profile} (it has {', '.join(sim.device_names)}); "
+                                 f"{cfg.env.sim_profile} (it has {', '.join(sim.device_names)}); "
                                  "give --sim-profile a profile of the run's devices")
         return backend, devices, prof.to_json()
     from hsdag_ray.cli import resolve_devices
 
     default = default_devices(backend)
     check_two_devices(devices or default, real=True)
-    devices = resolve_devices(devices or default, cfg.threads, backend, here=not cfg.address)
+    devices = resolve_devices(devices or default, cfg.timing.threads, backend, here=not cfg.run.address)
     # a profile of the same devices lets the exact solvers' placement be measured too
-    return backend, devices, Profile.load(cfg.profile).to_json() if cfg.profile else None
+    return backend, devices, Profile.load(cfg.env.profile).to_json() if cfg.env.profile else None
 
 
 def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
@@ -170,21 +170,21 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
     known to lack one (the simulator always has one)."""
     from policies.registry import get
 
-    if not get(cfg.method).costs:
+    if not get(cfg.run.method).costs:
         return ""
     from envs.latency_model import MODELED_OBJECTIVES
 
-    if cfg.objective not in MODELED_OBJECTIVES:
-        return (f"--method {cfg.method} models the {' and '.join(MODELED_OBJECTIVES)} "
-                f"objectives; use one of them, or another method for the {cfg.objective} objective")
+    if cfg.env.objective not in MODELED_OBJECTIVES:
+        return (f"--method {cfg.run.method} models the {' and '.join(MODELED_OBJECTIVES)} "
+                f"objectives; use one of them, or another method for the {cfg.env.objective} objective")
     if devices is None:
-        known_real = cfg.backend != "default" and get_backend(cfg.backend).real
-        lacks = "none" if known_real and not cfg.profile else ""
+        known_real = cfg.env.backend != "default" and get_backend(cfg.env.backend).real
+        lacks = "none" if known_real and not cfg.env.profile else ""
     else:
         lacks = _profile_lacks(devices, profile)
     if not lacks:
         return ""
-    return (f"--method {cfg.method} reads the run's profile of every device, and the run has "
+    return (f"--method {cfg.run.method} reads the run's profile of every device, and the run has "
             f"{lacks}; record one with python -m hsdag_ray.profile and give it with --profile FILE")
 
 
@@ -192,13 +192,13 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
     """What ``--screen`` lacks in the run, in one sentence ("" when nothing or off)."""
     from policies.registry import get
 
-    if cfg.screen <= 0:
+    if cfg.aids.screen <= 0:
         return ""
-    if get(cfg.method).costs:
-        return (f"--method {cfg.method} proposes its latency model's own optimum, so there is "
+    if get(cfg.run.method).costs:
+        return (f"--method {cfg.run.method} proposes its latency model's own optimum, so there is "
                 "nothing to screen; drop --screen")
-    if cfg.objective != "sequential":
-        return f"--screen predicts the sequential objective; drop it for the {cfg.objective} objective"
+    if cfg.env.objective != "sequential":
+        return f"--screen predicts the sequential objective; drop it for the {cfg.env.objective} objective"
     lacks = _profile_lacks(devices, profile)
     if lacks:
         return (f"--screen predicts latencies from the run's profile of every device, and the run has "
@@ -210,22 +210,22 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
     """What ``--refit-every``, ``--neighbour-every`` or ``--etf-start`` lacks in the run, in
     one sentence ("" when nothing or off)."""
     every = neighbour_every(cfg)
-    if cfg.etf_start:
+    if cfg.aids.etf_start:
         from policies.registry import get
 
-        if get(cfg.method).kind == "solver":
-            return (f"--etf-start warm-starts the methods that search; {cfg.method} computes "
+        if get(cfg.run.method).kind == "solver":
+            return (f"--etf-start warm-starts the methods that search; {cfg.run.method} computes "
                     "one placement, so drop it")
         lacks = _profile_lacks(devices, profile)
         if lacks:
             return (f"--etf-start solves m-ETF on the run's profile of every device, and the run "
                     f"has {lacks}; give one with --profile FILE")
-    if cfg.refit_every > 0 and every > 0:
+    if cfg.aids.refit_every > 0 and every > 0:
         return "--refit-every and --neighbour-every both queue the run's proposals; use one of them"
-    if cfg.refit_every <= 0:
+    if cfg.aids.refit_every <= 0:
         return ""
-    if cfg.objective != "sequential":
-        return (f"--refit-every refits the sequential objective; drop it for the {cfg.objective} "
+    if cfg.env.objective != "sequential":
+        return (f"--refit-every refits the sequential objective; drop it for the {cfg.env.objective} "
                 "objective")
     lacks = _profile_lacks(devices, profile)
     if lacks:
@@ -257,7 +257,7 @@ def reward_of_run(cfg: TrainConfig) -> str:
     """The run's reward: ``--reward``, or the method's own when none is given."""
     from policies.registry import get
 
-    return cfg.reward or get(cfg.method).reward
+    return cfg.learning.reward or get(cfg.run.method).reward
 
 
 #: HSDAG's incumbent prior with ``--guide`` (``--incumbent-prior -1``): the logit by which
@@ -273,11 +273,11 @@ def incumbent_prior(cfg: TrainConfig) -> float:
     ``--guide`` and 0 without; 0 for a method whose policy has no incumbent prior."""
     from policies.registry import get
 
-    if not get(cfg.method).incumbent_prior:
+    if not get(cfg.run.method).incumbent_prior:
         return 0.0
-    if cfg.incumbent_prior >= 0:
-        return cfg.incumbent_prior
-    return GUIDE_INCUMBENT_PRIOR if cfg.guide else 0.0
+    if cfg.hsdag.incumbent_prior >= 0:
+        return cfg.hsdag.incumbent_prior
+    return GUIDE_INCUMBENT_PRIOR if cfg.run.guide else 0.0
 
 
 def samples_around_incumbent(cfg: TrainConfig) -> bool:
@@ -289,22 +289,25 @@ def samples_around_incumbent(cfg: TrainConfig) -> bool:
 def neighbour_every(cfg: TrainConfig) -> int:
     """``--neighbour-every`` resolved: as given, or (-1) :data:`NEIGHBOUR_EVERY` with
     ``--guide`` unless ``--refit-every`` queues the run's proposals, else 0."""
-    if cfg.neighbour_every >= 0:
-        return cfg.neighbour_every
-    return NEIGHBOUR_EVERY if cfg.guide and cfg.refit_every <= 0 else 0
+    if cfg.aids.neighbour_every >= 0:
+        return cfg.aids.neighbour_every
+    return NEIGHBOUR_EVERY if cfg.run.guide and cfg.aids.refit_every <= 0 else 0
 
 
-def resolved(cfg: TrainConfig) -> TrainConfig:
+def resolved(cfg: TrainConfig, prior_device: int = -1) -> TrainConfig:
     """``cfg`` with what ``--guide`` decides written out (``incumbent_prior``,
-    ``neighbour_every``), so the method's own settings read plain numbers."""
-    return dataclasses.replace(cfg, incumbent_prior=incumbent_prior(cfg),
-                               neighbour_every=neighbour_every(cfg))
+    ``neighbour_every``) and HSDAG's ``prior_device`` (``--start best_single``: the fastest
+    single device's index; -1 none), so the method's own settings read plain numbers."""
+    hsdag = dataclasses.replace(cfg.hsdag, incumbent_prior=incumbent_prior(cfg),
+                                prior_device=prior_device)
+    return dataclasses.replace(cfg, hsdag=hsdag,
+                               aids=dataclasses.replace(cfg.aids, neighbour_every=neighbour_every(cfg)))
 
 
 def guide_of(cfg: TrainConfig) -> Optional[str]:
     """Which guide queues the run's suggested placements: ``"refit"`` (``--refit-every``),
     ``"neighbours"`` (``--neighbour-every``, resolved) or None."""
-    if cfg.refit_every > 0:
+    if cfg.aids.refit_every > 0:
         return "refit"
     return "neighbours" if neighbour_every(cfg) > 0 else None
 
@@ -312,7 +315,7 @@ def guide_of(cfg: TrainConfig) -> Optional[str]:
 def reads_incumbent(cfg: TrainConfig) -> bool:
     """Whether the run's environment carries the incumbent's features: ``--incumbent``, or
     a method that samples around the incumbent (HSDAG with the prior on)."""
-    return cfg.incumbent or samples_around_incumbent(cfg)
+    return cfg.env.incumbent or samples_around_incumbent(cfg)
 
 
 def exact_start_applies(cfg: TrainConfig, backend: str) -> bool:
@@ -328,7 +331,7 @@ def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
     aids = []
     if exact_start_applies(cfg, backend):
         aids.append("exact start")
-    if cfg.etf_start:
+    if cfg.aids.etf_start:
         aids.append("m-ETF start")
     if samples_around_incumbent(cfg):
         aids.append("incumbent prior")
@@ -342,18 +345,22 @@ def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
                store: str) -> dict[str, Any]:
-    from envs.base import TimingConfig
+    """The environment's settings (:class:`envs.env_config.EnvConfig` as a mapping): every
+    field of it that a section of the run has under the same name, the run's sections
+    ``timing`` and ``features`` as they are, and what the run resolved (the backend, the
+    devices, the profiles, the reward, whether the incumbent is read and suggestions
+    queued)."""
+    from envs.env_config import EnvConfig
 
-    timing = TimingConfig(repeats=cfg.repeats, threads=cfg.threads, timeout_s=cfg.timeout)
-    return {"model": cfg.model, "coarsen": cfg.coarsen, "backend": backend, "devices": devices,
-            "profile": profile, "objective": cfg.objective, "reward": reward_of_run(cfg),
-            "episode_len": cfg.episode_len, "failure_factor": cfg.failure_factor,
-            "features": asdict(cfg.features()), "timing": asdict(timing), "store": store,
-            "input_shape": cfg.input_shape, "memory_penalty": cfg.memory_penalty,
-            "sim_delay_s": cfg.sim_delay_s, "incumbent": reads_incumbent(cfg),
-            "incumbent_share": cfg.incumbent_share,
-            "sim_profile": _profile_json(cfg.sim_profile), "screen": cfg.screen,
-            "suggestions": guide_of(cfg) is not None}
+    env_names = {f.name for f in dataclasses.fields(EnvConfig)}
+    shared = {name: getattr(getattr(cfg, section), name)
+              for section in ("run", "env", "learning", "aids")
+              for name in (f.name for f in dataclasses.fields(getattr(cfg, section)))
+              if name in env_names}
+    return {**shared, "backend": backend, "devices": devices, "profile": profile,
+            "reward": reward_of_run(cfg), "features": asdict(cfg.features),
+            "timing": asdict(cfg.timing), "store": store, "incumbent": reads_incumbent(cfg),
+            "sim_profile": _profile_json(cfg.env.sim_profile), "suggestions": guide_of(cfg) is not None}
 
 
 def _profile_json(path: str) -> Optional[dict]:

@@ -26,22 +26,22 @@ def measure_start(cfg, cfg_run, ckpt, method, env_cfg: dict, real: bool, resourc
     from envs.measuring import measuring_service, release
 
     known = "latency_s" in (state.get("baselines") or {})
-    first = (bool(cfg.init) or exact or cfg.etf_start) and cfg.budget > 0 \
+    first = (bool(cfg.run.init) or exact or cfg.aids.etf_start) and cfg.run.budget > 0 \
         and store.stats()["placements"] == 0
     baselines = Baselines.from_json(state["baselines"]) if known else None
     if not known or first:
         service = measuring_service(env_cfg, real, resources, tracked=first)
         try:
             if not known:
-                baselines = compute_baselines(service, env, cfg.objective, say,
-                                              time_limit=cfg.solver_time_limit)
-            if first and cfg.init:
+                baselines = compute_baselines(service, env, cfg.env.objective, say,
+                                              time_limit=cfg.env.solver_time_limit)
+            if first and cfg.run.init:
                 _measure_first(cfg_run, ckpt, method, env_cfg, real, service, env,
                                baselines.single_devices(), say)
             if first and exact:
                 _measure_exact(baselines, service, say)
-            if first and cfg.etf_start:
-                state["etf_start"] = _measure_etf(env, service, cfg.objective, say)
+            if first and cfg.aids.etf_start:
+                state["etf_start"] = _measure_etf(env, service, cfg.env.objective, say)
         finally:
             release(service)
     state["baselines"] = baselines.to_json()
@@ -64,7 +64,7 @@ def _measure_first(cfg, ckpt, method, env_cfg: dict, real: bool, service, env,
     from envs.measuring import call
     from hsdag_ray.pretrained import first_placement
 
-    p = first_placement(ckpt, method, env_cfg, real, seed=cfg.seed)
+    p = first_placement(ckpt, method, env_cfg, real, seed=cfg.run.seed)
     [latency] = call(service, "measure_batch", [p.tolist()])
     say(f"the pre-trained policy's greedy placement: {latency * 1e3:.4g} ms")
     start = start_placement(env.graph.num_nodes, env.devices, singles, getattr(env, "repair_limits", None))

@@ -121,8 +121,8 @@ class Run:
         if resume is not None:
             self.dir = absolute(resume)
         else:
-            name = cfg.name or f"{model_label(cfg.model)}-{cfg.method}-{time.strftime('%Y%m%d-%H%M%S')}"
-            self.dir = absolute(Path(cfg.out) / name)
+            name = cfg.run.name or f"{model_label(cfg.run.model)}-{cfg.run.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+            self.dir = absolute(Path(cfg.run.out) / name)
             # a run that failed before it started left only what the libraries printed
             if self.dir.is_dir() and any(f.name != "libraries.log" for f in self.dir.iterdir()):
                 raise UsageError(f"run folder {self.dir} exists already; choose another --name or "

@@ -94,12 +94,12 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
     best, source = choose_best(method_best, single_devices(figures), env.graph.num_nodes, env.devices)
     simulated = env.backend.name.startswith("simulator")
     summary: dict[str, Any] = {
-        "model": cfg.model, "method": cfg.method, "algo": cfg.algo, "backend": env.backend.name,
+        "model": cfg.run.model, "method": cfg.run.method, "algo": cfg.learning.algo, "backend": env.backend.name,
         # a real backend's sequential figure is its measured latency ("measured"); its
         # throughput figure, a measured pipeline's time per sample, keeps the objective's name
-        "objective": cfg.objective if simulated or cfg.objective != "sequential" else "measured",
-        "devices": env.devices, "seed": cfg.seed, "features": asdict(cfg.features()),
-        "cost_features": bool(cfg.features().cost),
+        "objective": cfg.env.objective if simulated or cfg.env.objective != "sequential" else "measured",
+        "devices": env.devices, "seed": cfg.run.seed, "features": asdict(cfg.features),
+        "cost_features": bool(cfg.features.cost),
         "iterations": state["iteration"], "placements": stats["placements"],
         "measurements": stats["measurements"], "failures": stats["failures"],
         "screened": stats.get("screened", 0), "suggested": stats.get("suggested", 0),
@@ -148,17 +148,17 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         summary["best_latency_s"] = best["latency_s"]
         if t_cpu is not None and math.isfinite(t_cpu):
             summary["speedup_vs_cpu"] = 1 - best["latency_s"] / t_cpu
-        what = cfg.method if source == "learner" else source
+        what = cfg.run.method if source == "learner" else source
         plots.placed_graph(env.graph, node_placement, env.devices, run_dir.dir / "placement.png",
-                           title=f"{cfg.model}: best placement, {what} "
+                           title=f"{cfg.run.model}: best placement, {what} "
                                  f"({best['latency_s'] * 1e3:.3f} ms)")
     if source not in ("learner", "none"):
-        say(f"{cfg.method} did not beat the fastest single device; the run's best is {source}")
+        say(f"{cfg.run.method} did not beat the fastest single device; the run's best is {source}")
     # every measurement's latency in order (None: it failed): measurements-to-target in tables
     summary["latencies_s"] = list(state["latencies"])
     lat = [x if x is not None else math.inf for x in state["latencies"]]
     plots.learning_curve(lat, run_dir.dir / "learning_curve.png", figures,
-                         title=f"{cfg.model} / {cfg.method} / {env.backend.name}")
+                         title=f"{cfg.run.model} / {cfg.run.method} / {env.backend.name}")
     return summary
 
 

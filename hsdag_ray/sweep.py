@@ -62,8 +62,8 @@ __all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "GUIDE_MODES", "trials
 #: the paper's ablation: HSDAG with one feature group off at a time
 ABLATION_VARIANTS: dict[str, dict[str, Any]] = {
     "full": {},
-    "no structural": {"no_fractal": True, "no_degree": True},
-    "no output shape": {"no_shape": True},
+    "no structural": {"fractal": False, "degree": False},
+    "no output shape": {"shape": False},
     "no node id": {"position": "none"},
 }
 
@@ -115,7 +115,7 @@ class SweepConfig:
                   "out": str(runs), "name": trial["name"], "address": "",
                   "guide": bool(trial.get("guided"))}
         try:
-            cfg = TrainConfig(**values)
+            cfg = TrainConfig.of(**values)
         except TypeError as e:
             raise UsageError(f"bad training setting in the sweep: {e}") from None
         return cfg
@@ -179,7 +179,7 @@ def _measures(cfg: TrainConfig) -> bool:
     for them), so its measuring actors hold measuring slots."""
     from envs.backends import is_real
 
-    return is_real(cfg.backend) or cfg.sim_delay_s > 0
+    return is_real(cfg.env.backend) or cfg.env.sim_delay_s > 0
 
 
 def _resources(sc: SweepConfig, cfg: TrainConfig):
@@ -201,13 +201,13 @@ def _resources(sc: SweepConfig, cfg: TrainConfig):
 
     from envs.backends import is_real
 
-    runners = cfg.env_runners
+    runners = cfg.run.env_runners
     # the driver on the sweep's machine: its run folder is where the sweep reads and resumes it
     driver = {"CPU": 1} | ({f"node:{ray.util.get_node_ip_address()}": 0.001} if ray.is_initialized() else {})
     if _measures(cfg):
-        devices = list(cfg.devices) or (default_devices(cfg.backend) if is_real(cfg.backend) else [])
+        devices = list(cfg.env.devices) or (default_devices(cfg.env.backend) if is_real(cfg.env.backend) else [])
         slot = measuring_resources(devices) if devices else {MEASURE_RESOURCE: 1}
-        gpus = measuring_gpus({"backend": cfg.backend, "devices": devices})
+        gpus = measuring_gpus({"backend": cfg.env.backend, "devices": devices})
         if gpus:
             slot = {**slot, "GPU": gpus}
         return tune.PlacementGroupFactory([driver] + [slot] * max(runners, 1), strategy="SPREAD")
@@ -227,13 +227,13 @@ def _check_resources(pgf, cfg: TrainConfig) -> None:
     if not key:
         return
     if key == MEASURE_RESOURCE:
-        fix = (f"a trial on real devices (--backend {cfg.backend}) measures on machines that "
+        fix = (f"a trial on real devices (--backend {cfg.env.backend}) measures on machines that "
                f"advertise it, one measurement at a time: start Ray on them with "
                f"--resources='{{\"{MEASURE_RESOURCE}\": 1}}' as in cluster/config.yaml"
                + (", or set train: {env_runners: N} to at most the measuring machines"
-                  if cfg.env_runners > 1 else ""))
+                  if cfg.run.env_runners > 1 else ""))
     elif key == "GPU":
-        fix = (f"a measuring actor holds the GPUs of its devices ({', '.join(cfg.devices)}): start "
+        fix = (f"a measuring actor holds the GPUs of its devices ({', '.join(cfg.env.devices)}): start "
                "Ray on the measuring machines with --num-gpus, or measure on other --devices")
     elif key == "CPU":
         fix = "start Ray with more CPUs (ray start --num-cpus), or ask for fewer env_runners"
@@ -270,7 +270,7 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
     for t in grid:
         cfg = sc.trial_config(t, Path(sc.out))
         cfg.validate()
-        backends.add(cfg.backend)
+        backends.add(cfg.env.backend)
         why = unmet_needs(cfg)
         if why:
             unmet[t["method"]] = why
@@ -476,7 +476,8 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
             values[key] = _list(values[key])
     if isinstance(values.get("seeds"), (str, int)):
         values["seeds"] = _list(values["seeds"], int)
-    kind = BACKENDS.get(values["train"].get("backend", SWEEP_BACKEND))
+    train = TrainConfig.of(**values["train"])  # refuses an unknown setting before any trial
+    kind = BACKENDS.get(train.env.backend if train.env.backend != "default" else SWEEP_BACKEND)
     if kind is not None and kind.simulated:
         # trials run side by side already; with the simulator each samples in its own process
         values["train"] = {"env_runners": 0, **values["train"]}

@@ -33,14 +33,12 @@ shows it on the console instead).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import math
 import os
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -62,7 +60,7 @@ def _start_ray(cfg: TrainConfig, real: bool) -> bool:
     """Start (or join, with ``--address``) Ray unless it runs already; True if started here."""
     from hsdag_ray.local_ray import start_or_join
 
-    return start_or_join(cfg.address, real, {"OMP_NUM_THREADS": str(cfg.torch_threads),
+    return start_or_join(cfg.run.address, real, {"OMP_NUM_THREADS": str(cfg.run.torch_threads),
                                              "WANDB_MODE": os.environ["WANDB_MODE"]})
 
 
@@ -76,9 +74,9 @@ def _measuring_runners(cfg: TrainConfig, real: bool, devices: list[str],
     from hsdag_ray.nodes import measuring_gpus, measuring_resources, measuring_slots
 
     if not real:
-        return cfg.env_runners, None
+        return cfg.run.env_runners, None
     resources = measuring_resources(devices)
-    gpus = measuring_gpus({"backend": cfg.backend, "devices": devices})
+    gpus = measuring_gpus({"backend": cfg.env.backend, "devices": devices})
     slots = measuring_slots({**resources, "GPU": gpus} if gpus else resources)
     if slots < 1 and gpus and measuring_slots(resources) > 0:
         raise UsageError(f"no measuring machine with the devices {', '.join(devices)} has the "
@@ -89,10 +87,10 @@ def _measuring_runners(cfg: TrainConfig, real: bool, devices: list[str],
                          "resource; start measuring nodes as in cluster/config.yaml")
     if len(resources) > 1:
         say(f"measuring on the {slots} machine(s) with the devices {', '.join(devices)}")
-    if cfg.env_runners > slots:
+    if cfg.run.env_runners > slots:
         say(f"{slots} measuring machine(s): using {slots} EnvRunner(s), one per machine")
         return slots, resources
-    return cfg.env_runners, resources
+    return cfg.run.env_runners, resources
 
 
 def _metrics_row(state: dict[str, Any], new: list[dict], stats: dict[str, Any],
@@ -172,14 +170,14 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
     :class:`policies.search.neighbour_guide.NeighbourGuide`) queues its proposals in the store
     between iterations."""
     wall_before, t_loop, empty, t_progress = state["wall_s"], time.time(), 0, time.time()
-    target = max(cfg.budget, 1)  # budget 0 (zero-shot): the one iteration that places
+    target = max(cfg.run.budget, 1)  # budget 0 (zero-shot): the one iteration that places
     if not run_dir.has_checkpoint() or state["iteration"] == 0:
         # the start (baselines, first placements) checkpointed: a run killed from here on
         # resumes, never starts over; the metrics rows written after the latest
         # checkpoint are cut back when resumed (Run.truncate_metrics)
         _checkpoint(driver, store, run_dir, state)
-    cap = target * (PROPOSAL_CAP if cfg.budget_unit == "measurements" else 1)
-    while ((stats := store.stats())[cfg.budget_unit] < target and _within_caps(stats, cap, target)
+    cap = target * (PROPOSAL_CAP if cfg.run.budget_unit == "measurements" else 1)
+    while ((stats := store.stats())[cfg.run.budget_unit] < target and _within_caps(stats, cap, target)
            and not driver.done):
         t_it = time.time()
         before = stats  # the loop test's count: the store is not asked twice per iteration
@@ -210,7 +208,7 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
             guide.after_iteration()
         progress.update(row)
         state["wall_s"] = row["wall_s"]
-        if state["iteration"] % cfg.checkpoint_every == 0:
+        if state["iteration"] % cfg.run.checkpoint_every == 0:
             _checkpoint(driver, store, run_dir, state)
 
 
@@ -221,12 +219,12 @@ def _guide(cfg: TrainConfig, env, store):
     if kind == "refit":
         from policies.search.refit_guide import RefitGuide
 
-        return RefitGuide(env, store, cfg.refit_every, seed=cfg.seed, objective=cfg.objective)
+        return RefitGuide(env, store, cfg.aids.refit_every, seed=cfg.run.seed, objective=cfg.env.objective)
     if kind == "neighbours":
         from policies.search.neighbour_guide import NeighbourGuide
 
-        return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.seed, objective=cfg.objective,
-                              ranked=cfg.neighbour_order == "profile")
+        return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.run.seed, objective=cfg.env.objective,
+                              ranked=cfg.aids.neighbour_order == "profile")
     return None
 
 
@@ -242,8 +240,8 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     backend, devices, profile = resolve_backend(cfg, say)
     check_method_inputs(cfg, devices, profile)
     # a simulator with a measuring time stands for real devices: measured on measuring machines
-    real = is_real(backend) or cfg.sim_delay_s > 0
-    os.environ.setdefault("WANDB_MODE", "offline" if cfg.wandb != "online" else "online")
+    real = is_real(backend) or cfg.env.sim_delay_s > 0
+    os.environ.setdefault("WANDB_MODE", "offline" if cfg.run.wandb != "online" else "online")
     restored = _restore_point(run_dir, resume, say)
     started_ray = _start_ray(cfg, real)
     try:
@@ -252,9 +250,9 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         wall_before = state["wall_s"]  # of the sessions before this one
         state.setdefault("started_at", t_start)  # the clock of curve.jsonl
         env_runners, resources = _measuring_runners(cfg, real, devices, say)
-        cfg_run = dataclasses.replace(cfg, env_runners=env_runners, algo=cfg.algo or method.algo)
+        cfg_run = cfg.replace(env_runners=env_runners, algo=cfg.learning.algo or method.algo)
         env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
-        env = _describing_env(method, env_cfg, cfg.coarsen, say)
+        env = _describing_env(method, env_cfg, cfg.env.coarsen, say)
         exact = exact_start_applies(cfg, backend)
         baselines = measure_start(cfg, cfg_run, ckpt, method, env_cfg, real, resources, env,
                                   store, state, exact, say)
@@ -264,7 +262,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         _write_config(run_dir, cfg, cfg_run, backend, devices, env_cfg)
         driver = _driver(cfg_run, method, env_cfg, real, env, baselines, resources, restored,
                          run_dir, state, say)
-        tracker = Tracker(cfg.wandb, cfg.wandb_project, run_dir.dir, asdict(cfg),
+        tracker = Tracker(cfg.run.wandb, cfg.run.wandb_project, run_dir.dir, cfg.to_dict(),
                           name=run_dir.dir.name, resume=resume is not None)
         _learn(cfg, backend, driver, store, state, run_dir, tracker, env, baselines, quiet,
                on_iteration, say)
@@ -289,17 +287,17 @@ def _settings(cfg: TrainConfig):
 
     from policies.registry import get
 
-    method = get(cfg.method)
+    method = get(cfg.run.method)
     ckpt = None
-    if cfg.init:  # a checkpoint of another method is refused before anything starts
+    if cfg.run.init:  # a checkpoint of another method is refused before anything starts
         from hsdag_ray.pretrained import adopt_settings, check_method, init_soften_factor, read_pretrained
 
-        ckpt = read_pretrained(cfg.init)
-        check_method(ckpt, cfg.method)
+        ckpt = read_pretrained(cfg.run.init)
+        check_method(ckpt, cfg.run.method)
         cfg = adopt_settings(cfg, ckpt)
         init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
     cfg = resolved(cfg)
-    torch.set_num_threads(cfg.torch_threads)
+    torch.set_num_threads(cfg.run.torch_threads)
     return cfg, method, ckpt
 
 
@@ -342,9 +340,9 @@ def _write_config(run_dir: Run, cfg: TrainConfig, cfg_run: TrainConfig, backend:
                   devices: list[str], env_cfg: dict) -> None:
     """``config.json``: the settings as given and what the run resolved them to."""
     (run_dir.dir / "config.json").write_text(json.dumps(
-        {"train": asdict(cfg), "resolved": {"backend": backend, "devices": devices,
-                                            "env_runners": cfg_run.env_runners,
-                                            "algo": cfg_run.algo,
+        {"train": cfg.to_dict(), "resolved": {"backend": backend, "devices": devices,
+                                            "env_runners": cfg_run.run.env_runners,
+                                            "algo": cfg_run.learning.algo,
                                             "reward": env_cfg["reward"]}}, indent=1))
 
 
@@ -371,10 +369,10 @@ def _learn(cfg: TrainConfig, backend: str, driver, store, state: dict[str, Any],
            tracker, env, baselines, quiet: bool, on_iteration, say) -> None:
     """Iterate with progress shown until the budget is spent; say why when the run stops
     short of it."""
-    planned = cfg.budget or cfg.zero_shot_samples  # budget 0: the zero-shot placements
-    progress = console.Progress(planned, store.stats()[cfg.budget_unit], quiet,
+    planned = cfg.run.budget or cfg.run.zero_shot_samples  # budget 0: the zero-shot placements
+    progress = console.Progress(planned, store.stats()[cfg.run.budget_unit], quiet,
                                 reference=console.reference_device(env.devices),
-                                optimum_s=baselines.latency_s.get("optimum"), unit=cfg.budget_unit,
+                                optimum_s=baselines.latency_s.get("optimum"), unit=cfg.run.budget_unit,
                                 optimum_label=console.optimum_label(cfg.profile_measured(backend)))
     try:
         _loop(cfg, driver, store, state, run_dir, tracker, progress, baselines.single_devices(),
@@ -382,11 +380,11 @@ def _learn(cfg: TrainConfig, backend: str, driver, store, state: dict[str, Any],
     finally:
         progress.close()
     stats = store.stats()
-    if stats[cfg.budget_unit] < cfg.budget and not driver.done:
+    if stats[cfg.run.budget_unit] < cfg.run.budget and not driver.done:
         screened = stats.get("screened", 0)
         say(f"stopped at {stats['placements']} placements proposed"
             + (f" ({screened} screened)" if screened else "")
-            + f" with {stats['measurements']} of {cfg.budget} measured: the policy proposes "
+            + f" with {stats['measurements']} of {cfg.run.budget} measured: the policy proposes "
             "placements it has measured before" + (" or that the screen predicts slower"
                                                    if screened else ""))
 
@@ -404,7 +402,7 @@ def _finish(cfg_run: TrainConfig, run_dir: Run, driver, store, state: dict[str, 
     if real:
         service = measuring_service(env_cfg, real, resources)
         try:
-            remeasured = remeasure_result(service, store, baselines, cfg_run.remeasure_rounds, say)
+            remeasured = remeasure_result(service, store, baselines, cfg_run.env.remeasure_rounds, say)
         finally:
             release(service)
     return finish(cfg_run, run_dir, env, store, state, baselines, remeasured, say)

@@ -20,9 +20,10 @@ Adding a method is its own module plus one :func:`register` call below.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 __all__ = ["Method", "METHODS", "register", "get", "load"]
 
@@ -42,8 +43,9 @@ class Method:
         learner: ``rl``: ``"pkg.mod:Class"`` of its REINFORCE learner
             (empty: :class:`policies.reinforce.REINFORCETorchLearner`).
         env: ``rl`` and ``search``: ``"pkg.mod:Class"`` of the environment.
-        model_config: ``rl``: the ``model_config`` of its RLModule from the
-            run's settings (a mapping of :class:`hsdag_ray.config.TrainConfig`'s fields).
+        model_config: ``rl``: the ``model_config`` of its RLModule from the run's
+            settings (a :class:`hsdag_ray.config.TrainConfig` as
+            :func:`hsdag_ray.resolve.resolved` writes it out: typically its own section).
         learner_config: ``rl``: extra settings of its REINFORCE algorithm
             config (e.g. which advantages), from the run's settings.
         ppo_config: ``rl``: extra settings of RLlib's ``PPOConfig.training`` when it
@@ -75,9 +77,9 @@ class Method:
     algo: str = "reinforce"
     learner: str = ""
     env: str = "envs.placement_env:PlacementEnv"
-    model_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
-    learner_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
-    ppo_config: Optional[Callable[[Mapping[str, Any]], dict]] = None
+    model_config: Optional[Callable[[Any], dict]] = None
+    learner_config: Optional[Callable[[Any], dict]] = None
+    ppo_config: Optional[Callable[[Any], dict]] = None
     run: str = ""
     reward: str = "inverse"
     init_soften: float = 1.0
@@ -120,24 +122,14 @@ def load(target: str) -> Any:
 
 
 # ----------------------------------------------------------------------- methods
-def _hsdag_model_config(s: Mapping[str, Any]) -> dict:
-    return {"hidden_dim": s["hidden_dim"], "num_gcn_layers": s["gcn_layers"],
-            "node_state_update": s["node_state_update"], "max_seq_len": s["episode_len"],
-            "grouping_noise": s["grouping_noise"], "self_loops": s["self_loops"],
-            "node_moves": s.get("node_moves", False),
-            "segment_moves": s.get("segment_moves", False),
-            "sampled_grouping": s.get("sampled_grouping", False),
-            "move_floor": s.get("move_floor", 0.0), "incumbent_prior": s.get("incumbent_prior", 0.0),
-            "incumbent_flips": s.get("incumbent_flips", 0.0),
-            "prior_device": s.get("prior_device", -1), "prior_logit": s.get("start_logit", 2.0),
-            "graph_norm": s.get("graph_norm", True)}
+def _hsdag_model_config(cfg) -> dict:
+    return {**dataclasses.asdict(cfg.hsdag), "max_seq_len": cfg.learning.episode_len}
 
 
-def _batch_advantages(s: Mapping[str, Any]) -> dict:
-    return {"advantages": s["advantages"], "replay_episodes": s.get("replay_episodes", 0),
-            "replay": s.get("replay", "elite"), "num_epochs": s.get("num_epochs", 1),
-            "stall_patience": s.get("stall_patience", 0), "stall_entropy": s.get("stall_entropy", 0.1),
-            "stall_shrink": s.get("stall_shrink", 1.0)}
+def _batch_advantages(cfg) -> dict:
+    return {name: getattr(cfg.learning, name) for name in (
+        "advantages", "replay_episodes", "replay", "num_epochs", "stall_patience",
+        "stall_entropy", "stall_shrink")}
 
 
 register(Method(
@@ -159,12 +151,11 @@ register(Method(
     )))
 
 
-def _placeto_model_config(s: Mapping[str, Any]) -> dict:
-    # rounds: PlacetoConfig's default (the paper's 8) until the run has a setting for it
-    return {"hidden_dim": s["hidden_dim"]}
+def _placeto_model_config(cfg) -> dict:
+    return dataclasses.asdict(cfg.placeto)
 
 
-def _placeto_learner_config(s: Mapping[str, Any]) -> dict:
+def _placeto_learner_config(cfg) -> dict:
     # undiscounted returns within an episode, as the paper (a gamma setting would go here)
     return {"gamma": 1.0}
 
@@ -183,16 +174,15 @@ register(Method(
     budget_after_imitation=0))
 
 
-def _rnn_model_config(s: Mapping[str, Any]) -> dict:
-    return {"hidden_dim": s["hidden_dim"], "grouper": s["rnn_groups"] > 0,
-            "num_groups": max(1, s["rnn_groups"])}
+def _rnn_model_config(cfg) -> dict:
+    return dataclasses.asdict(cfg.rnn)
 
 
 register(Method(
     name="rnn", kind="rl",
     description="RNN placer (Mirhoseini et al., ICML 2017): seq2seq over ops in topological order, "
-                "bidirectional LSTM encoder, attentional LSTM decoder; --rnn-groups G adds the "
-                "learned grouper of the 2018 paper",
+                "bidirectional LSTM encoder, attentional LSTM decoder; --grouper --num-groups G "
+                "adds the learned grouper of the 2018 paper",
     module="policies.rnn.module:RNNPlacerRLModule", learner="policies.rnn.learner:RNNPlacerTorchLearner",
     model_config=_rnn_model_config, reward="neg_sqrt",
     departures=("the loss is -advantage x log-probability with reward -sqrt(runtime), "
@@ -215,12 +205,11 @@ register(Method(
                 "throughput objective"))
 
 
-def _gdp_model_config(s: Mapping[str, Any]) -> dict:
-    # the placer's depth, heads and segment length: GDPConfig's defaults
-    return {"hidden_dim": s["hidden_dim"]}
+def _gdp_model_config(cfg) -> dict:
+    return dataclasses.asdict(cfg.gdp)
 
 
-def _gdp_ppo_config(s: Mapping[str, Any]) -> dict:
+def _gdp_ppo_config(cfg) -> dict:
     # No KL penalty: the KL of a placement sums over every node, so it passes PPO's target
     # (0.01) after any real step and the adaptive coefficient grows until the policy freezes
     # (tiny_cnn, lr 1e-2: no progress in 360 placements). The clipped ratio bounds the steps.

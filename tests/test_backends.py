@@ -40,14 +40,14 @@ def test_the_registry_is_the_one_list_of_backends():
     with pytest.raises(ValueError, match="registered twice"):
         register(BackendKind("simulator", "x:y", False, ""))
     with pytest.raises(Exception, match="unknown backend 'nope'"):
-        TrainConfig(backend="nope").validate()
+        TrainConfig.of(backend="nope").validate()
 
 
 def test_a_new_backend_is_its_class_and_one_registration(tiny_graph_and_profile):
     graph, profile = tiny_graph_and_profile
     register(BackendKind("half", f"{__name__}:half_backend", False, "the simulator, halved"))
     try:
-        TrainConfig(backend="half").validate()  # the command line accepts it
+        TrainConfig.of(backend="half").validate()  # the command line accepts it
         half = make_backend("half", graph, profile=profile)
         sim = make_backend("simulator", graph, profile=profile)
         p = np.zeros(graph.num_nodes, dtype=np.int64)

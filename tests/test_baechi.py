@@ -139,7 +139,7 @@ def test_train_m_etf_on_the_simulator_is_measured_once(tmp_path):
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name="etf",
                       method="m-etf", budget=20)
     train(cfg, quiet=True)
@@ -158,7 +158,7 @@ def test_etf_start_measures_m_etf_first_for_a_learned_method(tmp_path):
     from hsdag_ray.resolve import resolve_backend
     from hsdag_ray.train import train
 
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name="hsdag",
                       method="hsdag", budget=20, episode_len=10, etf_start=True)
     train(cfg, quiet=True)
@@ -166,12 +166,12 @@ def test_etf_start_measures_m_etf_first_for_a_learned_method(tmp_path):
     log = json.loads((tmp_path / "hsdag" / "store.json").read_text())["log"]
     assert s["etf_start"] and s["guided_by"] == ["m-ETF start"] and not s["exact_start"]
     _, devices, profile = resolve_backend(cfg, lambda msg: None)
-    graph = build_graph(cfg.model, cfg.coarsen)[2]
+    graph = build_graph(cfg.run.model, cfg.env.coarsen)[2]
     costs = cost_graph(graph, Profile.from_json(profile), devices)
-    etf = solve(costs, cfg.objective, "m-etf")
+    etf = solve(costs, cfg.env.objective, "m-etf")
     assert log[0]["suggested"]
     assert log[0]["latency_s"] == pytest.approx(Simulator(costs).evaluate(etf.placement,
-                                                                          cfg.objective).value)
+                                                                          cfg.env.objective).value)
     assert s["measurements"] >= 2
 
 
@@ -181,10 +181,10 @@ def test_etf_start_needs_a_profile_and_a_searching_method():
     from hsdag_ray.resolve import check_method_inputs
 
     with pytest.raises(UsageError, match="--etf-start solves m-ETF on the run's profile"):
-        check_method_inputs(TrainConfig(method="placeto", etf_start=True), ["CPU", "CPU_F32"], None)
+        check_method_inputs(TrainConfig.of(method="placeto", etf_start=True), ["CPU", "CPU_F32"], None)
     from hsdag_ray.resolve import resolve_backend
 
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       method="m-etf", etf_start=True)
     _, devices, profile = resolve_backend(cfg, lambda msg: None)
     with pytest.raises(UsageError, match="m-etf computes one placement, so drop it"):

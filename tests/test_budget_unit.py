@@ -13,7 +13,7 @@ pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in thi
 
 
 def _run(tmp_path, name: str, **kw) -> dict:
-    cfg = TrainConfig(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], env_runners=0,
+    cfg = TrainConfig.of(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], env_runners=0,
                       wandb="disabled", out=str(tmp_path), name=name, checkpoint_every=100, **kw)
     return train(cfg, quiet=True)
 
@@ -36,4 +36,4 @@ def test_a_policy_that_proposes_nothing_new_stops_at_the_proposal_cap(tmp_path):
 
 def test_budget_unit_is_checked():
     with pytest.raises(UsageError, match="budget_unit must be placements or measurements"):
-        TrainConfig(budget_unit="seconds").validate()
+        TrainConfig.of(budget_unit="seconds").validate()

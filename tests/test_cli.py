@@ -233,7 +233,7 @@ def test_a_command_can_reword_a_settings_help_and_only_an_existing_ones():
 
     ap = build_parser(help_for={"budget": "placements of reinforcement"})
     assert "placements of reinforcement" in ap.format_help()
-    assert ap.parse_args(["--budget", "7"]).budget == 7
+    assert getattr(ap.parse_args(["--budget", "7"]), "run.budget") == 7
     with pytest.raises(ValueError, match="no setting named budgett"):
         build_parser(help_for={"budgett": "typo"})
 

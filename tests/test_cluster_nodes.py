@@ -52,7 +52,7 @@ def test_training_goes_on_when_a_measuring_machine_dies(cluster, tmp_path):
             cluster.remove_node(victim)
             killed_after.append(row["measurements"])
 
-    cfg = TrainConfig(**SIM, budget=60, episodes_per_iteration=2, env_runners=2,
+    cfg = TrainConfig.of(**SIM, budget=60, episodes_per_iteration=2, env_runners=2,
                       checkpoint_every=1, out=str(tmp_path), name="dies")
     s = train(cfg, quiet=True, on_iteration=kill)
     rows, store = _runs(tmp_path, "dies")
@@ -77,14 +77,14 @@ def test_a_run_measures_only_on_machines_with_its_devices(cluster, tmp_path):
                                                    devices_resource(reversed(mine)): 1})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
-    cfg = TrainConfig(**SIM, devices=mine, budget=30, env_runners=2, out=str(tmp_path), name="set")
+    cfg = TrainConfig.of(**SIM, devices=mine, budget=30, env_runners=2, out=str(tmp_path), name="set")
     s = train(cfg, quiet=True)
     _, store = _runs(tmp_path, "set")
     assert {e["node"] for e in store["log"]} == {good.node_id} != {other.node_id}
     assert s["measured_on"] == good.node_id
     # no machine has these devices: one sentence, before anything runs
     with pytest.raises(UsageError, match="no measuring machine of the cluster has the devices"):
-        train(TrainConfig(**SIM, devices=["CPU", "GPU_MODEL"], budget=10, out=str(tmp_path),
+        train(TrainConfig.of(**SIM, devices=["CPU", "GPU_MODEL"], budget=10, out=str(tmp_path),
                           name="none"), quiet=True)
 
 

@@ -26,7 +26,7 @@ def test_every_method_runs_through_train(method, devices, tmp_path, tiny_profile
                                          four_device_profile):
     kind = METHODS[method].kind
     profile = tiny_profile_file if devices == 2 else four_device_profile
-    cfg = TrainConfig(model="tiny_cnn", method=method, backend="simulator",
+    cfg = TrainConfig.of(model="tiny_cnn", method=method, backend="simulator",
                       profile=str(profile), budget=20, episode_len=5, env_runners=0,
                       hidden_dim=16, wandb="disabled", out=str(tmp_path), name=method, seed=0)
     s = train(cfg, quiet=True)

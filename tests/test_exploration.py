@@ -156,10 +156,10 @@ def test_a_real_run_gives_the_learner_each_steps_gate_edges(tmp_path, monkeypatc
         return forward_train(self, batch, **kwargs)
 
     monkeypatch.setattr(HSDAGRLModule, "_forward_train", spy)
-    cfg = TrainConfig(model="tiny_cnn", budget=20, env_runners=0, wandb="disabled", out=str(tmp_path),
+    cfg = TrainConfig.of(model="tiny_cnn", budget=20, env_runners=0, wandb="disabled", out=str(tmp_path),
                       name="gates", seed=0, backend="simulator", devices=["CPU", "GPU_MODEL"])
     train(cfg, quiet=True)
     assert seen and all(g is not None for g in seen)
     gates = torch.as_tensor(seen[0])
-    assert gates.dim() == 3 and gates.shape[1] == cfg.episode_len  # [episodes, steps, nodes]
+    assert gates.dim() == 3 and gates.shape[1] == cfg.learning.episode_len  # [episodes, steps, nodes]
     assert bool((gates >= -1).all()) and bool((gates >= 0).any())

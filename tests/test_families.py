@@ -88,7 +88,7 @@ def test_multi_graph_env_draws_graphs_with_their_own_stores():
     from hsdag_ray.pretrain import family_graph_configs
 
     # without the incumbent (pre-training's default) a graph's store holds its steps only
-    cfgs = family_graph_configs(TrainConfig(episode_len=2, incumbent_prior=0.0), "tiny", "train", None)
+    cfgs = family_graph_configs(TrainConfig.of(episode_len=2, incumbent_prior=0.0), "tiny", "train", None)
     env = MultiGraphEnv({"graphs": cfgs, "seed": 1})
     sizes = {e.graph.num_nodes for e in env.envs}
     assert env.max_nodes == max(sizes) and env.observation_space["x"].shape[0] == env.max_nodes

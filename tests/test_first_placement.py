@@ -1,6 +1,5 @@
 """A pre-trained policy's placements fit the devices (zero-shot and the first placement of
 fine-tuning), and fine-tuning measures the policy's greedy placement first."""
-import dataclasses
 import json
 
 import pytest
@@ -24,7 +23,7 @@ def checkpoints(tmp_path_factory):
     accelerator (which holds only half the graph's weights): its greedy placement overflows."""
     root = tmp_path_factory.mktemp("first")
     pre = root / "tiny-hsdag"
-    pretrain(TrainConfig(method="hsdag", budget=30, episode_len=5, env_runners=0, hidden_dim=16,
+    pretrain(TrainConfig.of(method="hsdag", budget=30, episode_len=5, env_runners=0, hidden_dim=16,
                          seed=0, incumbent_prior=0.0), "tiny", pre, say=lambda s: None, imitate_steps=5)
     ckpt = read_pretrained(pre)
     graphs = json.loads((pre / "graphs.json").read_text())
@@ -45,7 +44,7 @@ def _cfg(pre, **kw) -> TrainConfig:
     base = dict(model=HELD_OUT, backend="simulator", devices=list(graphs["devices"]), profile=profile,
                 init=str(pre), env_runners=0, hidden_dim=16, episode_len=5, wandb="disabled",
                 remeasure_rounds=1)
-    return TrainConfig(**{**base, **kw})
+    return TrainConfig.of(**{**base, **kw})
 
 
 def _env(pre):
@@ -76,8 +75,7 @@ def test_a_zero_shot_run_measures_no_overflowing_placement(checkpoints, tmp_path
     from hsdag_ray.train import train
 
     _, overflowing, _ = checkpoints
-    cfg = dataclasses.replace(_cfg(overflowing, budget=0, zero_shot_samples=4, name="zs"),
-                              out=str(tmp_path))
+    cfg = _cfg(overflowing, budget=0, zero_shot_samples=4, name="zs").replace(out=str(tmp_path))
     s = train(cfg, quiet=True)
     log = json.loads((tmp_path / "zs" / "store.json").read_text())["log"]
     assert s["placements"] >= 1 and log and all(e["ok"] for e in log)
@@ -93,8 +91,8 @@ def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, 
 
     _, overflowing, _ = checkpoints
     env_runners = 1 if delay else 0
-    cfg = dataclasses.replace(_cfg(overflowing, budget=12, sim_delay_s=delay, name="ft",
-                                   env_runners=env_runners), out=str(tmp_path))
+    cfg = _cfg(overflowing, budget=12, sim_delay_s=delay, name="ft",
+                                   env_runners=env_runners).replace(out=str(tmp_path))
     s = train(cfg, quiet=True)
     env = _env(overflowing)
     expected = first_placement(read_pretrained(overflowing), get("hsdag"), env.config.to_dict(), False)
@@ -117,7 +115,7 @@ def test_fine_tuning_measures_the_runs_start_after_the_greedy_placement(checkpoi
     from hsdag_ray.train import train
 
     pre = checkpoints[which]
-    cfg = dataclasses.replace(_cfg(pre, budget=6, name="st"), out=str(tmp_path))
+    cfg = _cfg(pre, budget=6, name="st").replace(out=str(tmp_path))
     s = train(cfg, quiet=True)
     env = _env(pre)
     greedy = first_placement(read_pretrained(pre), get("hsdag"), env.config.to_dict(), False)
@@ -140,7 +138,7 @@ def test_a_softened_fine_tuning_run_still_measures_the_checkpoints_greedy_placem
     from hsdag_ray.train import train
 
     pre, _, _ = checkpoints
-    cfg = dataclasses.replace(_cfg(pre, budget=6, init_soften=0.3, name="soft"), out=str(tmp_path))
+    cfg = _cfg(pre, budget=6, init_soften=0.3, name="soft").replace(out=str(tmp_path))
     train(cfg, quiet=True)
     env = _env(pre)
     expected = first_placement(read_pretrained(pre), get("hsdag"), env.config.to_dict(), False)
@@ -168,7 +166,7 @@ def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_firs
     profile = Profile.load(prof)
     profile.mem_capacity["CPU_F32"] = 20000.0
     profile.save(prof)
-    cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], profile=str(prof),
+    cfg = TrainConfig.of(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], profile=str(prof),
                       init=str(pre), budget=6, env_runners=1, episode_len=5, wandb="disabled",
                       remeasure_rounds=1, out=str(tmp_path), name="ov")
     s = train(cfg, quiet=True)

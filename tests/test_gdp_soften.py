@@ -1,5 +1,4 @@
 """train --init-soften with GDP: a pre-trained policy that samples only its greedy placement is spread."""
-import dataclasses
 import json
 
 import pytest
@@ -17,7 +16,7 @@ HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 @pytest.fixture(scope="module")
 def gdp_pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("pre") / "tiny-gdp"
-    pretrain(TrainConfig(method="gdp", budget=20, episode_len=5, env_runners=0, hidden_dim=16,
+    pretrain(TrainConfig.of(method="gdp", budget=20, episode_len=5, env_runners=0, hidden_dim=16,
                          seed=0), "tiny", out, say=lambda s: None, imitate_steps=20)
     return out
 
@@ -33,7 +32,7 @@ def test_init_soften_spreads_gdp_and_keeps_its_greedy_placement(gdp_pretrained):
     ckpt = read_pretrained(gdp_pretrained)
     graphs = json.loads((gdp_pretrained / "graphs.json").read_text())
     profile = next(g["profile"] for g in graphs["held_out"] if g["spec"] == HELD_OUT)
-    cfg = adopt_settings(TrainConfig(method="gdp", model=HELD_OUT, backend="simulator",
+    cfg = adopt_settings(TrainConfig.of(method="gdp", model=HELD_OUT, backend="simulator",
                                      devices=list(graphs["devices"]), profile=profile,
                                      init=str(gdp_pretrained), hidden_dim=16, episode_len=5), ckpt)
     backend, devices, prof = resolve_backend(cfg, lambda s: None)
@@ -69,18 +68,18 @@ def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrain
     ckpt = read_pretrained(gdp_pretrained)
     graphs = json.loads((gdp_pretrained / "graphs.json").read_text())
     profile = next(g["profile"] for g in graphs["held_out"] if g["spec"] == HELD_OUT)
-    cfg = adopt_settings(TrainConfig(method="gdp", model=HELD_OUT, backend="simulator",
+    cfg = adopt_settings(TrainConfig.of(method="gdp", model=HELD_OUT, backend="simulator",
                                      devices=list(graphs["devices"]), profile=profile,
                                      init=str(gdp_pretrained), env_runners=0, hidden_dim=16,
                                      episode_len=5, wandb="disabled"), ckpt)
-    assert cfg.init_soften == 0 and get("gdp").init_soften == 0.2 and get("hsdag").init_soften == 1
+    assert cfg.run.init_soften == 0 and get("gdp").init_soften == 0.2 and get("hsdag").init_soften == 1
     backend, devices, prof = resolve_backend(cfg, lambda s: None)
     env_cfg = env_config(cfg, backend, devices, prof, "")
     env = load(get("gdp").env)(env_cfg)
     loaded = build_module(ckpt, get("gdp"), env).net.policy[-1].weight
     ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
     try:
-        for run_cfg, factor in ((cfg, 0.2), (dataclasses.replace(cfg, init_soften=1.0), 1.0)):
+        for run_cfg, factor in ((cfg, 0.2), (cfg.replace(init_soften=1.0), 1.0)):
             driver = RLDriver(run_cfg, get("gdp"), env_cfg, False, env)
             runner = driver.algo.get_module().net.policy[-1].weight
             assert torch.allclose(runner, factor * loaded), factor
@@ -94,10 +93,10 @@ def test_init_soften_factor_is_the_methods_own_unless_set_and_refused_where_it_c
     from hsdag_ray.pretrained import init_soften_factor
     from policies.registry import get
 
-    base = TrainConfig(init="ckpt")
+    base = TrainConfig.of(init="ckpt")
     assert init_soften_factor(base, get("gdp")) == 0.2
     assert init_soften_factor(base, get("hsdag")) == 1.0
-    assert init_soften_factor(dataclasses.replace(base, init_soften=0.5), get("hsdag")) == 0.5
+    assert init_soften_factor(base.replace(init_soften=0.5), get("hsdag")) == 0.5
     assert init_soften_factor(base, get("placeto")) == 1.0  # its own: off, so nothing to refuse
     with pytest.raises(UsageError, match="placeto policy does not have"):
-        init_soften_factor(dataclasses.replace(base, init_soften=0.5), get("placeto"))
+        init_soften_factor(base.replace(init_soften=0.5), get("placeto"))

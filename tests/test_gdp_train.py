@@ -36,12 +36,12 @@ def test_gdp_learns_and_writes_every_output(tiny_profile_file, tmp_path):
                           "measure_reference": False})
     sim = Simulator(cost_graph(probe.graph, prof, probe.devices))
     means: list[float] = []
-    cfg = TrainConfig(model="tiny_cnn", method="gdp", backend="simulator", profile=str(tiny_profile_file),
+    cfg = TrainConfig.of(model="tiny_cnn", method="gdp", backend="simulator", profile=str(tiny_profile_file),
                       budget=360, env_runners=0, wandb="offline", out=str(tmp_path), name="gdp",
                       seed=0)
 
     def probe_policy(algo, row) -> None:
-        if row["iteration"] == 1 or row["placements"] >= cfg.budget:
+        if row["iteration"] == 1 or row["placements"] >= cfg.run.budget:
             means.append(sampled_mean_latency(algo.get_module(), probe, sim))
 
     s = train(cfg, quiet=True, on_iteration=probe_policy)
@@ -54,7 +54,7 @@ def test_gdp_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     assert s["method"] == "gdp" and s["placements"] >= 360
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     # an iteration is episodes_per_iteration episodes of episode_len one-shot placements
-    per_iteration = cfg.episode_len * cfg.episodes_per_iteration
+    per_iteration = cfg.learning.episode_len * cfg.learning.episodes_per_iteration
     assert [r["placements"] for r in rows] == [per_iteration * (i + 1) for i in range(len(rows))]
     assert s["baselines"]["optimum"] <= s["best_latency_s"] * (1 + 1e-9)
     # the best is far better than a random placement on average
@@ -74,12 +74,12 @@ def test_gdp_pretrains_on_a_family_and_places_a_held_out_graph_zero_shot(tmp_pat
     from hsdag_ray.pretrained import read_pretrained
 
     out = tmp_path / "tiny-gdp"
-    pretrain(TrainConfig(method="gdp", budget=40, episode_len=5, env_runners=0, hidden_dim=16,
+    pretrain(TrainConfig.of(method="gdp", budget=40, episode_len=5, env_runners=0, hidden_dim=16,
                          seed=0), "tiny", out, say=lambda s: None)
     assert read_pretrained(out)["method"] == "gdp"
     graphs = json.loads((out / "graphs.json").read_text())
     held = graphs["held_out"][0]
-    s = train(TrainConfig(model=held["spec"], backend="simulator", devices=list(graphs["devices"]),
+    s = train(TrainConfig.of(model=held["spec"], backend="simulator", devices=list(graphs["devices"]),
                           profile=held["profile"], method="gdp", init=str(out), budget=0,
                           env_runners=0, hidden_dim=16, episode_len=5, wandb="disabled",
                           out=str(tmp_path), name="zs"), quiet=True)

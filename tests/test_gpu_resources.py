@@ -49,7 +49,7 @@ def _start(num_gpus: int) -> None:
 def _run_cfg(devices, env_runners=2):
     from hsdag_ray.config import TrainConfig
 
-    return TrainConfig(model="tiny_cnn", backend="torch", devices=devices, env_runners=env_runners,
+    return TrainConfig.of(model="tiny_cnn", backend="torch", devices=devices, env_runners=env_runners,
                        wandb="disabled")
 
 

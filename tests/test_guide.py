@@ -18,42 +18,44 @@ pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in thi
 
 def test_methods_are_published_by_default_and_guided_on_request():
     for method in ("hsdag", "placeto", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft"):
-        plain = resolved(TrainConfig(method=method))
+        plain = resolved(TrainConfig.of(method=method))
         assert guided_by(plain, "simulator") == [], method
-        assert plain.incumbent_prior == 0 and plain.neighbour_every == 0
+        assert plain.hsdag.incumbent_prior == 0 and plain.aids.neighbour_every == 0
         assert not exact_start_applies(plain, "auto")
-    hsdag = resolved(TrainConfig(method="hsdag"))
-    assert hsdag.node_moves is False and hsdag.episode_len == 20 and hsdag.lr == 1e-3
-    guided = resolved(TrainConfig(method="hsdag", guide=True))
+    hsdag = resolved(TrainConfig.of(method="hsdag"))
+    assert hsdag.hsdag.node_moves is False and hsdag.learning.episode_len == 20
+    assert hsdag.learning.lr == 1e-3
+    guided = resolved(TrainConfig.of(method="hsdag", guide=True))
     assert guided_by(guided, "simulator") == ["exact start", "incumbent prior", "untried neighbours"]
     # the same aids for a policy without an incumbent prior, that one left out
-    placeto = resolved(TrainConfig(method="placeto", guide=True))
+    placeto = resolved(TrainConfig.of(method="placeto", guide=True))
     assert guided_by(placeto, "simulator") == ["exact start", "untried neighbours"]
     # a setting given explicitly wins over the guide
-    assert resolved(TrainConfig(guide=True, neighbour_every=0)).neighbour_every == 0
+    assert resolved(TrainConfig.of(guide=True, neighbour_every=0)).aids.neighbour_every == 0
 
 
 def test_no_two_places_disagree_on_a_default():
-    """The run's settings and the method and environment configs they fill share defaults."""
+    """The run's sections are the method's and the environment's own config classes, or
+    share the environment's defaults name for name; every setting has one section."""
     from envs.env_config import EnvConfig
+    from hsdag_ray.config import setting_index
+    from hsdag_ray.resolve import env_config
     from policies.hsdag.config import HSDAGConfig
 
-    train_defaults = TrainConfig()
-    run = resolved(train_defaults)
-    hsdag = HSDAGConfig()
-    for name in ("hidden_dim", "node_state_update", "grouping_noise", "self_loops", "node_moves",
-                 "sampled_grouping", "move_floor", "incumbent_prior", "incumbent_flips",
-                 "graph_norm"):
-        assert getattr(run, name) == getattr(hsdag, name), name
-    assert run.gcn_layers == hsdag.num_gcn_layers
-    assert run.start_logit == hsdag.prior_logit
+    defaults = TrainConfig()
+    run = resolved(defaults)
+    assert run.hsdag == HSDAGConfig()  # the run decides incumbent_prior: 0 without --guide
+    assert defaults.hsdag.incumbent_prior == -1
     env = EnvConfig()
-    for name in ("coarsen", "objective", "episode_len", "failure_factor", "memory_penalty",
-                 "sim_delay_s", "incumbent", "incumbent_share", "screen", "input_shape"):
-        assert getattr(train_defaults, name) == getattr(env, name), name
-    # every setting belongs to exactly one section of --help
-    names = [n for section in SECTIONS.values() for n in section]
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(TrainConfig))
+    built = env_config(run, "simulator", ["CPU", "GPU_MODEL"], None, "")
+    for name in ("model", "coarsen", "objective", "episode_len", "failure_factor",
+                 "memory_penalty", "sim_delay_s", "incumbent", "incumbent_share", "screen",
+                 "input_shape"):
+        assert built[name] == getattr(env, name), name
+    # a flat name means one setting, but hidden_dim, which every learned method has
+    shared = {name: where for name, where in setting_index().items() if len(where) > 1}
+    assert shared == {"hidden_dim": ("hsdag", "placeto", "rnn", "gdp")}
+    assert set(SECTIONS) == {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 def test_short_help_lists_the_runs_settings_and_method_help_adds_the_rest(capsys):
@@ -72,11 +74,11 @@ def test_short_help_lists_the_runs_settings_and_method_help_adds_the_rest(capsys
     from hsdag_ray.arguments import config_from_args
 
     cfg = config_from_args(["--node-moves", "--lr", "0.002"]).cfg
-    assert cfg.node_moves is True and cfg.lr == 0.002
+    assert cfg.hsdag.node_moves is True and cfg.learning.lr == 0.002
 
 
 def _run(tmp_path, name, **kw):
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name=name,
                       episode_len=10, **kw)
     train(cfg, quiet=True)
@@ -152,7 +154,7 @@ def test_a_yaml_config_nests_its_settings_by_section(tmp_path):
     good.write_text("run: {model: tiny_cnn, budget: 30, guide: true}\nhsdag: {grouping_noise: 0.5}\n"
                     "learning: {lr: 0.002}\nseed: 3\n")
     cfg = config_from_args(["--config", str(good)]).cfg
-    assert (cfg.model, cfg.budget, cfg.guide, cfg.grouping_noise, cfg.lr, cfg.seed) == \
+    assert (cfg.run.model, cfg.run.budget, cfg.run.guide, cfg.hsdag.grouping_noise, cfg.learning.lr, cfg.run.seed) == \
         ("tiny_cnn", 30, True, 0.5, 0.002, 3)
     bad = tmp_path / "bad.yaml"
     bad.write_text("hsdag: {lr: 0.1}\n")

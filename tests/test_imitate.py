@@ -20,14 +20,14 @@ def _envs_and_module(method_name: str, seed: int = 0):
     # as pre-training, which imitation is part of, sets it: without the incumbent prior (with it
     # an untrained HSDAG's greedy placement is the repaired start, already the optimum of most
     # of these graphs, and there is nothing to show)
-    cfg = TrainConfig(method=method_name, hidden_dim=16, episode_len=5, reward="speedup", seed=seed,
+    cfg = TrainConfig.of(method=method_name, hidden_dim=16, episode_len=5, reward="speedup", seed=seed,
                       **{k: v for k, v in PRETRAIN_DEFAULTS.items() if k != "env_runners"})
     multi = MultiGraphEnv({"graphs": family_graph_configs(cfg, "tiny", "train", None),
                            "env_class": method.env, "seed": seed})
     torch.manual_seed(seed)
     module = RLModuleSpec(module_class=load(method.module), observation_space=multi.observation_space,
                           action_space=multi.action_space,
-                          model_config=method.model_config(vars(cfg))).build()
+                          model_config=method.model_config(cfg)).build()
     return multi.envs, module
 
 

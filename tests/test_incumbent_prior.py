@@ -98,18 +98,17 @@ def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
     from hsdag_ray.resolve import env_config
 
     with pytest.raises(UsageError, match="incumbent_prior must be -1"):
-        TrainConfig(incumbent_prior=-0.5).validate()
-    with pytest.raises(ValueError, match="incumbent_prior must be >= 0"):
+        TrainConfig.of(incumbent_prior=-0.5).validate()
+    with pytest.raises(ValueError, match="incumbent_prior must be -1 .the run decides. or >= 0"):
         HSDAGConfig(incumbent_prior=-0.5)
     for prior, on in ((0.0, False), (1.0, True)):
-        cfg = TrainConfig(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], incumbent_prior=prior)
-        assert env_config(cfg, "simulator", cfg.devices, None, "")["incumbent"] is on
+        cfg = TrainConfig.of(backend="simulator", devices=["CPU", "GPU_SMALLMEM"], incumbent_prior=prior)
+        assert env_config(cfg, "simulator", cfg.env.devices, None, "")["incumbent"] is on
 
 
 def test_the_prior_is_hsdags_with_the_guide_and_only_hsdags():
     """On for HSDAG with --guide, off as published; the other methods ignore it (their
     observation stays as it was); pre-training and a checkpoint made without it keep it off."""
-    from dataclasses import asdict
 
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.pretrain import PRETRAIN_DEFAULTS
@@ -122,21 +121,21 @@ def test_the_prior_is_hsdags_with_the_guide_and_only_hsdags():
 
     from hsdag_ray.resolve import resolved
 
-    assert not features_on(TrainConfig()) and resolved(TrainConfig()).incumbent_prior == 0.0
-    guided = resolved(TrainConfig(guide=True))
-    assert guided.incumbent_prior == 2.0 and features_on(guided)
-    assert get("hsdag").model_config(asdict(guided))["incumbent_prior"] == 2.0
+    assert not features_on(TrainConfig()) and resolved(TrainConfig()).hsdag.incumbent_prior == 0.0
+    guided = resolved(TrainConfig.of(guide=True))
+    assert guided.hsdag.incumbent_prior == 2.0 and features_on(guided)
+    assert get("hsdag").model_config(guided)["incumbent_prior"] == 2.0
     for method in ("placeto", "gdp", "rnn"):
-        assert not features_on(TrainConfig(method=method, guide=True))
-        assert features_on(TrainConfig(method=method, incumbent=True))  # asked for by name
+        assert not features_on(TrainConfig.of(method=method, guide=True))
+        assert features_on(TrainConfig.of(method=method, incumbent=True))  # asked for by name
     assert PRETRAIN_DEFAULTS["incumbent_prior"] == 0.0
     old = {"settings": {"hidden_dim": 64}, "reward": "speedup"}  # a checkpoint from before
-    tuned = adopt_settings(TrainConfig(init="ckpt", guide=True), old)
-    assert tuned.incumbent_prior == 0.0 and not features_on(tuned)
-    named = adopt_settings(TrainConfig(init="ckpt", incumbent_prior=3.0), old)
-    assert named.incumbent_prior == 3.0  # a setting the run names is kept (and checked on load)
+    tuned = adopt_settings(TrainConfig.of(init="ckpt", guide=True), old)
+    assert tuned.hsdag.incumbent_prior == 0.0 and not features_on(tuned)
+    named = adopt_settings(TrainConfig.of(init="ckpt", incumbent_prior=3.0), old)
+    assert named.hsdag.incumbent_prior == 3.0  # a setting the run names is kept (and checked on load)
     new = {"settings": {"incumbent_prior": 2.0, "incumbent": False}}
-    assert adopt_settings(TrainConfig(init="ckpt"), new).incumbent_prior == 2.0
+    assert adopt_settings(TrainConfig.of(init="ckpt"), new).hsdag.incumbent_prior == 2.0
 
 
 def test_incumbent_flips_keeps_about_that_many_group_changes_on_a_large_graph():

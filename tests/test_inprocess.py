@@ -127,7 +127,7 @@ def test_the_local_policy_samples_faster_placements_as_it_trains(problem, one_th
     graph, _, backend, costs, optimum = problem
     x, _ = node_features(graph, times_s=costs.compute_s, mem_bytes=costs.mem_bytes,
                          mem_capacity=costs.mem_capacity)
-    config, learn = configs_from_settings({**asdict(resolved(TrainConfig())), "prior_device": -1})
+    config, learn = configs_from_settings(resolved(TrainConfig()))
     assert (config.hidden_dim, config.num_gcn_layers, config.grouping_noise) == (64, 2, 0.3)
     assert (learn.lr, learn.entropy_coeff, learn.episode_len, learn.advantages) == (1e-3, 0.01, 20, "centered")
     torch.manual_seed(0)
@@ -171,7 +171,7 @@ def test_hsdag_samples_and_scores_placements_as_the_rllib_module(one_thread):
     obs = pad_graph_observation(x, ei, graph.num_nodes, ei.shape[1])
     spaces = placement_spaces(graph.num_nodes, ei.shape[1], x.shape[1], 2)
     for extra in ({}, {"sampled_grouping": True}, {"node_state_update": False}):
-        settings = {**asdict(resolved(TrainConfig(**extra))), "prior_device": -1}
+        settings = resolved(TrainConfig.of(**extra))
         config, learn = configs_from_settings(settings)
         local = LocalHSDAG(x.shape[1], 2, ei, config, learn)
         module = HSDAGRLModule(observation_space=spaces[0], action_space=spaces[1],
@@ -270,7 +270,7 @@ def test_failures_get_the_environments_failure_reward():
     backend = make_backend("simulator", graph, profile=prof)
     costs = cost_graph(graph, prof, backend.devices)
     everything_on_the_accelerator = np.ones(graph.num_nodes, dtype=np.int64)
-    graded = _Measurer(graph, backend, costs, TrainConfig(memory_penalty="graded"), budget=5)
+    graded = _Measurer(graph, backend, costs, TrainConfig.of(memory_penalty="graded"), budget=5)
     assert graded.reference_s == graded.single_device_s["CPU_MODEL"]
     assert graded.single_device_s["ACCEL"] == math.inf
     m = graded.take(everything_on_the_accelerator)
@@ -278,7 +278,7 @@ def test_failures_get_the_environments_failure_reward():
     over = backend.memory_over(everything_on_the_accelerator)
     assert over > 0 and graded.reward_latency(m) == pytest.approx(10.0 * graded.reference_s * (1 + over))
     assert graded.reward(m) == pytest.approx(1.0 / graded.reward_latency(m))  # HSDAG's inverse
-    flat = _Measurer(graph, backend, costs, TrainConfig(memory_penalty="flat", failure_factor=4.0), budget=5)
+    flat = _Measurer(graph, backend, costs, TrainConfig.of(memory_penalty="flat", failure_factor=4.0), budget=5)
     assert flat.reward_latency(flat.take(everything_on_the_accelerator)) == pytest.approx(4.0 * flat.reference_s)
     # by default (repair) the proposal is moved within the limits before it is measured
     repaired = _Measurer(graph, backend, costs, TrainConfig(), budget=5)

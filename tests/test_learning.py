@@ -102,7 +102,7 @@ def train_seeds(model: str, profile: Path, accelerator: str, seeds, folder: Path
     """One HSDAG run per seed; what each found against its baselines."""
     results = []
     for seed in seeds:
-        cfg = TrainConfig(model=model, backend="simulator", profile=str(profile),
+        cfg = TrainConfig.of(model=model, backend="simulator", profile=str(profile),
                           devices=["CPU", accelerator], objective="sequential", budget=500,
                           env_runners=0, wandb="disabled", out=str(folder),
                           name=f"{model}-{accelerator}-{seed}", seed=seed)
@@ -114,7 +114,7 @@ def train_seeds(model: str, profile: Path, accelerator: str, seeds, folder: Path
         # the method's own best (the run falls back to a single device when it is better)
         best = summary["method_best_latency_s"]
         assert best is not None, f"{model}/{accelerator}: nothing feasible"
-        check_best_is_feasible(model, profile, accelerator, folder / cfg.name,
+        check_best_is_feasible(model, profile, accelerator, folder / cfg.run.name,
                                summary["best_latency_s"])
         results.append({"seed": seed, "best": best,
                         "optimum": baselines["optimum"], "best_single": min(singles),

@@ -179,7 +179,7 @@ def test_run_with_every_mechanism_learns_on_the_simulator(tmp_path):
     device it starts around, and which keeps exploring (distinct placements)."""
     from hsdag_ray.train import TrainConfig, train
 
-    cfg = TrainConfig(model="resnet50", budget=60, env_runners=0, wandb="disabled",
+    cfg = TrainConfig.of(model="resnet50", budget=60, env_runners=0, wandb="disabled",
                       out=str(tmp_path), name="fast", seed=0, backend="simulator",
                       devices=["CPU", "GPU_SMALLMEM"], node_moves=True, start="best_single",
                       replay_episodes=2, num_epochs=2, checkpoint_every=100)

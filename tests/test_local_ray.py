@@ -36,7 +36,7 @@ def test_a_local_run_starts_ray_on_loopback_only():
 
     os.environ.setdefault("WANDB_MODE", "offline")
     assert not ray.is_initialized(), "another test left Ray running"
-    assert _start_ray(TrainConfig(model="tiny_cnn", torch_threads=1), real=False)
+    assert _start_ray(TrainConfig.of(model="tiny_cnn", torch_threads=1), real=False)
     try:
         @ray.remote(num_cpus=0)
         def pid():

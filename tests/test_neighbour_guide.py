@@ -1,7 +1,6 @@
 """Untried neighbours of the run's best measured as a learned run's own (``--neighbour-every``)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -241,7 +240,7 @@ def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, t
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                       method="hsdag", budget=30, episode_len=5, env_runners=0, wandb="disabled",
                       out=str(tmp_path), name="guided", neighbour_every=3)
     s = train(cfg, quiet=True)
@@ -276,12 +275,12 @@ def test_untried_neighbours_are_on_with_the_guide(change, every):
     from hsdag_ray.resolve import NEIGHBOUR_EVERY, env_config, neighbour_every
 
     every = NEIGHBOUR_EVERY if every == "auto" else every
-    cfg = dataclasses.replace(TrainConfig(model="tiny_cnn"), **change)
-    if not cfg.refit_every:
+    cfg = TrainConfig.of(model="tiny_cnn").replace(**change)
+    if not cfg.aids.refit_every:
         cfg.validate()
     assert neighbour_every(cfg) == every
     on = env_config(cfg, "simulator", ["CPU_MODEL", "GPU_MODEL"], None, "")["suggestions"]
-    assert on == (every > 0 or cfg.refit_every > 0)
+    assert on == (every > 0 or cfg.aids.refit_every > 0)
 
 
 def test_the_help_gives_the_auto_value():
@@ -299,7 +298,7 @@ def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, 
 
     path = tiny_recording("known", 3)
     env = make_env(path, measure_reference=False)
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order,
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order,
                       guide=True)
     cfg.validate()
     guide = _guide(cfg, env, env.store)

@@ -65,10 +65,10 @@ def _runner_config(backend, devices, real, env_runners=2):
     from hsdag_ray.config import TrainConfig
     from policies.registry import get
 
-    cfg = TrainConfig(model="tiny_cnn", backend=backend, devices=devices, env_runners=env_runners,
+    cfg = TrainConfig.of(model="tiny_cnn", backend=backend, devices=devices, env_runners=env_runners,
                       wandb="disabled")
     env_cfg = {"backend": backend, "devices": devices}
-    return algo_config(cfg, get("hsdag"), env_cfg, real, steps_per_episode=cfg.episode_len,
+    return algo_config(cfg, get("hsdag"), env_cfg, real, steps_per_episode=cfg.learning.episode_len,
                        resources={MEASURE_RESOURCE: 1, devices_resource(devices): 1})
 
 

@@ -55,7 +55,7 @@ def test_parallel_runs_measure_heft_on_their_profile(tmp_path):
     assert on_machine > 1.5 * value  # the machine's overheads make the profile's plan slower
     runs = {}
     for name, extra in (("known", {}), ("wrong", {"sim_profile": str(paths["machine"])})):
-        cfg = TrainConfig(model="tiny_cnn", method="anneal", backend="simulator",
+        cfg = TrainConfig.of(model="tiny_cnn", method="anneal", backend="simulator",
                           objective="parallel", profile=str(paths["known"]), budget=20,
                           episode_len=5, env_runners=0, wandb="disabled", out=str(tmp_path),
                           name=name, seed=0, **extra)
@@ -80,7 +80,7 @@ def test_exact_start_on_the_parallel_objective_starts_from_heft(method, tmp_path
 
     paths = _profiles(tmp_path)
     placement, _, _ = _heft(paths["known"])
-    cfg = TrainConfig(model="tiny_cnn", method=method, backend="simulator", objective="parallel",
+    cfg = TrainConfig.of(model="tiny_cnn", method=method, backend="simulator", objective="parallel",
                       profile=str(paths["known"]), sim_profile=str(paths["machine"]),
                       exact_start="on", budget=10, budget_unit="measurements", episode_len=5,
                       env_runners=0, wandb="disabled", out=str(tmp_path), name=method, seed=0)
@@ -93,7 +93,7 @@ def test_exact_start_on_the_parallel_objective_starts_from_heft(method, tmp_path
 
 def test_sequential_runs_keep_the_exact_optimum_and_no_heft(tmp_path):
     paths = _profiles(tmp_path)
-    cfg = TrainConfig(model="tiny_cnn", method="random", backend="simulator",
+    cfg = TrainConfig.of(model="tiny_cnn", method="random", backend="simulator",
                       profile=str(paths["known"]), budget=5, episode_len=5, env_runners=0,
                       wandb="disabled", out=str(tmp_path), name="seq", seed=0)
     b = train(cfg, quiet=True)["baselines"]

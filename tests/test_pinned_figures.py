@@ -123,7 +123,7 @@ def _trained(method: str, profile: Path, out: Path) -> dict:
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    cfg = TrainConfig(model="tiny_cnn", method=method, backend="simulator", profile=str(profile),
+    cfg = TrainConfig.of(model="tiny_cnn", method=method, backend="simulator", profile=str(profile),
                       budget=20, episode_len=5, env_runners=0, hidden_dim=16, wandb="disabled",
                       out=str(out), name=method, seed=0)
     s = train(cfg, quiet=True)
@@ -159,7 +159,7 @@ def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_d
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    cfg = TrainConfig(model="tiny_cnn", method="anneal", backend="simulator",
+    cfg = TrainConfig.of(model="tiny_cnn", method="anneal", backend="simulator",
                       profile=str(four_device_profile),
                       budget=10, budget_unit="measurements", episode_len=7, env_runners=0,
                       wandb="disabled", out=str(tmp_path), name="ten", seed=0)

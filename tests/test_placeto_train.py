@@ -41,12 +41,12 @@ def test_placeto_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     prof = Profile.load(tiny_profile_file)
     probe = PlacetoEnv({"model": "tiny_cnn", "backend": "simulator", "profile": prof.to_json()})
     ends: list[float] = []
-    cfg = TrainConfig(model="tiny_cnn", method="placeto", backend="simulator",
+    cfg = TrainConfig.of(model="tiny_cnn", method="placeto", backend="simulator",
                       profile=str(tiny_profile_file), budget=360, env_runners=0, wandb="offline",
                       out=str(tmp_path), name="placeto", seed=0, lr=3e-3)
 
     def probe_policy(algo, row) -> None:
-        if row["iteration"] == 1 or row["placements"] >= cfg.budget:
+        if row["iteration"] == 1 or row["placements"] >= cfg.run.budget:
             ends.append(sampled_episode_ends(algo.get_module(), probe))
 
     s = train(cfg, quiet=True, on_iteration=probe_policy)

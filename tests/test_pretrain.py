@@ -1,5 +1,4 @@
 """Pre-training on a family, fine-tuning from the checkpoint (train --init), zero-shot (--budget 0)."""
-import dataclasses
 import json
 import subprocess
 import sys
@@ -22,7 +21,7 @@ HELD_OUT = "gen:layered:n=11:c=32:w=2:seed=100"
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
     out = tmp_path_factory.mktemp("pre") / "tiny-hsdag"
-    meta = pretrain(TrainConfig(method="hsdag", budget=60, episode_len=5, env_runners=0,
+    meta = pretrain(TrainConfig.of(method="hsdag", budget=60, episode_len=5, env_runners=0,
                                 hidden_dim=16, seed=0, incumbent_prior=0.0), "tiny", out, say=lambda s: None,
                     imitate_steps=20)
     return out, meta
@@ -50,7 +49,7 @@ def _held_out_cfg(out, **kw):
     profile = next(g["profile"] for g in graphs["held_out"] if g["spec"] == HELD_OUT)
     base = dict(model=HELD_OUT, backend="simulator", devices=list(graphs["devices"]), profile=profile,
                 init=str(out), env_runners=0, hidden_dim=16, episode_len=5, wandb="disabled")
-    return TrainConfig(**{**base, **kw})
+    return TrainConfig.of(**{**base, **kw})
 
 
 @pytest.mark.own_ray
@@ -69,7 +68,7 @@ def test_init_loads_the_weights_into_the_learner_and_the_env_runner(pretrained):
     env_cfg = env_config(cfg, backend, devices, profile, "")
     ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
     try:
-        algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.episode_len).build_algo()
+        algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.learning.episode_len).build_algo()
         before = {k: v.clone() for k, v in algo.get_module().state_dict().items()}
         load_into_algo(algo, ckpt, "hsdag")
         learner = algo.learner_group._learner.module["default_policy"].state_dict()
@@ -121,8 +120,8 @@ def test_init_soften_spreads_the_loaded_policy_and_keeps_its_preferences(pretrai
     loaded = _inference_dist(base, env)
     ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
     try:
-        algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.episode_len).build_algo()
-        load_into_algo(algo, ckpt, "hsdag", soften=cfg.init_soften)
+        algo = algo_config(cfg, get("hsdag"), env_cfg, False, cfg.learning.episode_len).build_algo()
+        load_into_algo(algo, ckpt, "hsdag", soften=cfg.run.init_soften)
         learner = algo.learner_group._learner.module["default_policy"]
         for module in (learner, algo.get_module()):
             spread = _inference_dist(module, env)
@@ -141,16 +140,16 @@ def test_init_soften_is_checked_before_a_run_starts():
         config_from_args(["--init-soften", "0.3"])
     for bad in (-0.5, 1.5):
         with pytest.raises(UsageError, match=r"init_soften must be at most 1 \(0: the method's own"):
-            TrainConfig(init_soften=bad).validate()
-    TrainConfig(init_soften=0.0).validate()  # the default: the method's own, also without --init
+            TrainConfig.of(init_soften=bad).validate()
+    TrainConfig.of(init_soften=0.0).validate()  # the default: the method's own, also without --init
 
 
 @pytest.mark.slow
 def test_budget_zero_places_zero_shot_with_one_measurement(pretrained, tmp_path):
     out, _ = pretrained
     cfg = _held_out_cfg(out)
-    args = ["--model", cfg.model, "--backend", "simulator", "--devices", ",".join(cfg.devices),
-            "--profile", cfg.profile, "--init", str(out), "--budget", "0", "--hidden-dim", "16",
+    args = ["--model", cfg.run.model, "--backend", "simulator", "--devices", ",".join(cfg.env.devices),
+            "--profile", cfg.env.profile, "--init", str(out), "--budget", "0", "--hidden-dim", "16",
             "--episode-len", "5", "--env-runners", "0", "--wandb", "disabled",
             "--out", str(tmp_path), "--name", "zs"]
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.train", *args], cwd=ROOT,
@@ -185,16 +184,16 @@ def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, 
     out, _ = pretrained
     cfg = _held_out_cfg(out, sim_delay_s=0.01, remeasure_rounds=1, zero_shot_samples=3,
                         budget=0, name="pinned")
-    cfg = dataclasses.replace(cfg, out=str(tmp_path))
+    cfg = cfg.replace(out=str(tmp_path))
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         # a measuring machine with other devices first, then the one with the run's
         other = c.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,
                                                   devices_resource(["CPU", "GPU"]): 1})
         good = c.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1,
-                                                 devices_resource(cfg.devices): 1})
+                                                 devices_resource(cfg.env.devices): 1})
         c.wait_for_nodes()
-        ray.init(address=c.address)
+        ray.init(address=c.run.address)
         s = train(cfg, quiet=True)
         store = json.loads((tmp_path / "pinned" / "store.json").read_text())
         nodes = {e["node"] for e in store["log"]}
@@ -314,24 +313,24 @@ def test_a_policy_pretrained_without_graphnorm_is_fine_tuned_without_it(tmp_path
     from policies.registry import get
 
     out = tmp_path / "pre"
-    pretrain(TrainConfig(method="hsdag", budget=0, episode_len=5, env_runners=0, hidden_dim=16, seed=0,
+    pretrain(TrainConfig.of(method="hsdag", budget=0, episode_len=5, env_runners=0, hidden_dim=16, seed=0,
                          incumbent_prior=0.0, graph_norm=False), "tiny", out, say=lambda s: None,
              imitate_steps=5)
     ckpt = read_pretrained(out)
-    assert ckpt["settings"]["graph_norm"] is False and ckpt["model_config"]["graph_norm"] is False
+    assert ckpt["settings"]["hsdag.graph_norm"] is False and ckpt["model_config"]["graph_norm"] is False
     assert not any("graph_norms" in k for k in ckpt["state_dict"])
     graphs = json.loads((out / "graphs.json").read_text())
     profile = next(g["profile"] for g in graphs["held_out"] if g["spec"] == HELD_OUT)
     base = dict(model=HELD_OUT, backend="simulator", devices=list(graphs["devices"]), profile=profile,
                 init=str(out), env_runners=0, episode_len=5, wandb="disabled", out=str(tmp_path))
-    assert adopt_settings(TrainConfig(**base), ckpt).graph_norm is False
-    s = train(TrainConfig(**base, budget=6, name="ft"), quiet=True)
+    assert adopt_settings(TrainConfig.of(**base), ckpt).hsdag.graph_norm is False
+    s = train(TrainConfig.of(**base, budget=6, name="ft"), quiet=True)
     assert s["placements"] >= 6
     # a run that names GraphNorm itself gets a network the checkpoint does not fit
     from hsdag_ray.resolve import env_config, resolve_backend
     from policies.registry import load
 
-    cfg = adopt_settings(TrainConfig(**base), ckpt)
+    cfg = adopt_settings(TrainConfig.of(**base), ckpt)
     backend, devices, prof = resolve_backend(cfg, lambda s: None)
     env = load(get("hsdag").env)(env_config(cfg, backend, devices, prof, ""))
     with pytest.raises(UsageError, match="network differs.*graph_norms"):

@@ -140,13 +140,13 @@ def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path, tiny_r
     from hsdag_ray.train import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
                       sim_profile=str(paths["machine"]), method="refit", budget=12,
                       episode_len=4, env_runners=0, wandb="disabled", out=str(tmp_path),
                       name="refit", budget_unit="measurements")
     s = train(cfg, quiet=True)
     exact_on_profile = s["baselines"]["optimum"]  # measured on the machine
-    machine_optimum = train(dataclasses.replace(cfg, profile=str(paths["machine"]), sim_profile="",
+    machine_optimum = train(cfg.replace(profile=str(paths["machine"]), sim_profile="",
                                                 method="random", budget=1, name="machine"),
                             quiet=True)["baselines"]["optimum"]
     assert exact_on_profile > 1.3 * machine_optimum  # the profile's optimum is not the machine's
@@ -165,13 +165,13 @@ def test_train_refit_for_throughput(tmp_path, tiny_recording):
     from hsdag_ray.train import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", objective="throughput",
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", objective="throughput",
                       profile=str(paths["known"]), sim_profile=str(paths["machine"]),
                       method="refit", budget=12, episode_len=4, env_runners=0,
                       wandb="disabled", out=str(tmp_path), name="refit",
                       budget_unit="measurements")
     s = train(cfg, quiet=True)
-    machine_optimum = train(dataclasses.replace(cfg, profile=str(paths["machine"]), sim_profile="",
+    machine_optimum = train(cfg.replace(profile=str(paths["machine"]), sim_profile="",
                                                 method="random", budget=1, name="machine"),
                             quiet=True)["baselines"]["optimum"]
     assert s["baselines"]["optimum"] > 1.1 * machine_optimum  # what the profile gives

@@ -2,7 +2,6 @@
 them, an environment step measures them, and HSDAG samples around them when they win."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -99,12 +98,12 @@ def test_hsdag_with_refits_proposals_reaches_the_machines_optimum(tmp_path, tiny
     from hsdag_ray.train import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
-    cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
+    cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
                       sim_profile=str(paths["machine"]), method="hsdag", budget=30,
                       episode_len=5, env_runners=0, wandb="disabled", out=str(tmp_path),
                       name="guided", budget_unit="measurements", refit_every=3)
     s = train(cfg, quiet=True)
-    machine_optimum = train(dataclasses.replace(cfg, profile=str(paths["machine"]), sim_profile="",
+    machine_optimum = train(cfg.replace(profile=str(paths["machine"]), sim_profile="",
                                                 method="random", budget=1, name="machine",
                                                 refit_every=0), quiet=True)["baselines"]["optimum"]
     assert s["baselines"]["optimum"] > 1.3 * machine_optimum  # the profile's optimum is off
@@ -126,10 +125,10 @@ def test_refits_proposals_say_what_they_cannot_use(tiny_recording, change, says)
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.resolve import guide_needs
 
-    run = TrainConfig(model="tiny_cnn", refit_every=4, profile=str(tiny_recording("known", 3)))
-    assert guide_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.profile).to_json()) == ""
-    cfg = dataclasses.replace(run, **change)
-    profile = Profile.load(cfg.profile).to_json() if cfg.profile else None
+    run = TrainConfig.of(model="tiny_cnn", refit_every=4, profile=str(tiny_recording("known", 3)))
+    assert guide_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.env.profile).to_json()) == ""
+    cfg = run.replace(**change)
+    profile = Profile.load(cfg.env.profile).to_json() if cfg.env.profile else None
     assert says in guide_needs(cfg, ["CPU_MODEL", "GPU_X"], profile)
 
 

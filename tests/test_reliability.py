@@ -221,7 +221,7 @@ def _state(it: int) -> dict:
 
 
 def _run(tmp_path) -> Run:
-    return Run(TrainConfig(out=str(tmp_path), name="r"), None)
+    return Run(TrainConfig.of(out=str(tmp_path), name="r"), None)
 
 
 def test_only_the_latest_two_checkpoints_are_kept_and_pointed_to(tmp_path):
@@ -267,7 +267,7 @@ def test_no_intact_checkpoint_or_none_at_all_is_refused_in_one_sentence(tmp_path
     with pytest.raises(UsageError, match="cannot be resumed"):
         run.restore_point(say=lambda s: None)
     # checkpoints/ deleted (state.json and the metrics remain): refused, not started afresh
-    run2 = Run(TrainConfig(out=str(tmp_path), name="r2"), None)
+    run2 = Run(TrainConfig.of(out=str(tmp_path), name="r2"), None)
     run2.commit_checkpoint(1, _policy("w1"), _state(1), {"log": []})
     run2.append_metrics({"iteration": 1})
     import shutil
@@ -276,7 +276,7 @@ def test_no_intact_checkpoint_or_none_at_all_is_refused_in_one_sentence(tmp_path
     with pytest.raises(UsageError, match="no checkpoint"):
         run2.restore_point(say=lambda s: None)
     # a run killed before its first checkpoint has nothing to lose: it starts again
-    run3 = Run(TrainConfig(out=str(tmp_path), name="r3"), None)
+    run3 = Run(TrainConfig.of(out=str(tmp_path), name="r3"), None)
     said = []
     assert run3.restore_point(say=said.append) is None and "beginning" in said[0]
 
@@ -296,7 +296,7 @@ def test_an_old_run_folder_still_resumes_or_is_refused(tmp_path):
     run.commit_checkpoint(4, _policy("new"), _state(4), {"log": []})
     assert run.checkpoint.is_symlink() and run.restore_point(say=lambda s: None).iteration == 4
     # an old folder whose store.json was emptied
-    old = Run(TrainConfig(out=str(tmp_path), name="old2"), None)
+    old = Run(TrainConfig.of(out=str(tmp_path), name="old2"), None)
     _policy("old")(old.checkpoint)
     old.save_state(_state(3))
     old.store_file.write_text("")

@@ -139,7 +139,7 @@ def test_training_raises_the_probability_of_the_faster_placement(tiny_profile, l
     from hsdag_ray.resolve import env_config
     from policies.registry import get
 
-    cfg = TrainConfig(model="tiny_cnn", method="rnn", env_runners=0, seed=0, lr=1e-2,
+    cfg = TrainConfig.of(model="tiny_cnn", method="rnn", env_runners=0, seed=0, lr=1e-2,
                       wandb="disabled")
     env_cfg = env_config(cfg, "simulator", list(tiny_profile.device_names), tiny_profile.to_json(), "")
     assert env_cfg["reward"] == "neg_sqrt"  # the method's own reward when none is given

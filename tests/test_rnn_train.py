@@ -31,12 +31,12 @@ def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     sim = Simulator(cost_graph(probe.graph, prof, probe.devices))
     obs = {k: torch.as_tensor(v)[None].repeat(50, *([1] * np.ndim(v))) for k, v in probe.reset()[0].items()}
     sampled: list[float] = []
-    cfg = TrainConfig(model="tiny_cnn", method="rnn", backend="simulator",
+    cfg = TrainConfig.of(model="tiny_cnn", method="rnn", backend="simulator",
                       profile=str(tiny_profile_file), budget=400, env_runners=0, wandb="offline",
                       out=str(tmp_path), name="rnn", seed=0, lr=3e-3)
 
     def probe_policy(algo, row) -> None:
-        if row["iteration"] == 1 or row["placements"] >= cfg.budget:
+        if row["iteration"] == 1 or row["placements"] >= cfg.run.budget:
             with torch.no_grad():
                 actions = algo.get_module().forward_exploration({Columns.OBS: obs})[Columns.ACTIONS]
             sampled.append(float(np.mean([sim.evaluate(a[:n].numpy()).value for a in actions])))
@@ -51,7 +51,7 @@ def test_rnn_learns_and_writes_every_output(tiny_profile_file, tmp_path):
     assert json.loads((run / "config.json").read_text())["resolved"]["reward"] == "neg_sqrt"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     # an iteration is episodes_per_iteration episodes of episode_len whole placements, each counted
-    per_iteration = cfg.episode_len * cfg.episodes_per_iteration
+    per_iteration = cfg.learning.episode_len * cfg.learning.episodes_per_iteration
     assert [r["placements"] for r in rows] == [per_iteration * (i + 1) for i in range(len(rows))]
     b = s["baselines"]
     assert b["optimum"] <= s["best_latency_s"] * (1 + 1e-9)

@@ -106,11 +106,11 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.train import train
 
-    base = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
+    base = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                        method="random", budget=15, budget_unit="measurements", episode_len=5,
                        env_runners=0, wandb="disabled", out=str(tmp_path), exact_start="off")
-    plain = train(dataclasses.replace(base, name="plain"), quiet=True)
-    screened = train(dataclasses.replace(base, name="screened", screen=1.0), quiet=True)
+    plain = train(base.replace(name="plain"), quiet=True)
+    screened = train(base.replace(name="screened", screen=1.0), quiet=True)
     assert screened["method_best_latency_s"] <= plain["method_best_latency_s"]
     store = json.loads((tmp_path / "screened" / "store.json").read_text())
     measured = [e["latency_s"] for e in store["log"] if e["ok"]]
@@ -131,12 +131,12 @@ def test_the_screen_says_what_it_cannot_predict(tiny_recording, change, says):
     from hsdag_core.device_profile import Profile
     from hsdag_ray.resolve import screen_needs
 
-    run = TrainConfig(model="tiny_cnn", screen=1.0, profile=str(tiny_recording("known", 3)))
-    assert screen_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.profile).to_json()) == ""
-    cfg = dataclasses.replace(run, **change)
-    profile = Profile.load(cfg.profile).to_json() if cfg.profile else None
+    run = TrainConfig.of(model="tiny_cnn", screen=1.0, profile=str(tiny_recording("known", 3)))
+    assert screen_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.env.profile).to_json()) == ""
+    cfg = run.replace(**change)
+    profile = Profile.load(cfg.env.profile).to_json() if cfg.env.profile else None
     assert says in screen_needs(cfg, ["CPU_MODEL", "GPU_X"], profile)
-    assert screen_needs(dataclasses.replace(cfg, screen=0.0), ["CPU_MODEL", "GPU_X"], profile) == ""
+    assert screen_needs(cfg.replace(screen=0.0), ["CPU_MODEL", "GPU_X"], profile) == ""
 
 
 def test_the_screen_refuses_a_run_without_a_profile_in_one_sentence(tmp_path, capsys):

@@ -50,7 +50,7 @@ def test_search_state_round_trips():
 def test_search_methods_run_as_train_methods(method, tmp_path):
     """Both search methods use the run's machinery: budget, store, outputs; annealing
     beats the mean random placement clearly (ResNet-50, 64 MB accelerator)."""
-    cfg = TrainConfig(model="resnet50", method=method, backend="simulator",
+    cfg = TrainConfig.of(model="resnet50", method=method, backend="simulator",
                       devices=["CPU", "GPU_SMALLMEM"], budget=200, wandb="offline",
                       out=str(tmp_path), name=method, seed=0)
     s = train(cfg, quiet=True)

@@ -76,7 +76,7 @@ def test_run_with_segment_moves_learns_on_the_simulator(tmp_path):
     """A real RLlib run with segment moves: feasible, no slower than the best single device."""
     from hsdag_ray.train import TrainConfig, train
 
-    cfg = TrainConfig(model="tiny_cnn", budget=60, env_runners=0, wandb="disabled",
+    cfg = TrainConfig.of(model="tiny_cnn", budget=60, env_runners=0, wandb="disabled",
                       out=str(tmp_path), name="seg", seed=0, backend="simulator",
                       segment_moves=True, checkpoint_every=100)
     s = train(cfg, quiet=True)

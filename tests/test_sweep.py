@@ -70,7 +70,7 @@ def test_sweep_flags_and_file(tmp_path):
     names = [t["name"] for t in trials(sc)]
     assert len(names) == len(set(names)) == 4
     cfg = sc.trial_config(trials(sc)[0], tmp_path)
-    assert (cfg.model, cfg.method, cfg.seed, cfg.budget, cfg.lr) == ("tiny_cnn", "hsdag", 1, 40, 0.01)
+    assert (cfg.run.model, cfg.run.method, cfg.run.seed, cfg.run.budget, cfg.learning.lr) == ("tiny_cnn", "hsdag", 1, 40, 0.01)
 
 
 def test_ablation_preset_switches_each_feature_group_off():
@@ -78,7 +78,7 @@ def test_ablation_preset_switches_each_feature_group_off():
     assert sc.models == ["resnet50", "inception_v3", "bert_base"] and sc.methods == ["hsdag"]
     grid = trials(sc)
     assert len(grid) == 3 * len(ABLATION_VARIANTS)
-    feats = {t["variant"]: sc.trial_config(t, Path("/tmp")).features()
+    feats = {t["variant"]: sc.trial_config(t, Path("/tmp")).features
              for t in grid if t["model"] == "resnet50"}
     full = feats["full"]
     assert full.fractal and full.degree and full.shape and full.position == "id"
@@ -198,7 +198,7 @@ def test_run_folders_are_named_without_characters_a_shell_or_scp_reads(model, la
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.rundir import Run
 
-    run = Run(TrainConfig(model=model, out=str(tmp_path)), resume=None)
+    run = Run(TrainConfig.of(model=model, out=str(tmp_path)), resume=None)
     assert run.dir.parent == tmp_path and run.dir.name.startswith(f"{label}-hsdag-")
     sc = SweepConfig(models=[model], methods=["hsdag"], seeds=[0], out=str(tmp_path))
     assert [t["name"] for t in trials(sc)] == [f"{label}-hsdag-s0"]

@@ -21,7 +21,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def test_simulator_run_writes_every_output(tmp_path):
-    cfg = TrainConfig(model="resnet50", budget=60, env_runners=0, wandb="offline", out=str(tmp_path),
+    cfg = TrainConfig.of(model="resnet50", budget=60, env_runners=0, wandb="offline", out=str(tmp_path),
                       name="sim", seed=1, backend="simulator", devices=["CPU", "GPU_MODEL"])
     summary = train(cfg, quiet=True)
     run = tmp_path / "sim"
@@ -58,7 +58,7 @@ def test_real_openvino_run_end_to_end(tmp_path):
     # a profile of the same devices: the exact solver's placement is computed on it
     # and then measured on the devices like any other placement
     record("tiny_cnn", ["CPU", "CPU_F32"], fit=6, progress=False).save(tmp_path / "p.json")
-    cfg = TrainConfig(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=40,
+    cfg = TrainConfig.of(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=40,
                       episode_len=10, env_runners=1, repeats=5, wandb="disabled", out=str(tmp_path),
                       name="real", profile=str(tmp_path / "p.json"))
     s = train(cfg, quiet=True)
@@ -108,7 +108,7 @@ def test_real_openvino_run_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_killed_env_runner_does_not_stop_the_run(tmp_path):
-    cfg = TrainConfig(model="resnet50", budget=400, env_runners=2, wandb="disabled", out=str(tmp_path),
+    cfg = TrainConfig.of(model="resnet50", budget=400, env_runners=2, wandb="disabled", out=str(tmp_path),
                       name="ft", checkpoint_every=100)
     killed: list = []
 
@@ -131,7 +131,7 @@ def test_killed_env_runner_does_not_stop_the_run(tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_iterations_and_keeps_the_best(tmp_path):
-    cfg = TrainConfig(model="resnet50", budget=60, env_runners=0, wandb="disabled", out=str(tmp_path),
+    cfg = TrainConfig.of(model="resnet50", budget=60, env_runners=0, wandb="disabled", out=str(tmp_path),
                       name="r", checkpoint_every=1)
     first = train(cfg, quiet=True)
     run = tmp_path / "r"
@@ -209,7 +209,7 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     for name, extra in (("known", {"profile": str(paths[0])}),
                         ("wrong", {"profile": str(paths[0]), "sim_profile": str(paths[1])}),
                         ("machine", {"profile": str(paths[1])})):
-        cfg = TrainConfig(model="tiny_cnn", backend="simulator", budget=10, episode_len=10,
+        cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", budget=10, episode_len=10,
                           env_runners=0, wandb="disabled", out=str(tmp_path), name=name, **extra)
         s = train(cfg, quiet=True)
         runs[name] = s["baselines"]
@@ -221,13 +221,13 @@ def test_a_run_on_a_machine_its_profile_describes_wrongly(tmp_path):
     assert runs["wrong"]["optimum"] >= runs["machine"]["optimum"] * (1 - 1e-9)
     # auto: with --guide, on every backend; on and off as asked
     assert not TrainConfig().starts_exact("simulator") and not TrainConfig().starts_exact("auto")
-    assert TrainConfig(guide=True, sim_profile=str(paths[1])).starts_exact("simulator")
-    assert TrainConfig(exact_start="on").starts_exact("simulator")
-    assert not TrainConfig(guide=True, exact_start="off").starts_exact("auto")
+    assert TrainConfig.of(guide=True, sim_profile=str(paths[1])).starts_exact("simulator")
+    assert TrainConfig.of(exact_start="on").starts_exact("simulator")
+    assert not TrainConfig.of(guide=True, exact_start="off").starts_exact("auto")
     # --exact-start: that placement is the run's first measurement, counted, for every
     # method alike (HSDAG and annealing then sample from the faster of it and their start)
     for method in ("hsdag", "anneal", "random"):
-        cfg = TrainConfig(model="tiny_cnn", backend="simulator", profile=str(paths[0]),
+        cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(paths[0]),
                           sim_profile=str(paths[1]), exact_start="on", method=method, budget=10,
                           episode_len=5, env_runners=0, wandb="disabled", out=str(tmp_path),
                           name=f"exact-{method}", budget_unit="measurements")
@@ -304,7 +304,7 @@ def test_run_ends_feasible_when_almost_every_placement_overflows(tmp_path):
     with ranked advantages, lr 3e-3, episodes of 10 and two passes per update: HSDAG as
     published does not reach a feasible placement of its own in 300 here.)"""
     profile = small_memory_profile(tmp_path / "p.json", "bert_base", 0.02)
-    cfg = TrainConfig(model="bert_base", backend="simulator", devices=["CPU_MODEL", "GPU_TINY"],
+    cfg = TrainConfig.of(model="bert_base", backend="simulator", devices=["CPU_MODEL", "GPU_TINY"],
                       profile=str(profile), budget=300, env_runners=0, wandb="disabled",
                       out=str(tmp_path), name="tiny", seed=0, memory_penalty="graded",
                       incumbent_prior=0.0, advantages="rank", lr=3e-3, episode_len=10, num_epochs=2)
@@ -353,7 +353,7 @@ def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
 
     model = tmp_path / "m.xml"
     ov.save_model(load_model("tiny_cnn"), str(model))
-    cfg = TrainConfig(model=str(model), backend="simulator", devices=["CPU", "GPU_MODEL"],
+    cfg = TrainConfig.of(model=str(model), backend="simulator", devices=["CPU", "GPU_MODEL"],
                       budget=200, episode_len=10, env_runners=1, wandb="disabled",
                       out=str(tmp_path / "runs"), name="broken")
 
@@ -374,24 +374,31 @@ def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
 
 
 @pytest.mark.parametrize("flags,expected", [
-    (["--no-cost"], {"no_cost": True}),
+    (["--no-cost"], {"features.cost": False}),
     (["--no-fractal", "--no-shape", "--no-op-type", "--no-degree"],
-     {"no_fractal": True, "no_shape": True, "no_op_type": True, "no_degree": True}),
-    (["--no-cost", "--cost"], {"no_cost": False}),
-    (["--self-loops"], {"self_loops": True}),
-    (["--no-node-state-update"], {"node_state_update": False}),
+     {"features.fractal": False, "features.shape": False, "features.op_type": False,
+      "features.degree": False}),
+    (["--no-cost", "--cost"], {"features.cost": True}),
+    (["--self-loops"], {"hsdag.self_loops": True}),
+    (["--no-node-state-update"], {"hsdag.node_state_update": False}),
+    (["--relative-features", "--gcn-layers", "3"], {"features.relative": True,
+                                                    "hsdag.num_gcn_layers": 3}),
 ])
 def test_feature_ablation_flags_switch_features_off(flags, expected, tmp_path):
     """argparse reads any --no-... flag of a BooleanOptionalAction as False: --no-cost
     once left cost features on. The ablation flags must do what they say, on the
-    command line and in the environment's node features."""
+    command line and in a YAML file, in the new form and in the flat one of earlier
+    releases (``no_cost: true``, ``--gcn-layers``)."""
     from hsdag_ray.arguments import config_from_args
 
     cfg = config_from_args(flags).cfg
-    for k, v in expected.items():
-        assert getattr(cfg, k) == v, (flags, k)
-    if cfg.no_cost:
-        assert cfg.features().cost is False
-        yaml_cfg = tmp_path / "c.yaml"
-        yaml_cfg.write_text("no_cost: true\n")
-        assert config_from_args(["--config", str(yaml_cfg), "--cost"]).cfg.no_cost is False
+    for key, v in expected.items():
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == v, (flags, key)
+    yaml_cfg = tmp_path / "c.yaml"
+    yaml_cfg.write_text("no_cost: true\n")
+    assert config_from_args(["--config", str(yaml_cfg)]).cfg.features.cost is False
+    assert config_from_args(["--config", str(yaml_cfg), "--cost"]).cfg.features.cost is True
+    yaml_cfg.write_text("features: {cost: false}\nlearning: {lr: 0.02}\n")
+    nested = config_from_args(["--config", str(yaml_cfg)]).cfg
+    assert nested.features.cost is False and nested.learning.lr == 0.02

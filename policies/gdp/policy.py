@@ -48,8 +48,7 @@ Shapes: a batch of ``B`` graphs arrives padded (``x [B, N_max, F]``,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -57,46 +56,12 @@ from torch_geometric.nn import SAGEConv
 from torch_geometric.utils import scatter
 
 from policies.layers import mlp
+from policies.gdp.config import GDPConfig
 
 __all__ = ["GDPConfig", "GDPNet", "GDPOutput", "SegmentRecurrentPlacer", "POLICY_INIT_SCALE"]
 
 #: scale of the policy's last layer at initialisation (a near-uniform first policy)
 POLICY_INIT_SCALE = 0.01
-
-
-@dataclass(frozen=True)
-class GDPConfig:
-    """Settings of :class:`GDPNet`.
-
-    Attributes:
-        hidden_dim: width ``H`` of every embedding.
-        sage_layers: GraphSAGE rounds.
-        attention_layers: layers of the segment-recurrent placer.
-        heads: attention heads (must divide ``hidden_dim``).
-        segment_len: nodes per segment ``S`` of the placer.
-        superposition: condition the placer on the graph embedding (FiLM).
-    """
-
-    hidden_dim: int = 64
-    sage_layers: int = 3
-    attention_layers: int = 2
-    heads: int = 4
-    segment_len: int = 128
-    superposition: bool = True
-
-    def __post_init__(self) -> None:
-        if min(self.hidden_dim, self.heads, self.segment_len) < 1 or self.sage_layers < 0 \
-                or self.attention_layers < 0:
-            raise ValueError("hidden_dim, heads and segment_len must be at least 1, "
-                             "sage_layers and attention_layers 0 or more")
-        if self.hidden_dim % self.heads:
-            raise ValueError(f"heads ({self.heads}) must divide hidden_dim ({self.hidden_dim})")
-
-    @classmethod
-    def from_model_config(cls, model_config: Mapping[str, Any] | None) -> "GDPConfig":
-        """The settings named in an RLlib ``model_config`` (others are ignored)."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (model_config or {}).items() if k in known})
 
 
 class GDPOutput(NamedTuple):

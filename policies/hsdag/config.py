@@ -78,6 +78,15 @@ class HSDAGConfig:
             least :math:`\log((D - 1) G / F)` on a graph of ``G`` groups (``F`` = this
             value), so an untrained policy changes about ``F`` groups per proposal
             whatever the graph's size; ``0`` = the fixed ``incumbent_prior`` alone.
+        segment_moves: with ``node_moves``, each placement may also set a short run of
+            nodes (2-8 in topological order, from a learned start) to one device at once,
+            so changes that pay only together can be sampled
+            (:mod:`policies.hsdag.segment_moves`).
+
+    A run's settings (:class:`hsdag_ray.config.TrainConfig`) hold one of these as their
+    ``hsdag`` section, with ``incumbent_prior`` -1 meaning "the run decides": 2 with
+    ``--guide``, else 0 (:func:`hsdag_ray.resolve.resolved` writes it out before the
+    network is built), and ``prior_device`` set by the run (``--start best_single``).
     """
 
     hidden_dim: int = 64
@@ -93,12 +102,13 @@ class HSDAGConfig:
     grouping_noise: float = 0.3
     self_loops: bool = False
     node_moves: bool = False
-    prior_device: int = -1
+    prior_device: int = dataclasses.field(default=-1, metadata={"setting": False})
     prior_logit: float = 2.0
     sampled_grouping: bool = False
     move_floor: float = 0.0
     incumbent_prior: float = 0.0
     incumbent_flips: float = 0.0
+    segment_moves: bool = False
 
     def __post_init__(self) -> None:
         for name in ("hidden_dim", "score_layers", "placer_layers"):
@@ -110,8 +120,9 @@ class HSDAGConfig:
             raise ValueError(f"HSDAGConfig.pooling must be one of {POOLINGS}, got {self.pooling!r}.")
         if not 0 <= float(self.move_floor) < 2:
             raise ValueError(f"HSDAGConfig.move_floor must be in [0, 2), got {self.move_floor}.")
-        if not float(self.incumbent_prior) >= 0:
-            raise ValueError(f"HSDAGConfig.incumbent_prior must be >= 0, got {self.incumbent_prior}.")
+        if not (float(self.incumbent_prior) >= 0 or float(self.incumbent_prior) == -1):
+            raise ValueError(f"HSDAGConfig.incumbent_prior must be -1 (the run decides) or >= 0, "
+                             f"got {self.incumbent_prior}.")
         if not float(self.incumbent_flips) >= 0:
             raise ValueError(f"HSDAGConfig.incumbent_flips must be >= 0, got {self.incumbent_flips}.")
         if not float(self.grouping_noise) >= 0:

@@ -39,7 +39,7 @@ initial weights draw from torch's global generator).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -72,23 +72,23 @@ class Reinforce:
     stall_shrink: float
 
 
-def configs_from_settings(settings: Mapping[str, Any]) -> tuple[HSDAGConfig, Reinforce]:
-    """The network's and REINFORCE's settings of a run from its settings: the fields of
-    :class:`hsdag_ray.config.TrainConfig` as :func:`hsdag_ray.resolve.resolved` writes
-    them out, plus ``prior_device`` (-1: none), read as the RLlib path reads them (the
-    network's through the method's ``model_config``, REINFORCE's through its
-    ``learner_config``)."""
+def configs_from_settings(cfg: Any) -> tuple[HSDAGConfig, Reinforce]:
+    """The network's and REINFORCE's settings of a run from its settings (a
+    :class:`hsdag_ray.config.TrainConfig` as :func:`hsdag_ray.resolve.resolved` writes it
+    out), read as the RLlib path reads them (the network's through the method's
+    ``model_config``, REINFORCE's through its ``learner_config``)."""
     from policies.registry import get
 
     method = get("hsdag")
-    model_config = method.model_config(settings)
+    model_config = method.model_config(cfg)
     if model_config.get("node_moves") or model_config.get("segment_moves"):
         raise ValueError("HSDAG's node and segment moves sample from RLlib action distributions; "
                          "train them with python -m hsdag_ray.train --node-moves")
-    learner = method.learner_config(settings)
-    learn = Reinforce(lr=float(settings["lr"]), entropy_coeff=float(settings["entropy_coeff"]),
-                      episode_len=int(settings["episode_len"]),
-                      episodes_per_iteration=int(settings["episodes_per_iteration"]), **learner)
+    learner = method.learner_config(cfg)
+    learning = cfg.learning
+    learn = Reinforce(lr=float(learning.lr), entropy_coeff=float(learning.entropy_coeff),
+                      episode_len=int(learning.episode_len),
+                      episodes_per_iteration=int(learning.episodes_per_iteration), **learner)
     if min(learn.episode_len, learn.episodes_per_iteration, learn.num_epochs) < 1 or learn.lr <= 0:
         raise ValueError("episode_len, episodes_per_iteration and num_epochs must be at least 1 "
                          "and lr positive")

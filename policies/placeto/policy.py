@@ -37,8 +37,7 @@ each graph's current node as an index into the union, ``ancestors`` and
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Mapping, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -46,35 +45,13 @@ from torch_geometric.nn import SAGEConv
 from torch_geometric.utils import scatter
 
 from policies.layers import mlp
+from policies.placeto.config import PlacetoConfig
 
 #: scale of the policy's last layer at initialisation (see :meth:`PlacetoNet.reset_parameters`)
 POLICY_INIT_SCALE = 0.01
 
 __all__ = ["POLICY_INIT_SCALE", "PlacetoConfig", "PlacetoNet", "PlacetoOutput", "NodeEmbedding", "DirectedPassing",
            "split_around"]
-
-
-@dataclass(frozen=True)
-class PlacetoConfig:
-    """Settings of :class:`PlacetoNet`.
-
-    Attributes:
-        hidden_dim: width ``H`` of every embedding.
-        rounds: message-passing rounds ``K`` in each direction (the paper's code: 8).
-    """
-
-    hidden_dim: int = 64
-    rounds: int = 8
-
-    def __post_init__(self) -> None:
-        if self.hidden_dim < 1 or self.rounds < 0:
-            raise ValueError("hidden_dim must be at least 1 and rounds 0 or more")
-
-    @classmethod
-    def from_model_config(cls, model_config: Mapping[str, Any] | None) -> "PlacetoConfig":
-        """The settings named in an RLlib ``model_config`` (others are ignored)."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (model_config or {}).items() if k in known})
 
 
 class NodeEmbedding(NamedTuple):

@@ -37,8 +37,7 @@ exactly those the learner recomputes for it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -46,36 +45,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from policies.distributions import representatives
 from policies.layers import mlp
+from policies.rnn.config import RNNPlacerConfig
 
 __all__ = ["RNNPlacerConfig", "RNNPlacerNet", "PlacerOutput", "neighbour_means"]
-
-
-@dataclass(frozen=True)
-class RNNPlacerConfig:
-    """Settings of :class:`RNNPlacerNet`.
-
-    Attributes:
-        hidden_dim: width of embeddings and LSTM states (the encoder's outputs
-            are ``2 * hidden_dim``, one half per direction).
-        grouper: place groups of a learned feed-forward grouper (the 2018
-            paper) instead of single ops.
-        num_groups: groups of the grouper (at most the graph's padded size).
-        out_scale: the last layer of the device head and of the grouper start
-            at this scale, so the first policy is close to uniform.
-    """
-
-    hidden_dim: int = 64
-    grouper: bool = False
-    num_groups: int = 32
-    out_scale: float = 0.01
-
-    @classmethod
-    def from_model_config(cls, model_config: Optional[Mapping[str, Any]]) -> "RNNPlacerConfig":
-        known = {f.name for f in fields(cls)}
-        cfg = cls(**{k: v for k, v in dict(model_config or {}).items() if k in known})
-        if cfg.hidden_dim < 1 or cfg.num_groups < 1:
-            raise ValueError("hidden_dim and num_groups must be at least 1")
-        return cfg
 
 
 class PlacerOutput(NamedTuple):

@@ -1,0 +1,226 @@
+"""The sections of a training run's settings that belong to no library class.
+
+:class:`hsdag_ray.config.TrainConfig` nests these beside the library's own settings
+classes (:class:`envs.base.TimingConfig`, :class:`hsdag_core.features.FeatureConfig`
+and each learned method's network config). Each field's help is the string right under
+it: ``--help``, the flags and the YAML keys are built from the fields
+(:mod:`hsdag_ray.arguments`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envs.env_config import EnvConfig
+
+__all__ = ["RunSettings", "EnvSettings", "LearningSettings", "AidSettings"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What is placed, by which method, for how long, and where the run goes."""
+
+    model: str = "resnet50"
+    """zoo name (resnet50, inception_v3, bert_base, tiny_cnn), tv:NAME (a torchvision
+    architecture), hf:TYPE (a Hugging Face model type), gen:KIND:... (a generated graph),
+    all with random weights, or a .xml/.onnx file."""
+    input_shape: str = ""
+    """static input shape(s) of a dynamic file model, e.g. 1,3,224,224 or
+    input_ids:1,128;attention_mask:1,128."""
+    method: str = "hsdag"
+    """placement method, one of those ``--help`` lists at its end; a learned method runs as
+    its paper specifies unless ``guide`` is on."""
+    guide: bool = False
+    """the project's search aids, for every method alike (off: each method as published).
+    The exact solver's placement on the run's profile is measured as the run's first, HSDAG
+    samples around the run's best (its incumbent prior, the only policy that has one), and
+    one untried neighbour of the run's best is measured per 10 placements proposed, the
+    refitted profile's optimum first at each new best (policies/search/neighbour_guide.py).
+    Placements the guide proposes are counted in the budget and marked in the summary."""
+    budget: int = 500
+    """placements the policy proposes, each measured or (when proposed before) read from
+    the cache (the paper: about 500); training stops after the iteration that reaches it,
+    so it rounds up to whole iterations (episode_len x episodes_per_iteration placements
+    each)."""
+    budget_unit: str = "placements"
+    """what the budget counts: placements (proposed, the default) or measurements (new
+    placements measured; a proposal the cache answers costs nothing), then at most 5x the
+    budget in placements proposed (and with --screen 10x in placements screened)."""
+    seed: int = 0
+    """random seed."""
+    init: str = ""
+    """a pre-trained policy to fine-tune (the folder or pretrained.pt python -m
+    hsdag_ray.pretrain wrote); with --budget 0 it places zero-shot. Its weights are loaded
+    into the RLModule before training, and the run's first measured placement (counted in
+    the budget) is the policy's greedy one, its second the fastest single device (fitted)
+    unless that is the same, so the run never ends worse than either. With a profile of the
+    devices, the greedy and zero-shot placements are repaired before they are measured when
+    they overflow a device's memory (hsdag_core/fit.py)."""
+    init_soften: float = 0.0
+    """below 1, a run with --init spreads the pre-trained policy's distribution once after
+    loading it (the placer's output layers scaled by this factor, preferences kept in
+    order), so a settled policy samples more than its greedy placement (1 = off; 0 = the
+    method's own: 0.2 for GDP, off otherwise)."""
+    zero_shot_samples: int = 1
+    """with --budget 0, placements measured: the policy's greedy one, plus this many minus
+    one sampled from it (a sample that overflows is drawn again, up to 10 draws per sample
+    and 10 misses in a row, then repaired)."""
+    wandb: str = "offline"
+    """offline, online or disabled."""
+    wandb_project: str = "hsdag_ray"
+    """W&B project name."""
+    out: str = "runs"
+    """folder of run folders."""
+    name: str = ""
+    """run folder name (default: model-method-time)."""
+    checkpoint_every: int = 5
+    """iterations between checkpoints."""
+    address: str = ""
+    """Ray address to join (``auto`` for a running cluster); empty = local Ray."""
+    env_runners: int = 1
+    """measuring actors (0 = sample in the driver)."""
+    torch_threads: int = 1
+    """threads of every torch process (driver, learner, EnvRunners); more than one on a
+    small machine shared with Ray and OpenVINO makes each update many times slower
+    (threads spin waiting for each other)."""
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    """Where placements are measured and how a measurement becomes a reward."""
+
+    backend: str = "default"
+    """``default`` (real OpenVINO devices when the machine has two, else the simulator) or a
+    registered backend: ``simulator``, ``auto``, ``hetero``, ``pipeline`` (OpenVINO) or
+    ``torch`` (PyTorch devices, NVIDIA GPUs among them)."""
+    devices: tuple[str, ...] = ()
+    """device names; empty = chosen with the backend."""
+    profile: str = ""
+    """profile JSON: the simulator's costs (empty = record the local CPU and model an
+    accelerator); with a real backend, the costs the exact solver's placement is computed
+    on before it is measured."""
+    sim_profile: str = ""
+    """with --backend simulator, a profile JSON the simulator measures with, playing the
+    real machine, while --profile stays what the run knows (node features, the memory
+    repair, the start, the exact solver's placement); e.g. a profile whose op times are
+    off, to see how a method does when its profile is wrong, as a recorded one is on a real
+    machine (empty = the simulator measures with --profile)."""
+    objective: str = EnvConfig.objective
+    """what is minimised: sequential (the latency of one inference), throughput (a
+    pipeline's time per sample: the simulator and the torch backend measure it) or parallel
+    (independent stages at once: the simulator)."""
+    coarsen: str = EnvConfig.coarsen
+    """graph coarsening before learning: none, colocation, openvino."""
+    failure_factor: float = EnvConfig.failure_factor
+    """a failed placement counts as this many times the reference latency."""
+    memory_penalty: str = EnvConfig.memory_penalty
+    """repair (the default: a placement the profile says overflows is not measured; its
+    repair, the cheapest set of nodes moved off the full device to one with room, is
+    measured and rewarded instead, see hsdag_core/fit.py; without a profile of every
+    device, graded), graded (a placement over a device's memory counts as failure_factor x
+    (1 + the fraction it is over) times the reference, so a batch that all overflows still
+    says which placements are closer to fitting), or flat."""
+    incumbent: bool = EnvConfig.incumbent
+    """the run's best placement so far (or the fastest single device, until a measured
+    placement beats it) becomes node features (one-hot device, refreshed at every
+    episode's start), so the policy can learn to place relative to it (see
+    envs/placement_env.py)."""
+    sim_delay_s: float = EnvConfig.sim_delay_s
+    """with the simulator, seconds every measurement takes, as on a real device (0 =
+    instant); above 0 the run measures on measuring machines as a real one does (scaling
+    benchmarks, multi-machine tests)."""
+    remeasure_rounds: int = 5
+    """with a real backend, the run's best few placements and every baseline are timed
+    again this many interleaved rounds at the end, and every reported figure is a
+    re-measured one (see hsdag_ray/summary.py)."""
+    solver_time_limit: float = 120.0
+    """seconds the exact solver may take for the optimum; an optimum not proven within it
+    is reported as such (optimum_proven, optimum_gap)."""
+
+
+@dataclass(frozen=True)
+class LearningSettings:
+    """How a learned method updates its policy (REINFORCE or PPO)."""
+
+    algo: str = ""
+    """``reinforce`` (the paper's) or ``ppo``; empty = the method's own."""
+    reward: str = ""
+    """inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the RNN
+    placer's); empty = the method's own."""
+    lr: float = 1e-3
+    """Adam learning rate (HSDAG's paper: 1e-3)."""
+    entropy_coeff: float = 0.01
+    """entropy bonus weight (keeps the policy moving when a whole batch fails)."""
+    advantages: str = "centered"
+    """how REINFORCE weighs each placement: centered (the reward minus the batch mean, a
+    plain REINFORCE baseline), normalized (also over the batch's standard deviation), rank
+    (centred ranks: fitness shaping) or elite (the cross-entropy method's top quarter)."""
+    episode_len: int = EnvConfig.episode_len
+    """placements per episode (HSDAG's paper: 20)."""
+    episodes_per_iteration: int = 1
+    """episodes per policy update."""
+    num_epochs: int = 1
+    """optimiser passes over each update's batch (1: REINFORCE's one step)."""
+    replay_episodes: int = 0
+    """earlier episodes every update also trains on, ranked with the new ones (measured
+    placements re-used at no measurement cost; 0 = off)."""
+    replay: str = "elite"
+    """which earlier episodes: elite (those with the best placements) or recent."""
+    stall_patience: int = 0
+    """updates without a new best placement after which the entropy bonus weight becomes
+    stall_entropy, until a new best is found (0 = off; see policies/reinforce.py)."""
+    stall_entropy: float = 0.1
+    """the entropy bonus weight while stalled."""
+    stall_shrink: float = 1.0
+    """below 1, a stalled run also scales HSDAG's placer and move head output layers by
+    this factor (the placement distribution spreads again, keeping its preferences), then
+    counts stalled updates afresh."""
+    start: str = "uniform"
+    """where sampling starts: uniform (every device equally likely, the paper) or
+    best_single (the fastest single device's logit starts HSDAG's prior_logit above the
+    others' in every group)."""
+
+
+@dataclass(frozen=True)
+class AidSettings:
+    """The details of the project's search aids (``--guide`` switches them on together),
+    open to every method alike; every table says which rows had them."""
+
+    exact_start: str = "auto"
+    """on: measure the exact solver's placement on the run's profile (for the parallel
+    objective HEFT's) as the run's first placement, counted in the budget; off: not; auto:
+    with guide."""
+    etf_start: bool = False
+    """a critical-path warm start: measure Baechi's m-ETF placement (earliest-start list
+    scheduling within memory) on the run's profile as the run's first placement, counted in
+    the budget, for every method that searches (after the exact start's, when both are
+    on); needs a profile of every device."""
+    neighbour_every: int = -1
+    """0 (off), or for every this many placements proposed in the run, measure an untried
+    neighbour of the run's best (one node on another device; once all are measured, both
+    ends of an edge) as the run's own, counted in the budget
+    (policies/search/neighbour_guide.py); -1: 10 with guide unless refit_every is set,
+    else 0."""
+    neighbour_order: str = "profile"
+    """profile (the default: with a profile of every device, at each new best first the
+    exact optimum of the profile refitted to the run's measurements, then the neighbours it
+    estimates fastest first, those it says do not fit left out and a single change that
+    does not fit replaced by its swaps; in a random order without one) or random (single
+    changes in a random order)."""
+    refit_every: int = 0
+    """0 (off), or for every this many placements proposed in the run (measured or
+    answered from the cache), measure a proposal of --method refit (the exact solver on the
+    profile refitted to the run's measurements) as the run's own, counted in the budget
+    (policies/search/refit_guide.py; needs a profile of every device and the sequential
+    objective)."""
+    screen: float = EnvConfig.screen
+    """0 (off), or do not measure a new placement the run's latency model (the profile
+    refitted to the run's measurements, as --method refit fits it) says is slower than the
+    run's best by more than this many standard deviations of the prediction; such a
+    placement is rewarded as predicted and counted as screened, not measured (needs a
+    profile of every device and the sequential objective; not with --method refit, which
+    proposes the model's own optimum)."""
+    incumbent_share: float = EnvConfig.incumbent_share
+    """the share of episodes that see the incumbent; the others are sampled without it
+    (with incumbent_prior: from the policy's own logits), so a run settled around its
+    incumbent still wanders (1 = every episode)."""
+
