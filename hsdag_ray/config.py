@@ -153,6 +153,7 @@ class TrainConfig:
              "budget_unit must be placements or measurements"),
             (run.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
             (aids.screen >= 0, "screen must be 0 (off) or a number of standard deviations"),
+            (aids.imitate_steps >= 0, "imitate_steps must be 0 (off) or a number of steps"),
             (aids.refit_every == 0 or aids.refit_every >= 2,
              "refit_every must be 0 (off) or at least 2 placements per refit proposal"),
             (aids.neighbour_every in (-1, 0) or aids.neighbour_every >= 2,

@@ -50,6 +50,22 @@ class RLDriver:
 
             load_into_algo(self.algo, read_pretrained(cfg.run.init), method.name,
                            init_soften_factor(cfg, method))
+        if cfg.aids.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
+            self._imitate(cfg, env)
+
+    def _imitate(self, cfg: TrainConfig, env) -> None:
+        """``--imitate-steps``: the learner's policy imitates the exact placement on the
+        run's profile (:func:`policies.imitate.imitate`, no measurement), then every
+        sampling copy receives its weights."""
+        from ray.rllib.core import DEFAULT_MODULE_ID
+
+        from policies.imitate import imitate
+
+        module = self.algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+        self.imitation = imitate(module, [env], cfg.aids.imitate_steps, lr=cfg.learning.lr,
+                                 seed=cfg.run.seed)
+        self.algo.env_runner_group.sync_weights(from_worker_or_learner_group=self.algo.learner_group,
+                                                inference_only=True)
 
     @property
     def handle(self):

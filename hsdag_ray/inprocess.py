@@ -100,7 +100,7 @@ def _settings(method: str, budget: int, seed: int, objective: str, settings: Opt
     cfg.validate()
     off = {"guide": cfg.run.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.aids.etf_start,
            "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.aids.refit_every > 0,
-           "screen": cfg.aids.screen > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile),
+           "screen": cfg.aids.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile),
            "algo": cfg.learning.algo not in ("", "reinforce")}
     on = [name for name, value in off.items() if value]
     if on:

@@ -252,14 +252,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = build_parser(help_for={"budget": budget_help, "incumbent_prior": (
         "HSDAG samples around each graph's best placement so far by this logit (default in "
         f"pre-training: {PRETRAIN_DEFAULTS['incumbent_prior']:g}, off; in train it is on "
-        "with --guide only)")})
+        "with --guide only)"), "imitate_steps": (
+        "first imitate each training graph's exact optimum for this many steps (the "
+        "simulator's costs make it free of measurements; see policies/imitate.py), then "
+        "--budget placements of reinforcement")})
     ap.prog, ap.description = "python -m hsdag_ray.pretrain", __doc__
     ap.add_argument("--family", required=True,
                     help="graph family: " + "; ".join(f"{k} ({f.description})" for k, f in FAMILIES.items()))
-    ap.add_argument("--imitate-steps", type=int, default=0,
-                    help="first imitate each training graph's exact optimum for this many steps "
-                         "(the simulator's costs make it free of measurements; see "
-                         "policies/imitate.py), then --budget placements of reinforcement")
     ap.add_argument("--family-accelerator", default=ACCELERATOR, metavar="NAME",
                     help="the accelerator next to CPU_MODEL on every graph: " + "; ".join(
                         f"{k} ({v})" for k, v in FAMILY_ACCELERATORS.items()) + f"; default {ACCELERATOR}")
@@ -267,8 +266,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.family_accelerator not in FAMILY_ACCELERATORS:
         raise UsageError(f"unknown --family-accelerator {args.family_accelerator!r}; choose one of "
                          f"{', '.join(FAMILY_ACCELERATORS)}")
-    if args.imitate_steps < 0:
-        raise UsageError(f"--imitate-steps must be 0 or more, got {args.imitate_steps}")
     if args.family not in FAMILIES:
         raise UsageError(f"unknown graph family {args.family!r}; choose one of {', '.join(FAMILIES)}")
     given = given_settings(args)
@@ -277,9 +274,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if given.get(key) is not None or (flag == "resume" and args.resume):
             raise UsageError(f"--{flag} is set by the family in pre-training; leave it out")
     cfg = TrainConfig.of(**PRETRAIN_DEFAULTS).with_settings(given, source="the command line")
+    # imitation here is of the family's training graphs, done below, not a run's start
+    imitate_steps = cfg.aids.imitate_steps
+    if imitate_steps < 0:
+        raise UsageError(f"--imitate-steps must be 0 or more, got {imitate_steps}")
+    cfg = cfg.replace(imitate_steps=0)
     if "run.budget" not in given:
-        cfg = cfg.replace(budget=default_budget(cfg.run.method, args.imitate_steps))
-    if cfg.run.budget == 0 and not args.imitate_steps:
+        cfg = cfg.replace(budget=default_budget(cfg.run.method, imitate_steps))
+    if cfg.run.budget == 0 and not imitate_steps:
         raise UsageError("--budget 0 pre-trains nothing without --imitate-steps; give one or both")
     cfg = cfg.replace(backend="simulator", wandb="disabled")
     # a budget of 0 after imitation is pre-training's own (imitation only), not train's zero-shot
@@ -288,7 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     writable_dir(out)
     # what Ray, RLlib and torch print goes to the checkpoint folder, as in a training run
     with console.libraries_to(None if args.verbose else out / "libraries.log"):
-        pretrain(cfg, args.family, out, say=console.say(False), imitate_steps=args.imitate_steps,
+        pretrain(cfg, args.family, out, say=console.say(False), imitate_steps=imitate_steps,
                  accelerator=args.family_accelerator)
     print(out)
     return 0

@@ -207,9 +207,22 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
 
 
 def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict]) -> str:
-    """What ``--refit-every``, ``--neighbour-every`` or ``--etf-start`` lacks in the run, in
-    one sentence ("" when nothing or off)."""
+    """What ``--refit-every``, ``--neighbour-every``, ``--etf-start`` or ``--imitate-steps``
+    lacks in the run, in one sentence ("" when nothing or off)."""
     every = neighbour_every(cfg)
+    if cfg.aids.imitate_steps > 0:
+        from policies.registry import get
+
+        if get(cfg.run.method).kind != "rl":
+            return (f"--imitate-steps starts a learned policy by imitation; {cfg.run.method} "
+                    "learns no policy, so drop it")
+        if cfg.env.objective != "sequential":
+            return (f"--imitate-steps imitates the sequential objective's exact placement; drop "
+                    f"it for the {cfg.env.objective} objective")
+        lacks = _profile_lacks(devices, profile)
+        if lacks:
+            return (f"--imitate-steps imitates the exact placement on the run's profile of every "
+                    f"device, and the run has {lacks}; give one with --profile FILE")
     if cfg.aids.etf_start:
         from policies.registry import get
 
@@ -333,6 +346,8 @@ def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
         aids.append("exact start")
     if cfg.aids.etf_start:
         aids.append("m-ETF start")
+    if cfg.aids.imitate_steps > 0:
+        aids.append("imitation start")
     if samples_around_incumbent(cfg):
         aids.append("incumbent prior")
     kind = guide_of(cfg)

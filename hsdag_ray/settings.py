@@ -206,6 +206,12 @@ class AidSettings:
     estimates fastest first, those it says do not fit left out and a single change that
     does not fit replaced by its swaps; in a random order without one) or random (single
     changes in a random order)."""
+    imitate_steps: int = 0
+    """0 (off), or DOPPLER's imitation start for a learned method: before its first
+    measurement the policy takes this many gradient steps towards the exact solver's
+    placement on the run's profile (policies/imitate.py; no measurement, so not counted in
+    the budget), then learns from measurements as its paper does (needs a profile of every
+    device and the sequential objective)."""
     refit_every: int = 0
     """0 (off), or for every this many placements proposed in the run (measured or
     answered from the cache), measure a proposal of --method refit (the exact solver on the
