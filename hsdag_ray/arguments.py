@@ -175,7 +175,7 @@ def _add(group, flag: str, dest: str, default: Any, text: str) -> None:
         return
     if text != argparse.SUPPRESS and not isinstance(default, (list, tuple)) and "(default" not in text:
         shown = default if default != "" else "none"
-        text = f"{text} (default: {shown})"
+        text = f"{text.rstrip('.')} (default: {shown})"
     if isinstance(default, (list, tuple)):
         group.add_argument(flag, dest=dest, default=None, metavar="A,B",
                            help=text if text == argparse.SUPPRESS else text + " (comma-separated)")
