@@ -31,6 +31,7 @@ Prints a Markdown table per pair and model. Imports OpenVINO only for the ``open
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -154,7 +155,9 @@ def run_backend(folder: Path, block: int):
 
     cfg = json.loads((folder / "config.json").read_text())
     run, env = cfg["train"]["run"], cfg["train"]["env"]
-    timing = TimingConfig(**{**cfg["train"]["timing"], "race": False, "block": block})
+    known = {f.name for f in dataclasses.fields(TimingConfig)}
+    timing = TimingConfig(**{**{k: v for k, v in cfg["train"]["timing"].items() if k in known},
+                             "race": False, "block": block})
     profile = Profile.load(env["profile"]) if env.get("profile") else None
     source = graph_source(env["backend"], profile.source if profile else "")
     model, _, graph, _ = build_graph(run["model"], env["coarsen"],
@@ -282,14 +285,18 @@ def table(result: dict) -> str:
 def run_pair(pair: str, model: str, methods: Sequence[str], seeds: Sequence[int], budget: int,
              out: Path, profile: Optional[Path], threads: int, runner: Runner, guide: bool = False,
              extra: Sequence[str] = (), devices: Optional[Sequence[str]] = None,
-             backend: Optional[str] = None) -> list[Path]:
-    """Train every method and seed on one pair and model; return the finished run folders."""
+             backend: Optional[str] = None, reuse: bool = False) -> list[Path]:
+    """Train every method and seed on one pair and model; return the finished run folders
+    (``reuse``: a run whose folder already holds a summary is read, not trained again)."""
     be, devs = PAIRS[pair] if pair in PAIRS else (backend, devices)
     be, devs = backend or be, list(devices or devs)
     folders = []
     for method in methods:
         for seed in seeds:
-            name = f"{pair}-{slug(model)}-{method}-s{seed}"
+            name = f"{pair}-{slug(model)}-{method}{'-guide' if guide else ''}-s{seed}"
+            if reuse and (out / name / "summary.json").is_file():
+                folders.append(out / name)  # finished before: read, not trained again
+                continue
             argv = train_argv(be, devs, model, method, seed, budget, out, name, profile, threads, guide, extra)
             rc = runner(argv)
             if rc != 0 or not (out / name / "summary.json").is_file():
@@ -312,6 +319,9 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=5, help="runs per timed block when re-measuring")
     ap.add_argument("--within", type=float, default=1.01)
     ap.add_argument("--out", default="runs/real-pair", help="folder of the run folders and profiles")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read runs whose folder under --out already holds a summary instead of training them "
+                         "again (add seeds to an earlier bench; all are re-measured together)")
     ap.add_argument("--extra", default="", help="more train flags, space-separated (e.g. --remeasure-rounds 3)")
     args = ap.parse_args(argv)
     pairs = [p for p in args.pairs.split(",") if p]
@@ -334,7 +344,7 @@ def main(argv=None) -> int:
                 record_profile(backend, devices, model, profile, args.threads, log)
             t0 = time.perf_counter()
             folders = run_pair(pair, model, args.methods.split(","), seeds, args.budget, out, profile,
-                               args.threads, runner, args.guide, args.extra.split())
+                               args.threads, runner, args.guide, args.extra.split(), reuse=args.reuse)
             train_s = time.perf_counter() - t0
             if not folders:
                 print(f"## {model} on {pair}: no run finished")
