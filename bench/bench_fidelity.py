@@ -4,13 +4,15 @@
     python bench/bench_fidelity.py --model tiny_cnn --placements 30
 
 1. Profiles the model on both devices with OpenVINO (per-op times).
-2. Measures ``--fit`` split placements for real and fits the transfer and
-   stage-boundary costs to them.
-3. Measures ``--placements`` other placements of several kinds (contiguous
-   splits, blocks, random per node) twice, and reports the Spearman rank
-   correlation of simulated vs measured latency (per kind and overall), with
-   and without the fitted boundary costs, next to the correlation between the
-   two real passes: the ceiling any model can reach on this machine.
+2. Measures ``--fit`` placements for real (splits, blocks and random ones, crossing the
+   link from once to many times) and fits a cost per crossing and per tensor moved to
+   them (:func:`envs.profiling.fit_link_costs`).
+3. Measures ``--placements`` other placements of several kinds (contiguous splits,
+   blocks, random per node) in two interleaved rounds, and reports the mean absolute
+   relative error and the Spearman rank correlation of simulated vs measured latency
+   (first round), per kind and overall, before the fit (compute only) and after it,
+   each beside the same figure between the two real rounds: the ceiling any model
+   reaches on this machine. ``--json`` also writes every latency.
 4. Reports placements measured per second (compile + timing), the timing
    repeats used and the relative spread of the measurements.
 
