@@ -70,3 +70,32 @@ def judge(figs: list[dict[str, Any]]) -> str:
     return verdict(worst >= AIM, f"at least {AIM:g} placements/s",
                    f"slowest {worst:.1f}/s, {worst / AIM:.0%} of the aim; limited by "
                    + ", ".join(f"{f['limit']} on {f['model']}" for f in figs))
+
+
+def main() -> None:
+    """``python -m bench.gpu_check.speed --gpu cpu:bf16 resnet50:10:0.5 ...``: the speed
+    section alone, for the models named (spec:placements:share on the device)."""
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--gpu", default="cuda", help="the device beside cpu (cuda, or cpu:bf16 without a GPU)")
+    ap.add_argument("models", nargs="+", help="SPEC:PLACEMENTS:SHARE, e.g. resnet50:10:0.5")
+    args = ap.parse_args()
+    plan = []
+    for item in args.models:
+        spec, count, share = item.rsplit(":", 2)
+        try:
+            plan.append((spec, int(count), float(share)))
+        except ValueError:
+            ap.exit(2, f"{item!r} is not SPEC:PLACEMENTS:SHARE (e.g. resnet50:10:0.5)\n")
+    figs = []
+    for spec, count, share in plan:
+        figs.append(speed(spec, args.gpu, count, share))
+        say(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("\n".join(lines(figs, args.gpu)))
+    print(judge(figs))
+
+
+if __name__ == "__main__":
+    main()
