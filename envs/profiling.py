@@ -2,8 +2,10 @@
 
 :func:`record` times every op of a model on each real device with OpenVINO's
 own profiling, adds modeled devices from their specs, and with two real
-devices fits the transfer and stage-boundary costs to real split placements
-(:func:`fit_link_costs`). The result is a :class:`~hsdag_core.device_profile.Profile`.
+devices calibrates each device's op times to the whole model run on it
+(:func:`calibrate_compute`) and fits the transfer and stage-boundary costs to real
+split placements (:func:`fit_link_costs`). The result is a
+:class:`~hsdag_core.device_profile.Profile`.
 """
 from __future__ import annotations
 
@@ -16,7 +18,40 @@ import numpy as np
 from hsdag_core.compgraph import CompGraph
 from hsdag_core.device_profile import Profile, add_modeled_device, cost_graph, split_placements
 
-__all__ = ["record", "fit_link_costs", "busy_note"]
+__all__ = ["record", "calibrate_compute", "uncalibrated", "fit_link_costs", "busy_note"]
+
+
+def calibrate_compute(graph: CompGraph, profile: Profile, whole_s: dict[str, float]) -> dict[str, float]:
+    """Scale each device's op times so that they add up to the whole model's measured
+    latency on that device alone (``whole_s``: device -> seconds; a device missing there,
+    or not measured, keeps its times).
+
+    Ops timed one by one do not add up to the model run as one graph: each timing pays
+    its own dispatch and synchronisation, and a graph overlaps or fuses what separate
+    runs cannot, so the sum is off by a share that is much the same for every op of a
+    device (on small models, several tens of per cent). One measurement per device fixes
+    that share; :func:`fit_link_costs` then prices only the link. Updates ``profile`` in
+    place and returns the factors, also kept in ``profile.fit["compute_scale"]``."""
+    base = cost_graph(graph, Profile(profile.model, profile.devices, profile.op_time_s))
+    scales: dict[str, float] = {}
+    for d, name in enumerate(base.devices):
+        summed = float(base.compute_s[:, d].sum())
+        y = whole_s.get(name)
+        if y is None or not np.isfinite(y) or y <= 0 or summed <= 0:
+            continue
+        scales[name] = y / summed
+        profile.op_time_s[name] = {op: t * scales[name] for op, t in profile.op_time_s[name].items()}
+    profile.fit = {**profile.fit, "compute_scale": scales}
+    return scales
+
+
+def uncalibrated(profile: Profile) -> Profile:
+    """``profile`` as recorded: op times without :func:`calibrate_compute`'s factors and
+    without fitted link costs (compute only), the "before" of the fidelity checks."""
+    scales = (profile.fit or {}).get("compute_scale") or {}
+    times = {d: {op: t / scales.get(d, 1.0) for op, t in ops.items()}
+             for d, ops in profile.op_time_s.items()}
+    return Profile(profile.model, profile.devices, times, mem_capacity=dict(profile.mem_capacity))
 
 
 def fit_link_costs(graph: CompGraph, profile: Profile, placements: Sequence[np.ndarray],
@@ -65,6 +100,8 @@ def fit_link_costs(graph: CompGraph, profile: Profile, placements: Sequence[np.n
            "mean_rel_error_compute_only": float(np.mean(np.abs(np.asarray(compute_only) - y) / y)),
            "spearman_fitted": float(spearmanr(pred, y).statistic),
            "spearman_compute_only": float(spearmanr(compute_only, y).statistic)}
+    if "compute_scale" in (profile.fit or {}):
+        fit["compute_scale"] = profile.fit["compute_scale"]
     profile.fit = fit
     return fit
 
@@ -122,10 +159,13 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
         if busy:
             for info in profile.devices.values():
                 info["note"] = busy
+    real = list(profile.devices)[: len(devices)]
+    if measure is not None and len(real) >= 2 and fit > 0:  # before modeled devices copy the host
+        whole = {name: measure({nm: name for nm in fine.names}) for name in real[:2]}
+        calibrate_compute(fine, profile, {k: m.latency_s for k, m in whole.items() if m.ok})
     host = next(iter(profile.devices), None)  # the first measured device
     for name in modeled:
         add_modeled_device(profile, fine, name, relative_to=host)
-    real = list(profile.devices)[: len(devices)]
     if measure is not None and len(real) >= 2 and fit > 0:
         placements = split_placements(fine.num_nodes, 2, fit)
         measured, kept = [], []

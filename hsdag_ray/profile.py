@@ -1,8 +1,8 @@
 """Record a profile: ``python -m hsdag_ray.profile --model M --out p.json``.
 
 Per-op times of every real device with OpenVINO's profiling, modeled devices
-from their specs, and (two real devices) transfer and boundary costs fitted to
-real split placements::
+from their specs, and (two real devices) each device's op times scaled to the whole model
+run on it, then transfer and boundary costs fitted to real split placements::
 
     python -m hsdag_ray.profile --model resnet50 --devices CPU,CPU_F32 --out r50.json
     python -m hsdag_ray.profile --model bert_base --devices CPU --modeled GPU_MODEL --out b.json
@@ -40,8 +40,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--modeled", default="",
                     help=f"modeled devices to add, comma-separated ({', '.join(MODELED_DEVICES)})")
     ap.add_argument("--fit", type=int, default=12,
-                    help="real split placements measured to fit transfer and boundary costs "
-                         "(needs two real devices; 0 = skip; default 12)")
+                    help="real split placements measured to fit transfer and boundary costs, "
+                         "after the model is measured on each device alone to scale its op "
+                         "times (needs two real devices; 0 = skip both; default 12)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")
     ap.add_argument("--out", required=True, help="profile JSON to write")
     add_timing_args(ap)
@@ -67,7 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name, d in prof.devices.items():
         total = sum(prof.op_time_s[name].values())
         print(f"{name}: {d['kind']}, sum of op times {total * 1e3:.3f} ms")
-    if prof.fit:
+    for name, scale in (prof.fit.get("compute_scale") or {}).items():
+        print(f"{name}: op times scaled by {scale:.2f} to the whole model run on it")
+    if prof.fit.get("placements"):
         f = prof.fit
         print(f"fitted on {f['placements']} real placements: boundary {f['boundary_s'] * 1e3:.3f} ms, "
               f"link latency {f['link_latency_s'] * 1e6:.1f} us, mean error {f['mean_rel_error']:.1%}, "

@@ -40,8 +40,10 @@ def test_speed_ups_over_accelerate_are_called_only_beyond_the_noise():
     assert judge(fig).startswith("not met:")
 
 
-@pytest.mark.slow
 def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
+    """``bash bench/gpu_check.sh OUT --gpu cpu:bf16`` as docs/results/gpu-check.md gives it
+    (under a minute on a quiet 2-core machine): every section measures and ends in a
+    verdict."""
     out = tmp_path / "figures"
     proc = subprocess.run(["bash", "bench/gpu_check.sh", str(out), "--gpu", "cpu:bf16"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)

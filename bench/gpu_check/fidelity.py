@@ -3,8 +3,10 @@
 (both devices alone, contiguous splits, blocks, random) measured in two interleaved rounds.
 The simulator's mean absolute error and Spearman rank correlation against the first round,
 beside the ceiling any model reaches on this machine: the second round against the first;
-"before" is the same profile without its fitted link costs (compute only), so the gain of the
-fit (:func:`envs.profiling.fit_link_costs`: a cost per crossing and per tensor moved) shows.
+"before" is the profile as recorded, op by op (compute only), so the gain of the fit
+(:func:`envs.profiling.calibrate_compute`: each device's op times scaled to the whole model
+run on it; :func:`envs.profiling.fit_link_costs`: a cost per crossing and per tensor
+moved) shows.
 Aim: a mean error of at most 10% and a Spearman within 0.05 of the ceiling."""
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def fidelity(spec: str, gpu: str, count: int, fit: int) -> dict[str, Any]:
 
     from envs.pytorch.backend import TorchBackend
     from envs.simulator import Simulator
-    from hsdag_core.device_profile import Profile, cost_graph, split_placements
+    from envs.profiling import uncalibrated
+    from hsdag_core.device_profile import cost_graph, split_placements
 
     t0 = time.perf_counter()
     tm = timing(repeats=3)
@@ -34,8 +37,7 @@ def fidelity(spec: str, gpu: str, count: int, fit: int) -> dict[str, Any]:
     prof = profile(spec, devices, fit, tm)
     program, _, coarse = graphs(spec)
     sim = Simulator(cost_graph(coarse, prof, devices))
-    before = Simulator(cost_graph(coarse, Profile(prof.model, prof.devices, prof.op_time_s,
-                                                  mem_capacity=prof.mem_capacity), devices))
+    before = Simulator(cost_graph(coarse, uncalibrated(prof), devices))
     backend = TorchBackend(coarse, program, devices, tm)
     placements = [np.zeros(coarse.num_nodes, np.int64), np.ones(coarse.num_nodes, np.int64)]
     placements += split_placements(coarse.num_nodes, 2, count - 2, seed=1)

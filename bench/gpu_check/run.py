@@ -27,7 +27,7 @@ PLANS = {
                          "num_attention_heads=16:num_key_value_heads=16:seq=128",
                          "tv:resnet152"],
              "shares": (0.4, 0.6, 0.8), "budget": 20,
-             "fidelity": ["tv:resnet50", "hf:distilbert"], "placements": 16, "fit": 6,
+             "fidelity": ["tv:resnet50", "hf:distilbert"], "placements": 24, "fit": 6,
              "speed": [("tv:resnet50", 40, 0.5), ("hf:gpt2:n_layer=12:seq=128", 40, 0.9)]},
     # the small models keep the full ones' share of embedding weights (about 15-20%)
     "small": {"offload": ["hf:gpt2:n_layer=4:n_embd=128:n_head=4:vocab_size=4000:seq=32",
@@ -35,8 +35,8 @@ PLANS = {
                           "num_attention_heads=4:num_key_value_heads=4:vocab_size=2000:seq=32",
                           "tiny_cnn"],
               "shares": (0.4, 0.6, 0.8), "budget": 6,
-              "fidelity": ["tiny_cnn", "hf:gpt2:n_layer=2:n_embd=64:n_head=2:seq=16"],
-              "placements": 10, "fit": 3,
+              "fidelity": ["resnet50", "hf:gpt2:n_layer=4:n_embd=256:n_head=4:seq=32"],
+              "placements": 24, "fit": 6,
               "speed": [("tiny_cnn", 16, 0.5), ("hf:gpt2:n_layer=2:n_embd=64:n_head=2:seq=16", 16, 0.9)]},
 }
 
