@@ -75,6 +75,28 @@ def incumbent_majority(incumbent: Tensor, assignment: Tensor, num_groups: int) -
     return top * (count.sum(-1, keepdim=True) > 0)
 
 
+
+def _alone(num_nodes: int, batch: Optional[Tensor], num_graphs: Optional[int]) -> Optional[Tensor]:
+    """``[N]`` bool: the nodes that are the only node of their graph (None when there are none)."""
+    if batch is None:
+        return torch.ones(num_nodes, dtype=torch.bool) if num_nodes == 1 else None
+    counts = torch.bincount(batch, minlength=num_graphs or 0)
+    alone = counts[batch] == 1
+    return alone if bool(alone.any()) else None
+
+
+def _graph_norm(norm: GraphNorm, h: Tensor, batch: Optional[Tensor], num_graphs: Optional[int],
+                alone: Optional[Tensor]) -> Tensor:
+    """GraphNorm, except on a graph of one node (a model the coarsening kept whole): there
+    it would subtract the node from itself, leave only its bias, and divide by
+    :math:`\sqrt{\epsilon}` on the way back (gradients of thousands, then NaN weights),
+    so that node keeps its features."""
+    if alone is None:
+        return norm(h, batch, num_graphs)
+    if bool(alone.all()):
+        return h
+    return torch.where(alone[:, None], h, norm(h, batch, num_graphs))
+
 class HSDAGOutput(NamedTuple):
     """Everything one HSDAG step computes (``N`` nodes, ``G`` groups, ``B`` graphs).
 
@@ -187,14 +209,15 @@ class HSDAGNet(nn.Module):
         sparse matrix; GraphNorm statistics per graph of ``batch``)."""
         norms = self.graph_norms
         h = self.input_mlp(x)
+        alone = _alone(x.size(0), batch, num_graphs) if norms is not None else None
         if norms is not None:
-            h = norms[0](h, batch, num_graphs)
+            h = _graph_norm(norms[0], h, batch, num_graphs, alone)
         if len(self.convs) > 0:
             adj_t = normalized_adjacency(edge_index, x.size(0), h.dtype)
             for i, conv in enumerate(self.convs):
                 h = conv(h, adj_t)
                 if norms is not None:
-                    h = norms[i + 1](h, batch, num_graphs)
+                    h = _graph_norm(norms[i + 1], h, batch, num_graphs, alone)
                 if i < len(self.convs) - 1:
                     h = F.relu(h)
         return h
