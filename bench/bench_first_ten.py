@@ -61,7 +61,14 @@ def main() -> None:
                     help="how far off the run's profile is (SIGMA of bench_learning.py)")
     ap.add_argument("--profiles", default="bench/.cache", help="folder of recorded profiles")
     ap.add_argument("--json", default="", help="write every run's curve here")
+    ap.add_argument("--refit-plan-s", type=float, default=None,
+                    help="refit's planning seconds per proposal where it solves the MILP "
+                         "(default: policies.search.refit.PLAN_SECONDS, 1 s)")
     args = ap.parse_args()
+    if args.refit_plan_s is not None:
+        import policies.search.refit as refit
+
+        refit.PLAN_SECONDS = args.refit_plan_s
     from hsdag_core.coarsening import build_graph
     from hsdag_core.device_profile import Profile, cost_graph
     from envs.simulator import Simulator

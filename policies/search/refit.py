@@ -65,6 +65,9 @@ CANDIDATES = 6
 SAMPLE_SPREAD = 0.6
 #: measured placements considered for the MILP's start: this many fastest and latest
 INCUMBENT_CANDIDATES = 10
+#: seconds of planning per proposal where the exact solver is the MILP, when the search is
+#: not given ``time_limit`` (``bench/bench_first_ten.py --refit-plan-s`` varies it)
+PLAN_SECONDS = 1.0
 
 
 def expected_improvement(mean: float, std: float, best: float) -> float:
@@ -96,6 +99,7 @@ class ProfileThompson:
         noise: a measurement's noise, relative to its latency, until the search fits
             its own from :data:`NOISE_FIT_AFTER` measurements on.
         time_limit: seconds of planning per proposal where the exact solver is the MILP
+            (:data:`PLAN_SECONDS` when None)
             (memory limits, or the throughput objective): the first solve may take half
             of :data:`PLAN_SHARE` of them, each further one half of what is left, and no
             further posterior sample is solved once too little is left. Each MILP starts from the
@@ -107,7 +111,8 @@ class ProfileThompson:
     def __init__(self, num_nodes: int, num_devices: int, budget: int, seed: int = 0,
                  start: Optional[np.ndarray] = None, *, costs: CostGraph,
                  objective: str = "sequential", sigma: float = 0.5, noise: float = 0.02,
-                 time_limit: float = 1.0, retries: int = 4, candidates: int = CANDIDATES) -> None:
+                 time_limit: Optional[float] = None, retries: int = 4,
+                 candidates: int = CANDIDATES) -> None:
         from policies.solvers.exact import exact_method
 
         if objective not in MODELED_OBJECTIVES:
@@ -121,7 +126,8 @@ class ProfileThompson:
         self.model = LatencyModel(costs, sigma=sigma, noise=noise, objective=objective)
         self.sim, self.free = self.model.sim, self.model.free
         self.rng = np.random.default_rng(seed)
-        self.time_limit, self.retries, self.candidates = time_limit, retries, candidates
+        self.time_limit = PLAN_SECONDS if time_limit is None else time_limit
+        self.retries, self.candidates = retries, candidates
         self.spread = SAMPLE_SPREAD
         self.seen: set[bytes] = set()
         self.proposals = {"mean": 0, "sample": 0, "local": 0}
