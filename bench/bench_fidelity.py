@@ -12,9 +12,10 @@
 3. Measures ``--placements`` other placements of several kinds (contiguous splits,
    blocks, random per node) in two interleaved rounds, and reports the mean absolute
    relative error and the Spearman rank correlation of simulated vs measured latency
-   (first round), per kind and overall, before the fit (the op times as recorded, compute only) and after it,
-   each beside the same figure between the two real rounds: the ceiling any model
-   reaches on this machine. ``--json`` also writes every latency.
+   (first round), per kind and overall, before the fit (the op times as recorded, compute
+   only), with the link fit alone, and after the calibration and the fit, each beside the
+   same figure between the two real rounds: the ceiling any model reaches on this
+   machine. ``--json`` also writes every latency.
 4. Reports placements measured per second (compile + timing), the timing
    repeats used and the relative spread of the measurements.
 

@@ -160,13 +160,14 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
             for info in profile.devices.values():
                 info["note"] = busy
     real = list(profile.devices)[: len(devices)]
-    if measure is not None and len(real) >= 2 and fit > 0:  # before modeled devices copy the host
+    fitting = measure is not None and len(real) >= 2 and fit > 0
+    if fitting:  # before modeled devices copy the host's times
         whole = {name: measure({nm: name for nm in fine.names}) for name in real[:2]}
         calibrate_compute(fine, profile, {k: m.latency_s for k, m in whole.items() if m.ok})
     host = next(iter(profile.devices), None)  # the first measured device
     for name in modeled:
         add_modeled_device(profile, fine, name, relative_to=host)
-    if measure is not None and len(real) >= 2 and fit > 0:
+    if fitting:
         placements = split_placements(fine.num_nodes, 2, fit)
         measured, kept = [], []
         steps = track(placements, description="fitting link costs", disable=not progress,

@@ -75,7 +75,6 @@ def incumbent_majority(incumbent: Tensor, assignment: Tensor, num_groups: int) -
     return top * (count.sum(-1, keepdim=True) > 0)
 
 
-
 def _alone(num_nodes: int, batch: Optional[Tensor], num_graphs: Optional[int]) -> Optional[Tensor]:
     """``[N]`` bool: the nodes that are the only node of their graph (None when there are none)."""
     if batch is None:
@@ -89,13 +88,14 @@ def _graph_norm(norm: GraphNorm, h: Tensor, batch: Optional[Tensor], num_graphs:
                 alone: Optional[Tensor]) -> Tensor:
     """GraphNorm, except on a graph of one node (a model the coarsening kept whole): there
     it would subtract the node from itself, leave only its bias, and divide by
-    :math:`\sqrt{\epsilon}` on the way back (gradients of thousands, then NaN weights),
+    :math:`\\sqrt{\\epsilon}` on the way back (gradients of thousands, then NaN weights),
     so that node keeps its features."""
     if alone is None:
         return norm(h, batch, num_graphs)
     if bool(alone.all()):
         return h
     return torch.where(alone[:, None], h, norm(h, batch, num_graphs))
+
 
 class HSDAGOutput(NamedTuple):
     """Everything one HSDAG step computes (``N`` nodes, ``G`` groups, ``B`` graphs).

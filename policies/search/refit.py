@@ -99,8 +99,8 @@ class ProfileThompson:
         noise: a measurement's noise, relative to its latency, until the search fits
             its own from :data:`NOISE_FIT_AFTER` measurements on.
         time_limit: seconds of planning per proposal where the exact solver is the MILP
-            (:data:`PLAN_SECONDS` when None)
-            (memory limits, or the throughput objective): the first solve may take half
+            (memory limits, or the throughput objective; :data:`PLAN_SECONDS` when None):
+            the first solve may take half
             of :data:`PLAN_SHARE` of them, each further one half of what is left, and no
             further posterior sample is solved once too little is left. Each MILP starts from the
             incumbent, the best under the solve's costs of the last solve's placement and
