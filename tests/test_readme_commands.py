@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the READMEs and the results pages (docs/results/*.md), whose commands give their figures
-DOCS = ("README.md", "cluster/README.md",
+#: the READMEs, the guide to placing unseen graphs and device sets, and the results pages
+#: (docs/results/*.md), whose commands give their figures
+DOCS = ("README.md", "cluster/README.md", "docs/transfer.md",
         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "results").glob("*.md")))
 PROGRAM = re.compile(r"^python (-m hsdag_ray\.\w+|bench/\w+\.py)\b")
 
