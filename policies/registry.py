@@ -145,7 +145,8 @@ register(Method(
         "REINFORCE subtracts the batch-mean reward (a baseline: the paper gives none, and "
         "1/latency alone never changes sign)",
         "an entropy bonus (0.01) keeps the policy sampling when a whole batch fails to run",
-        "GraphNorm on the node embeddings keeps one graph's groups distinct",
+        "GraphNorm on the node embeddings keeps one graph's groups distinct (a graph of one "
+        "node keeps its features: normalising a node against itself gave NaN weights)",
         "Gumbel noise (0.3) on the edge scores while sampling, so groupings vary between "
         "placements; greedy placement parses without it",
     )))
