@@ -56,12 +56,9 @@ class EnvConfig:
         incumbent: ``D`` more node features, the one-hot device of each node in the
             run's best placement so far (the fastest single device, measured as the
             reference, until a measured placement beats it), refreshed at
-            every episode's start, so a policy can place relative to it.
-            Measured with HSDAG and ``stall_shrink`` (simulator, 500 placements, seeds
-            0-2 or 0-4): MobileNet-V3 1.125x -> 1.000x the optimum and DistilBERT on
-            the unlimited accelerator 1.096x -> 1.008x, but worse with the 64 MB
-            accelerator (Inception-V3 1.045x -> 1.075x, BERT-base 1.092x -> 1.123x,
-            GPT-2 1.155x -> 1.276x), so it is off by default.
+            every episode's start, so a policy can place relative to it. Off by
+            default: it helps some graphs and hurts memory-limited ones
+            (docs/results/learning.md, "Exploration options").
         incumbent_share: with ``incumbent``, the share of episodes that see it; the
             others see zero incumbent features, so a policy leaning on it
             (HSDAG's ``incumbent_prior``) samples them from its own logits alone.

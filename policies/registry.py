@@ -169,9 +169,8 @@ register(Method(
     env="envs.placeto_env:PlacetoEnv", model_config=_placeto_model_config,
     learner_config=_placeto_learner_config,
     departures=("an entropy bonus keeps the policy sampling when a whole batch fails to run",),
-    # pre-trained by imitation only: 500 placements of reinforcement after imitating the
-    # training graphs' optima undid the imitation in 2 of 5 pre-training seeds on the real
-    # family and gained little otherwise (docs/results/transfer.md)
+    # pre-trained by imitation only: reinforcement after imitating the training graphs'
+    # optima could undo the imitation (docs/results/transfer.md)
     budget_after_imitation=0))
 
 

@@ -227,10 +227,9 @@ class GraphParsingPool(nn.Module):
     incident edges' score logits at temperature ``grouping_noise``
     (:func:`sample_partners`); the draws travel with the sample, and
     :func:`partner_logp` gives their log-probability under the current scores,
-    so a policy gradient trains the scorer on the reward. Measured (simulator,
-    64 MB accelerator, seeds 0-4, 200 placements): ResNet-50 1.018x the optimum
-    as without it, Inception-V3 1.102x against 1.185x, within the seeds'
-    spread (1.02-1.39x); temperature 1.0 did worse (1.209x). Off by default.
+    so a policy gradient trains the scorer on the reward. Off by default: its
+    gain stays within the seeds' spread (docs/results/learning.md, "Exploration
+    over groupings").
 
     Args:
         channels: embedding width ``H``.
