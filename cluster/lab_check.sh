@@ -13,19 +13,19 @@ FAILED=""
 fail() { FAILED="${FAILED:+$FAILED; }$1"; say "FAILED: $1"; }
 
 ray_cli() {  # ray CLI on the lab copy of the config, from the project folder, the lab launcher's home
-    (cd "$ROOT" && HOME=$LAUNCHER_HOME "$PYBIN/ray" "$@")
+    (cd "$ROOT" && HOME=$LAUNCHER_HOME "$RAYBIN/ray" "$@")
 }
 
 on_head() {  # $1: seconds, $2: command (run by `ray exec` in the head's project folder)
     timeout "$1" bash -c 'cd "$0" && HOME=$1 "$2/ray" exec "$3" "cd ~/hsdag_ray && $4"' \
-        "$ROOT" "$LAUNCHER_HOME" "$PYBIN" "$CONFIG" "$2"
+        "$ROOT" "$LAUNCHER_HOME" "$RAYBIN" "$CONFIG" "$2"
 }
 
 head_file() { cat "$LAB/hosts/head/home/$1" 2>/dev/null; }
 
 make_secrets() {  # as cluster/README.md, section 1, in the launcher's own home
     mkdir -p "$LAUNCHER_HOME/.hsdag_secrets" && chmod 700 "$LAUNCHER_HOME/.hsdag_secrets"
-    HOME=$LAUNCHER_HOME RAY_AUTH_MODE=token "$PYBIN/ray" get-auth-token --generate >/dev/null 2>&1
+    HOME=$LAUNCHER_HOME RAY_AUTH_MODE=token "$RAYBIN/ray" get-auth-token --generate >/dev/null 2>&1
     cp "$LAUNCHER_HOME/.ray/auth_token" "$LAUNCHER_HOME/.hsdag_secrets/ray_auth_token"
     chmod 600 "$LAUNCHER_HOME/.hsdag_secrets/"*
 }
@@ -40,7 +40,7 @@ cluster_up() {  # ray up, then wait until the head's autoscaler has started ever
     write_config
     say "ray up (log: $LOGS/ray_up.log)"
     if ! timeout 600 bash -c 'cd "$0" && HOME=$1 "$2/ray" up -y --no-config-cache "$3"' \
-            "$ROOT" "$LAUNCHER_HOME" "$PYBIN" "$CONFIG" > "$LOGS/ray_up.log" 2>&1; then
+            "$ROOT" "$LAUNCHER_HOME" "$RAYBIN" "$CONFIG" > "$LOGS/ray_up.log" 2>&1; then
         tail -30 "$LOGS/ray_up.log" >&2
         fail "ray up failed"
         return 1
@@ -129,10 +129,10 @@ run_kill() {
 
 cluster_down() {
     say "ray down"
-    timeout 300 bash -c 'cd "$0" && HOME=$1 "$2/ray" down -y "$3"' "$ROOT" "$LAUNCHER_HOME" "$PYBIN" "$CONFIG" \
+    timeout 300 bash -c 'cd "$0" && HOME=$1 "$2/ray" down -y "$3"' "$ROOT" "$LAUNCHER_HOME" "$RAYBIN" "$CONFIG" \
         > "$LOGS/ray_down.log" 2>&1 || { tail -20 "$LOGS/ray_down.log" >&2; fail "ray down failed"; }
     # provider local: `ray down` stops the head only (see cluster/README.md)
-    (cd "$ROOT" && PATH=$PYBIN:$PATH HOME=$LAUNCHER_HOME bash cluster/stop_workers.sh "$CONFIG") >> "$LOGS/ray_down.log" 2>&1 \
+    (cd "$ROOT" && PATH=$RAYBIN:$PATH HOME=$LAUNCHER_HOME bash cluster/stop_workers.sh "$CONFIG") >> "$LOGS/ray_down.log" 2>&1 \
         || fail "stopping the workers' Ray failed"
     local h pid left
     for _ in $(seq 15); do  # the head's SSH connections to the workers close within 10 s
@@ -153,7 +153,9 @@ cmd_check() {
     local t0=$SECONDS
     [[ -e $LAB/namespaces ]] || cmd_up
     mkdir -p "$LOGS"
-    if cluster_up; then
+    local why=""
+    why=$(check_python) || fail "$why"
+    if [[ -z $FAILED ]] && cluster_up; then
         run_openvino || true
         run_sweep || true
         run_kill || true
@@ -162,7 +164,7 @@ cmd_check() {
             fail "the Ray token appears in the logs"
         fi
     fi
-    cluster_down
+    [[ -z $why ]] && cluster_down  # nothing was launched when the hosts cannot run the Python
     local took=$((SECONDS - t0))
     cmd_down
     ip netns list | grep -q hsdaglab && fail "a lab namespace is left"
@@ -188,7 +190,9 @@ cmd_scale() {
     [[ -e $LAB/namespaces ]] || cmd_up
     mkdir -p "$LOGS"
     local k rows=""
-    if cluster_up; then
+    local why=""
+    why=$(check_python) || fail "$why"
+    if [[ -z $FAILED ]] && cluster_up; then
         for k in 1 2 3; do
             say "scale: $k worker(s) (log: $LOGS/scale$k.log)"
             on_head 900 "printf 'sim_delay_s: $DELAY\nepisode_len: 10\nepisodes_per_iteration: $k\nremeasure_rounds: 1\ncheckpoint_every: 1000\n' > ~/lab_scale.yaml \
@@ -206,7 +210,7 @@ PYEOF
 )$'\n'
         done
     fi
-    cluster_down
+    [[ -z $why ]] && cluster_down
     cmd_down
     printf '%s' "$rows" | "$PY" -c '
 import sys

@@ -14,8 +14,15 @@
 # sshd (Debian's openssh-server, installed when missing). Every host has the
 # same user, as lab machines do, and trusts one key made for the lab. The
 # hosts share this machine's files: its Python and installed packages are
-# theirs (read-only for the lab user: the config's `pip install -e` goes to the
-# user's own site folder, without the network the hosts do not have).
+# theirs: the folders of the launching interpreter that lie under /tmp or /root
+# (a venv, pyenv, a venv on pyenv's Python; cluster/lab_python.py lists them) are
+# bound into every host at the same path, so the hosts run that very interpreter,
+# however it was installed (venv, pyenv, conda, the system's). Its packages are
+# read-only for the lab user: the config's `pip install -e` goes to the user's own
+# site folder or, in a venv that has none, to a per-host layer over the venv's
+# site folder, without the network the hosts do not have. Before `ray up`, `check`
+# makes sure a host runs the interpreter and imports Ray and the project, and says
+# in one sentence what is wrong when it cannot.
 #
 # `check` writes a copy of cluster/config.yaml in which only the addresses,
 # the SSH user and the key differ, and runs the real `ray up`, `ray exec` and
@@ -34,8 +41,16 @@ HOSTS=(head w1 w2 w3)
 declare -A IP=([head]=$NET.10 [w1]=$NET.11 [w2]=$NET.12 [w3]=$NET.13)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=$(command -v python3)
-PREFIX=$("$PY" -c 'import sys; print(sys.prefix)')
 PYBIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
+# Ray's command: beside the interpreter, or in its base's bin (a venv that reads the
+# base's packages has no `ray` of its own); the hosts get both folders on their PATH
+BASEBIN=$("$PY" -c 'import os, sys; print(os.path.join(sys.base_prefix, "bin"))')
+RAYBIN=$PYBIN
+[[ -x $RAYBIN/ray ]] || RAYBIN=$BASEBIN
+# the interpreter's folders the hosts would not see, and those pip must write in a
+# venv without a user site folder (cluster/lab_python.py)
+PY_HIDDEN=$("$PY" "$ROOT/cluster/lab_python.py" --hidden /tmp,/root "$ROOT")
+PY_WRITABLE=$("$PY" "$ROOT/cluster/lab_python.py" --writable)
 KEY=$LAB/id_ed25519
 LAUNCHER_HOME=$LAB/launcher
 CONFIG=$LAB/config.yaml
@@ -61,10 +76,10 @@ host_up() {  # $1: host name
     chmod 1777 "$d/tmp"
     cp "$KEY.pub" "$d/home/.ssh/authorized_keys"
     # the machine's Python on the lab user's PATH; pip without the network the hosts lack
-    printf 'export PATH=%s:$PATH\nexport RAY_USAGE_STATS_ENABLED=0\n' "$PYBIN" > "$d/home/.bashrc"
+    printf 'export PATH=%s:%s:$PATH\nexport RAY_USAGE_STATS_ENABLED=0\n' "$PYBIN" "$BASEBIN" > "$d/home/.bashrc"
     printf '[ -f ~/.bashrc ] && . ~/.bashrc\n' > "$d/home/.profile"
     mkdir -p "$d/home/.config/pip"
-    printf '[global]\nno-index = true\n[install]\nno-build-isolation = false\n' > "$d/home/.config/pip/pip.conf"
+    printf '[global]\nno-index = true\nbreak-system-packages = true\n[install]\nno-build-isolation = false\n' > "$d/home/.config/pip/pip.conf"
     chown -R "$LAB_USER:$LAB_USER" "$d/home"
     chmod 700 "$d/home/.ssh"
     ssh-keygen -q -t ed25519 -N '' -f "$d/ssh_host_ed25519_key" <<< y >/dev/null
@@ -91,14 +106,27 @@ EOF
     # an on-link default route, so that Ray finds the host's address as on a real
     # machine; a packet for any address off the bridge finds no neighbour and stays
     ip -n "$n" route add default dev eth0
-    # its own processes, /tmp and home; the Python prefix reachable by the lab user
-    # (a prefix under /root is shown alone, on an empty /root)
-    local inner="mount --make-rprivate /
-        if [[ $PREFIX == /root/* ]]; then
-            mount --bind $PREFIX $d/pymnt && mount -t tmpfs -o mode=755,size=1m lab-root /root &&
-            mkdir -p $PREFIX && mount --move $d/pymnt $PREFIX
-        fi
-        mount --bind $d/tmp /tmp && mount --bind $d/home /home/$LAB_USER && mkdir -p /run/sshd &&
+    # its own processes, /tmp, an empty /root and home; the launching interpreter's
+    # folders under /tmp or /root kept at their paths (bound aside, then moved back
+    # once the host's own /tmp and /root cover the machine's), and in a venv without
+    # a user site folder a layer of the host's own over its site folder
+    local keep="" back="" layer="" i=0 f
+    while IFS= read -r f; do
+        [[ -n $f ]] || continue
+        keep+="mkdir -p $d/pymnt/$i && mount --bind $(printf %q "$f") $d/pymnt/$i && "
+        back+="mkdir -p $(printf %q "$f") && mount --move $d/pymnt/$i $(printf %q "$f") && "
+        i=$((i + 1))
+    done <<< "$PY_HIDDEN"
+    while IFS= read -r f; do
+        [[ -n $f ]] || continue
+        mkdir -p "$d/layer/$i/upper$f" "$d/layer/$i/work"
+        chown "$LAB_USER:$LAB_USER" "$d/layer/$i/upper$f"
+        layer+="mount -t overlay lab-layer -o lowerdir=$(printf %q "$f"),upperdir=$d/layer/$i/upper$(printf %q "$f"),workdir=$d/layer/$i/work $(printf %q "$f") && "
+        i=$((i + 1))
+    done <<< "$PY_WRITABLE"
+    local inner="mount --make-rprivate / && $keep
+        mount -t tmpfs -o mode=755,size=1m lab-root /root && mount --bind $d/tmp /tmp && $back $layer
+        mount --bind $d/home /home/$LAB_USER && mkdir -p /run/sshd &&
         exec /usr/sbin/sshd -D -e -f $d/sshd_config"
     setsid ip netns exec "$n" unshare --pid --fork --kill-child --mount --mount-proc bash -c "$inner" \
         > "$d/sshd.log" 2>&1 < /dev/null &
@@ -136,6 +164,32 @@ cmd_up() {
         ssh "${SSH_OPTS[@]}" "$LAB_USER@${IP[$h]}" true || { say "no ssh to $h"; cat "$LAB/hosts/$h/sshd.log" >&2; return 1; }
     done
     say "up: head ${IP[head]}, workers ${IP[w1]} ${IP[w2]} ${IP[w3]} (user $LAB_USER, key $KEY)"
+}
+
+check_python() {  # a host runs the launching interpreter, whose Ray it imports; else one sentence why
+    local want got
+    want=$("$PY" -c 'import sys; print(sys.prefix)')
+    [[ -x $RAYBIN/ray ]] || { echo "Ray's command is neither in $PYBIN nor in $BASEBIN: install the project's packages into the Python that launches the lab (pip install -e .)"; return 1; }
+    # the config's `pip install -e` builds the project on the hosts without the network:
+    # with the interpreter's own setuptools, which must build wheels (70.1, or wheel)
+    got=$(ssh "${SSH_OPTS[@]}" "$LAB_USER@${IP[head]}" "bash --login -c 'python3 -c \"
+import sys, ray
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        import wheel.bdist_wheel
+    except ImportError:
+        sys.exit(print(\\\"NO-WHEEL-BUILD\\\"))
+print(sys.prefix)\"'" 2>&1) || true
+    got=${got##*$'\n'}
+    [[ $got == "$want" ]] && return 0
+    if [[ $got == NO-WHEEL-BUILD ]]; then
+        echo "the hosts install the project with pip and no network, so the Python that launched the lab ($PY) needs setuptools 70.1 or newer (or wheel): run $PY -m pip install -U setuptools"
+    else
+        echo "the lab hosts cannot run the Python that launched the lab ($PY, prefix $want): a host's python3 printed '$got'; run local_lab.sh with a Python that has the project's packages installed (pip install -e .), as root, from a folder the hosts can read"
+    fi
+    return 1
 }
 
 cmd_down() {

@@ -57,6 +57,44 @@ def test_the_sweep_table_gives_the_measurements_per_machine():
     assert "per machine" not in results.markdown([results.rows_from_summary({**base, "seed": 0})])
 
 
+def _folders(python: str, *args: str) -> list[str]:
+    p = subprocess.run([python, str(ROOT / "cluster" / "lab_python.py"), *args],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split()
+
+
+def test_the_hosts_are_given_the_folders_of_a_venv_they_would_not_see(tmp_path):
+    """A venv under a hidden root (the hosts' own /tmp) is bound into them whole, its base
+    interpreter too when that is hidden, and pip's site folder gets a layer of its own
+    (a venv without a user site folder cannot fall back to ``pip install --user``)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    hidden = _folders(python, "--hidden", str(tmp_path))
+    assert hidden == [str(venv)]  # its bin, lib and site folder are inside it: bound once
+    base = Path(sys.base_prefix).resolve()
+    assert str(base) in _folders(python, "--hidden", str(base.parent))
+    layered = _folders(python, "--writable")
+    assert len(layered) == 1 and Path(layered[0]).name == "site-packages" and \
+        Path(layered[0]).is_relative_to(venv)
+    shared = tmp_path / "shared"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(shared)],
+                   check=True, timeout=120)
+    assert _folders(str(shared / "bin" / "python"), "--writable") == []  # pip installs for the user
+    # nothing is hidden when the interpreter lies elsewhere; a named folder counts too
+    assert _folders(python, "--hidden", "/nonexistent") == []
+    assert _folders(python, "--hidden", str(ROOT.parent), str(ROOT)) == [str(ROOT.resolve())]
+
+
+def test_the_folders_bound_are_the_outermost_under_a_hidden_root():
+    from cluster.lab_python import hidden_folders
+
+    paths = ["/tmp/v", "/tmp/v/lib/site-packages", "/root/.pyenv/versions/3.11", "/usr/lib/python3",
+             "/tmp", "/tmpx/a", "/root/.pyenv/versions/3.11/lib"]
+    assert hidden_folders(paths, ["/tmp", "/root"]) == ["/root/.pyenv/versions/3.11", "/tmp/v"]
+
+
 @pytest.mark.slow  # several minutes: four Ray nodes, two runs, a sweep and a lost worker
 @pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0 or not shutil.which("ip"),
                     reason="needs Linux, root and iproute2 (network namespaces, sshd)")
