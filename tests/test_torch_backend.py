@@ -145,6 +145,42 @@ def test_placements_run_split_and_match_the_unsplit_model(tiny, backend):
     assert backend.measure(cases["split:0.5"]).info["output_error"] > 1e-5
 
 
+def test_a_cpu_device_of_its_own_threads_runs_its_stages_on_them(tiny):
+    """``cpu:threads=1``: float32 like ``cpu`` (so exact), its stages on one intra-op
+    thread and the rest on the process's; a stand-in whose speed does not depend on a
+    native bfloat16 unit."""
+    import torch
+
+    from envs.pytorch.devices import parse_device
+
+    dev = parse_device("cpu:threads=1:mem=1GB")
+    assert (dev.name, dev.threads, dev.dtype, dev.mem_bytes) == ("cpu:threads=1", 1, "float32", 1e9)
+    assert "on 1 thread" in dev.describe()
+    for bad in ("cpu:threads=0", "cpu:threads=x", "cuda:0:threads=1"):
+        with pytest.raises(ValueError):
+            parse_device(bad)
+    program, graph = tiny
+    backend = TorchBackend(graph, program, ["cpu", "cpu:threads=1"], TIMING)
+    seen: list[int] = []
+    split = parse_placement("split:0.5", graph, ["cpu", "cpu:threads=1"])
+    m = backend.measure(split)
+    assert m.ok, m.error
+    assert m.info["output_error"] < 1e-5 and m.info["stages"] == 1 + device_changes(graph, split)
+    # the stage of cpu:threads=1 runs on one thread, and the process's count comes back
+    from envs.pytorch.stages import OnDevice
+
+    before = torch.get_num_threads()
+    stage = OnDevice(torch.nn.Identity(), dev)
+    stage.stage = torch.nn.Module()
+    stage.stage.forward = lambda x: seen.append(torch.get_num_threads()) or x
+    try:
+        torch.set_num_threads(3)
+        stage(torch.ones(2))
+        assert seen == [1] and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_an_unknown_device_is_a_failed_measurement(tiny, backend):
     _, graph = tiny
     m = backend.measure({n: "cuda:3" for n in graph.names})

@@ -20,7 +20,10 @@ Sections (one module each):
 Every timing is a median with its 95% interval over interleaved rounds
 (:mod:`envs.intervals`). The models are sized by ``--size``: ``full`` (the default on a
 CUDA device) is the issue's sizes (GPT-2 medium with all 24 layers, a 1.5 GB Llama-style
-decoder, ResNet-152); ``small`` (the default with ``--gpu cpu:bf16``, where the CPU's
-bfloat16 device stands in for the GPU on a machine without one) scales them down so the
-check runs in minutes on two CPU cores, and the output says so.
+decoder, ResNet-152); ``small`` (the default with a CPU device standing in for the GPU on
+a machine without one) scales them down so the check runs in minutes on two CPU cores,
+and the output says so. The stand-in is ``cpu:threads=1`` (the CPU in float32 on one
+thread while its stages run): its cost does not hang on whether the CPU computes
+bfloat16 natively (where it does not, ``cpu:bf16`` runs tens of times slower than float32,
+and the check would take that much longer).
 """

@@ -45,7 +45,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=DOC,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", help="folder for gpu_check.json and gpu_check.md")
-    ap.add_argument("--gpu", default="cuda:0", help="the GPU's device (default cuda:0; cpu:bf16 "
+    ap.add_argument("--gpu", default="cuda:0", help="the GPU's device (default cuda:0; cpu:threads=1 "
                     "stands in for it on a machine without one)")
     ap.add_argument("--size", choices=tuple(PLANS), help="model sizes (default: full on a CUDA "
                     "device, small with a CPU device standing in)")
@@ -61,7 +61,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cuda = args.gpu.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         ap.exit(2, f"--gpu {args.gpu}: PyTorch sees no CUDA device here; on a machine without one "
-                   "give --gpu cpu:bf16\n")
+                   "give --gpu cpu:threads=1\n")
     size = args.size or ("full" if cuda else "small")
     plan = PLANS[size]
     report = Report(Path(args.out))

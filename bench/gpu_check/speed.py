@@ -73,13 +73,13 @@ def judge(figs: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    """``python -m bench.gpu_check.speed --gpu cpu:bf16 resnet50:10:0.5 ...``: the speed
+    """``python -m bench.gpu_check.speed --gpu cpu:threads=1 resnet50:10:0.5 ...``: the speed
     section alone, for the models named (spec:placements:share on the device)."""
     import argparse
     import os
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--gpu", default="cuda", help="the device beside cpu (cuda, or cpu:bf16 without a GPU)")
+    ap.add_argument("--gpu", default="cuda", help="the device beside cpu (cuda, or cpu:threads=1 without a GPU)")
     ap.add_argument("models", nargs="+", help="SPEC:PLACEMENTS:SHARE, e.g. resnet50:10:0.5")
     args = ap.parse_args()
     plan = []

@@ -1,10 +1,13 @@
 """PyTorch devices of the torch backend: what ``--devices`` names and how each runs.
 
-A device spec is ``KIND[:INDEX][:DTYPE][:mem=SIZE]``:
+A device spec is ``KIND[:INDEX][:DTYPE][:threads=N][:mem=SIZE]``:
 
 * ``cpu``: the CPU in float32; ``cpu:bf16``: the same CPU computing in bfloat16 (a second,
   really different device on one machine: other kernels, other speeds, as ``CPU_F32`` is
   for OpenVINO), the stand-in for a second device in tests;
+* ``cpu:threads=1``: the CPU in float32 on one intra-op thread while its stages run (the
+  others run on the process's threads): a second, slower device whose speed does not hang
+  on what the CPU computes natively, the GPU check's stand-in where bfloat16 is emulated;
 * ``cuda:0``, ``cuda:1``, ... (``cuda`` is ``cuda:0``): an NVIDIA GPU in float32;
   ``cuda:0:bf16`` / ``:f16`` in half precision;
 * ``:mem=SIZE`` (``300MB``, ``2GB``, ``1.5GiB``) caps the memory the placement may use on
@@ -39,6 +42,7 @@ class TorchDevice:
         index: the CUDA device index (0 on the CPU).
         dtype: ``float32``, ``bfloat16`` or ``float16``: the precision its stages compute in.
         mem_bytes: the memory cap in bytes (``None``: no cap).
+        threads: intra-op threads its stages run on (CPU only; ``None``: the process's).
     """
 
     name: str
@@ -46,6 +50,7 @@ class TorchDevice:
     index: int = 0
     dtype: str = "float32"
     mem_bytes: Optional[float] = None
+    threads: Optional[int] = None
 
     @property
     def torch_device(self):
@@ -72,7 +77,8 @@ class TorchDevice:
             what = (torch.cuda.get_device_name(self.index) if torch.cuda.is_available()
                     else f"CUDA device {self.index}")
         cap = f", capped at {self.mem_bytes / 1e6:.0f} MB" if self.mem_bytes is not None else ""
-        return f"{self.name}: {what} in {self.dtype}{cap} (PyTorch)"
+        threads = f" on {self.threads} thread{'s' * (self.threads != 1)}" if self.threads else ""
+        return f"{self.name}: {what} in {self.dtype}{threads}{cap} (PyTorch)"
 
 
 def parse_size(text: str) -> float:
@@ -90,7 +96,7 @@ def parse_device(spec: str) -> TorchDevice:
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"unknown torch device {spec!r}; name cpu, cpu:bf16, cuda:0 or "
                          "cuda:0:mem=2GB")
-    index, dtype, mem = 0, "float32", None
+    index, dtype, mem, threads = 0, "float32", None, None
     rest = parts[1:]
     if kind == "cuda" and rest and rest[0].isdigit():
         index = int(rest.pop(0))
@@ -103,15 +109,21 @@ def parse_device(spec: str) -> TorchDevice:
                 raise ValueError(f"{spec}: {e}") from None
             if mem <= 0:
                 raise ValueError(f"{spec}: the memory cap must be more than 0")
+        elif low.startswith("threads=") and kind == "cpu":
+            if not low[8:].isdigit() or int(low[8:]) < 1:
+                raise ValueError(f"{spec}: threads= takes a whole number of at least 1, e.g. cpu:threads=1")
+            threads = int(low[8:])
         elif low in DTYPES:
             dtype = DTYPES[low]
         else:
             raise ValueError(f"cannot read {p!r} in the torch device {spec!r}; write e.g. "
-                             "cpu, cpu:bf16, cuda:0, cuda:0:bf16 or cuda:0:mem=2GB")
+                             "cpu, cpu:bf16, cpu:threads=1, cuda:0, cuda:0:bf16 or cuda:0:mem=2GB")
     name = kind + (f":{index}" if kind == "cuda" else "")
     if dtype != "float32":
         name += ":" + next(k for k, v in DTYPES.items() if v == dtype)
-    return TorchDevice(name=name, kind=kind, index=index, dtype=dtype, mem_bytes=mem)
+    if threads is not None:
+        name += f":threads={threads}"
+    return TorchDevice(name=name, kind=kind, index=index, dtype=dtype, mem_bytes=mem, threads=threads)
 
 
 def check_devices(specs: Sequence[str]) -> list[TorchDevice]:

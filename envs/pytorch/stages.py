@@ -37,6 +37,7 @@ class OnDevice(nn.Module):
         self.device = device.torch_device
         self.dtype = device.torch_dtype
         self.non_blocking = device.is_cuda
+        self.threads = device.threads
         self.device_name = device.name
         self.lock = None
         self.shared = False  # held by a StageCache, so shared with other placements
@@ -50,6 +51,16 @@ class OnDevice(nn.Module):
         return x.to(self.device, dtype, non_blocking=self.non_blocking and x.device.type == "cpu")
 
     def forward(self, *args):
+        if self.threads is not None:  # the device's own intra-op threads while it runs
+            before = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            try:
+                return self._run(args)
+            finally:
+                torch.set_num_threads(before)
+        return self._run(args)
+
+    def _run(self, args):
         if self.lock is None:
             return self.stage(*(self._move(a) for a in args))
         with self.lock:
