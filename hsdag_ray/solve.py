@@ -5,7 +5,8 @@
         --devices CPU0,ACC0,ACC1 --time-limit 30 --out placement.json --json
 
 ``--graph`` takes an input of the public dnn-partitioning benchmark
-(:mod:`hsdag_core.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
+(:mod:`hsdag_core.dnnpart`) or one of DOPPLER's compute graphs (a ``.txt`` file:
+:mod:`hsdag_core.doppler`, 4 identical GPUs, 8 for ``8gpu_*``); ``--model M --profile P.json`` places an OpenVINO
 model's graph with the costs of a profile (:mod:`hsdag_core.device_profile`), and
 ``--out`` then keys the placement by OpenVINO op name, ready for
 ``python -m hsdag_ray.measure --placement``. ``--devices N`` keeps the graph's first ``N``
@@ -40,6 +41,7 @@ from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.dnnpart import load_dnnpart
+from hsdag_core.doppler import load_doppler
 from hsdag_core.models import MODEL_HELP
 from policies.solvers.exact import SOLVERS, solve
 from policies.solvers.result import SolveResult
@@ -60,7 +62,7 @@ def restrict_devices(graph: CostGraph, keep: Sequence[int]) -> CostGraph:
         mem_bytes=graph.mem_bytes, mem_capacity=graph.mem_capacity[k],
         colocate=graph.colocate, is_backward=graph.is_backward, op_types=graph.op_types,
         modeled={d: graph.modeled.get(d, False) for d in (graph.devices[i] for i in k)},
-        name=graph.name)
+        name=graph.name, event_order=graph.event_order, time_tick_s=graph.time_tick_s)
 
 
 def _select_devices(graph: CostGraph, spec: Optional[str]) -> CostGraph:
@@ -87,9 +89,9 @@ def load_graph(args: argparse.Namespace) -> CostGraph:
     path = Path(args.graph)
     if not path.is_file():
         raise UsageError(f"--graph {args.graph}: no such file; give a dnn-partitioning "
-                         "input (.json)")
+                         "input (.json) or a DOPPLER compute graph (.txt)")
     try:
-        graph = load_dnnpart(path)
+        graph = load_doppler(path) if path.suffix == ".txt" else load_dnnpart(path)
     except ValueError as e:
         raise UsageError(f"--graph: {e}") from None
     return _select_devices(graph, args.devices)
@@ -139,7 +141,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m hsdag_ray.solve", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--graph", help="dnn-partitioning input file (.json)")
+    ap.add_argument("--graph", help="dnn-partitioning input file (.json) or DOPPLER compute "
+                    "graph (.txt)")
     ap.add_argument("--model", help=f"or a model, with --profile: {MODEL_HELP}")
     ap.add_argument("--profile", help="with --model: the profile JSON its costs come from")
     ap.add_argument("--coarsen", default="colocation", choices=("none", "colocation", "openvino"),
