@@ -38,7 +38,8 @@ import numpy as np
 
 from hsdag_core.costgraph import CostGraph
 
-__all__ = ["TICK_S", "DopplerGraph", "read_doppler", "load_doppler", "default_gpus", "DOPPLER_PREFIX"]
+__all__ = ["TICK_S", "DopplerGraph", "read_doppler", "load_doppler", "doppler_compgraph", "default_gpus",
+           "DOPPLER_PREFIX"]
 
 TICK_S = 1e-10
 """Seconds per time unit of DOPPLER's files (its simulator divides by 1e10)."""
@@ -144,3 +145,18 @@ def load_doppler(path: str | Path, devices: Optional[int] = None) -> CostGraph:
         op_types=[x or "op" for x in kinds] if kinds else None,
         modeled={f"GPU{j}": False for j in range(k)}, name=Path(path).stem,
         event_order="doppler", time_tick_s=TICK_S)
+
+
+def doppler_compgraph(graph: CostGraph):
+    """The placement graph of a cost graph made by :func:`load_doppler`: one node per op
+    (its name, its kind as op type), one edge per (source, destination) pair. What the
+    methods that read a graph's structure (HSDAG's features, its message passing) take,
+    with the cost graph as their profile."""
+    from hsdag_core.compgraph import CompGraph, Edge, Node
+
+    kinds = graph.op_types or ["op"] * graph.num_nodes
+    nodes = [Node(name=nm, op_type=kind, ops=[nm], output_shapes=[[1]], output_types=["f32"])
+             for nm, kind in zip(graph.names, kinds)]
+    edges = [Edge(src=int(u), dst=int(v), port=0, shape=[1], dtype="f32", bytes=0.0)
+             for u, v in zip(graph.edge_src, graph.edge_dst)]
+    return CompGraph(name=graph.name, nodes=nodes, edges=edges)
