@@ -20,12 +20,9 @@ order.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from envs.simulator import Schedule, Simulator
 
 __all__ = ["doppler_schedule", "ticks"]
 
@@ -43,10 +40,10 @@ def ticks(seconds: np.ndarray, tick_s: float | None) -> list:
     return [v if f else float("inf") for v, f in zip(out, np.isfinite(x).tolist())]
 
 
-def doppler_schedule(sim: "Simulator", placement: np.ndarray) -> "Schedule":
-    """The list schedule of ``placement`` in DOPPLER's event order (module docstring)."""
-    from envs.simulator import Schedule
-
+def doppler_schedule(sim: Any, placement: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(start, finish, busy, crossings)`` of the list schedule of ``placement`` in
+    DOPPLER's event order (module docstring); ``sim`` is the
+    :class:`envs.simulator.Simulator` of the graph (its adjacency and transfer ticks)."""
     g = sim.graph
     n, D = g.num_nodes, g.num_devices
     tick = g.time_tick_s
@@ -119,6 +116,5 @@ def doppler_schedule(sim: "Simulator", placement: np.ndarray) -> "Schedule":
                 push(heap, (now, seq, _READY, j))
                 seq += 1
     scale = tick if tick is not None else 1.0
-    return Schedule(np.asarray(start, dtype=np.float64) * scale,
-                    np.asarray(finish, dtype=np.float64) * scale,
-                    np.asarray(busy, dtype=np.float64) * scale, len(crossings))
+    return (np.asarray(start, dtype=np.float64) * scale, np.asarray(finish, dtype=np.float64) * scale,
+            np.asarray(busy, dtype=np.float64) * scale, len(crossings))

@@ -172,7 +172,7 @@ class Simulator:
         if g.event_order == "doppler":
             from envs.doppler_order import doppler_schedule
 
-            return doppler_schedule(self, placement)
+            return Schedule(*doppler_schedule(self, placement))
         p = placement.tolist()
         n, D = g.num_nodes, g.num_devices
         cost = g.compute_s[np.arange(n), placement].tolist()
