@@ -39,6 +39,7 @@ import numpy as np
 from hsdag_core.costgraph import CostGraph
 
 __all__ = ["TICK_S", "DopplerGraph", "read_doppler", "load_doppler", "doppler_compgraph", "default_gpus",
+           "is_doppler_spec", "doppler_model", "doppler_profile",
            "DOPPLER_PREFIX"]
 
 TICK_S = 1e-10
@@ -160,3 +161,42 @@ def doppler_compgraph(graph: CostGraph):
     edges = [Edge(src=int(u), dst=int(v), port=0, shape=[1], dtype="f32", bytes=0.0)
              for u, v in zip(graph.edge_src, graph.edge_dst)]
     return CompGraph(name=graph.name, nodes=nodes, edges=edges)
+
+
+def is_doppler_spec(spec: str) -> bool:
+    """Whether a model spec names a DOPPLER file (``doppler:FILE.txt``)."""
+    return spec.startswith(DOPPLER_PREFIX)
+
+
+def _spec_path(spec: str) -> Path:
+    path = Path(spec[len(DOPPLER_PREFIX):])
+    if not path.is_file():
+        raise ValueError(f"{spec}: no such DOPPLER compute graph; give doppler:FILE.txt")
+    return path
+
+
+def doppler_model(spec: str):
+    """``(cost graph, placement graph)`` of a ``doppler:FILE`` spec; the placement graph's
+    edges carry the source's transfer time in ticks as their bytes (so a profile with one
+    byte per tick of bandwidth gives the same transfers: :func:`doppler_profile`)."""
+    cost = load_doppler(_spec_path(spec))
+    graph = doppler_compgraph(cost)
+    comm = np.rint(cost.tensor_transfer_s / TICK_S)
+    for e in graph.edges:
+        e.bytes = float(comm[e.src])
+    return cost, graph
+
+
+def doppler_profile(spec: str):
+    """The :class:`~hsdag_core.device_profile.Profile` of a ``doppler:FILE`` spec: each op's
+    time on every GPU, a link of one byte per tick (the placement graph's edge bytes are
+    the source's transfer ticks), no memory limit, ``source="doppler"`` (its cost graph
+    keeps DOPPLER's event order)."""
+    from hsdag_core.device_profile import Profile
+
+    cost, _ = doppler_model(spec)
+    times = {nm: float(t) for nm, t in zip(cost.names, cost.compute_s[:, 0])}
+    return Profile(model=spec, devices={d: {"kind": "measured", "from": "DOPPLER's file"}
+                                        for d in cost.devices},
+                   op_time_s={d: dict(times) for d in cost.devices}, link_latency_s=0.0,
+                   link_bandwidth_Bps=1.0 / TICK_S, source="doppler")

@@ -118,3 +118,43 @@ def test_cpsat_is_the_exact_parallel_solver_and_proves_small_optima():
     brute = min(sim.parallel(np.array(p)).value for p in product(range(g.num_devices), repeat=g.num_nodes))
     assert res.value == pytest.approx(brute, rel=1e-6)
     assert res.bound <= brute * (1 + 1e-9)
+
+
+def test_a_doppler_model_spec_gives_the_same_costs_and_order(doppler_dir):
+    """``--model doppler:FILE`` (train, sweep, the bench scripts): its placement graph and
+    profile make the cost graph load_doppler makes, DOPPLER's event order included."""
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, cost_graph
+    from hsdag_core.doppler import doppler_profile
+
+    path = doppler_dir / "8gpu_transformer_block.txt"
+    spec = f"doppler:{path}"
+    _, _, graph, _ = build_graph(spec, "colocation")
+    prof = Profile.from_json(doppler_profile(spec).to_json())
+    cg, direct = cost_graph(graph, prof), load_doppler(path)
+    assert cg.devices == direct.devices and cg.names == direct.names
+    assert cg.event_order == "doppler" and cg.time_tick_s == TICK_S
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        p = rng.integers(0, cg.num_devices, cg.num_nodes)
+        assert Simulator(cg).parallel(p).value == pytest.approx(Simulator(direct).parallel(p).value,
+                                                                 rel=1e-12)
+
+
+def test_a_missing_doppler_file_is_one_sentence(capsys, tmp_path):
+    from hsdag_core.errors import GraphError
+    from hsdag_core.models import check_model_spec
+
+    with pytest.raises(GraphError, match="no such DOPPLER compute graph"):
+        check_model_spec(f"doppler:{tmp_path / 'none.txt'}")
+
+
+def test_train_refuses_a_corrupted_doppler_file_in_one_sentence(doppler_dir, tmp_path, capsys):
+    from tests.test_bad_inputs import one_error
+
+    bad = _corrupted(doppler_dir, tmp_path)
+    line = one_error(capsys, "train", ["--model", f"doppler:{bad}", "--method", "anneal",
+                                       "--backend", "simulator", "--objective", "parallel",
+                                       "--budget", "5", "--env-runners", "0", "--wandb", "disabled",
+                                       "--out", tmp_path])
+    assert "edge id 99" in line
