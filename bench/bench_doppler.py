@@ -1,13 +1,17 @@
 """DOPPLER's compute graphs in DOPPLER's simulator: every method against its critical path.
 
     python bench/bench_doppler.py --budgets 100,1000 --seeds 0 --exact-time 60
+    python bench/bench_doppler.py --methods gdp,placeto --budgets 100 --json b.json
+    python bench/bench_doppler.py --merge a.json,b.json
 
 On each of DOPPLER's six usable graphs (``--folder``: the four ``gdp_`` copies on 4 GPUs and
 the two ``8gpu_*`` on 8; :mod:`hsdag_core.doppler`), the ``parallel`` objective in DOPPLER's
 event order (:mod:`envs.doppler_order`), which equals DOPPLER's own simulator. Each method
 of ``--methods`` runs in this process (:func:`hsdag_ray.inprocess.run_method`, measured by
 the simulator, the graph's own costs as its profile, as published: no search aids) for the
-largest budget of ``--budgets``; the table reads each run's best after every budget.
+largest budget of ``--budgets``, GDP, Placeto and the RNN placer through ``train --model
+doppler:FILE`` (the same simulator, the budget in measurements, run folders under
+``--runs``); the table reads each run's best after every budget.
 ``exact`` is CP-SAT (``solve --method exact``, ``--exact-time`` seconds, its placement
 measured once). The references: DOPPLER's critical path, best of ``--episodes`` episodes
 in its intended and its coded version (:mod:`policies.solvers.critical_path`), and a lower
@@ -42,6 +46,24 @@ def run_learned(method: str, graph, costs, budget: int, seed: int) -> list[float
             for row in r["best_curve"]]
 
 
+#: methods trained through ``python -m hsdag_ray.train`` (RLlib), on ``--model doppler:FILE``
+TRAINED = ("gdp", "placeto", "rnn")
+
+
+def run_trained(method: str, path: Path, budget: int, seed: int, out: Path) -> list[float]:
+    """The best value after every measurement of one ``train`` run on ``doppler:path``
+    (the simulator, the parallel objective, the budget in measurements; its curve.jsonl)."""
+    from hsdag_ray.train import TrainConfig, train
+
+    name = f"{path.stem}-{method}-{seed}"
+    cfg = TrainConfig.of(model=f"doppler:{path}", method=method, backend="simulator",
+                         objective="parallel", budget=budget, budget_unit="measurements",
+                         env_runners=0, wandb="disabled", out=str(out), name=name, seed=seed)
+    train(cfg, quiet=True)
+    rows = [json.loads(line) for line in (out / name / "curve.jsonl").read_text().splitlines() if line]
+    return [np.inf if r["best_latency_s"] is None else r["best_latency_s"] for r in rows]
+
+
 def at(curve: list[float], budget: int) -> float:
     return curve[min(budget, len(curve)) - 1] if curve else np.inf
 
@@ -56,7 +78,18 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=50, help="critical-path episodes")
     ap.add_argument("--exact-time", type=float, default=60.0, help="CP-SAT seconds")
     ap.add_argument("--json", default="", help="write every figure here")
+    ap.add_argument("--runs", type=Path, default=Path("runs/bench_doppler"),
+                    help="run folders of the methods trained through train (gdp, placeto, rnn)")
+    ap.add_argument("--merge", default="",
+                    help="A.json,B.json: print the table of earlier --json files together instead "
+                         "of running (methods run in separate processes)")
     args = ap.parse_args()
+    if args.merge:
+        rows = merge([json.loads(Path(f).read_text()) for f in args.merge.split(",")])
+        methods = list(dict.fromkeys(m for r in rows for m in r["methods"]))
+        budgets = sorted({int(b) for r in rows for m in r["methods"].values() for b in m})
+        print_table(rows, methods, budgets)
+        return
     from envs.simulator import Simulator
     from hsdag_core.doppler import doppler_compgraph, load_doppler
     from policies.solvers.bounds import lower_bound
@@ -85,6 +118,10 @@ def main() -> None:
                 row["exact_info"] = {"bound": r.bound, "gap": r.gap, "optimal": r.optimal,
                                      "status": r.status, "solve_s": r.solve_s}
                 row["methods"][method] = {str(b): [value] for b in budgets}
+            elif method in TRAINED:
+                curves = [run_trained(method, args.folder / f"{name}.txt", budgets[-1], s, args.runs)
+                          for s in seeds]
+                row["methods"][method] = {str(b): [at(c, b) for c in curves] for b in budgets}
             else:
                 curves = [run_learned(method, graph, costs, budgets[-1], s) for s in seeds]
                 row["methods"][method] = {str(b): [at(c, b) for c in curves] for b in budgets}
@@ -98,6 +135,20 @@ def main() -> None:
     print_table(rows, methods, budgets)
 
 
+def merge(runs: list[list[dict]]) -> list[dict]:
+    """One row per graph with the methods of every run (the first run's references; the
+    largest of their bounds)."""
+    by: dict[str, dict] = {}
+    for rows in runs:
+        for r in rows:
+            if r["graph"] not in by:
+                by[r["graph"]] = dict(r, methods=dict(r["methods"]))
+            else:
+                by[r["graph"]]["methods"].update(r["methods"])
+                by[r["graph"]]["bound"] = max(by[r["graph"]]["bound"], r["bound"])
+    return list(by.values())
+
+
 def print_table(rows: list[dict], methods: list[str], budgets: list[int]) -> None:
     head = (["graph", "GPUs", "budget"] + methods
             + ["CP intended (best of 50)", "CP coded (best of 50)", "lower bound", "best / CP best"])
@@ -106,10 +157,12 @@ def print_table(rows: list[dict], methods: list[str], budgets: list[int]) -> Non
     for row in rows:
         cp = min(row["cp_intended"], row["cp_coded"])
         for b in budgets:
-            vals = {m: statistics.median(row["methods"][m][str(b)]) for m in methods if m in row["methods"]}
+            vals = {m: statistics.median(row["methods"][m][str(b)]) for m in methods
+                    if str(b) in row["methods"].get(m, {})}
             best = min(vals.values())
             ratios[b].append(best / cp)
-            cells = [f"**{vals[m]:.2f}**" if vals[m] == best else f"{vals[m]:.2f}" for m in methods]
+            cells = ["-" if m not in vals else f"**{vals[m]:.2f}**" if vals[m] == best
+                     else f"{vals[m]:.2f}" for m in methods]
             print(f"| {row['graph']} | {row['devices']} | {b} | " + " | ".join(cells)
                   + f" | {row['cp_intended']:.2f} | {row['cp_coded']:.2f} | {row['bound']:.2f} "
                   f"| {best / cp:.3f} |")
