@@ -158,3 +158,21 @@ def test_train_refuses_a_corrupted_doppler_file_in_one_sentence(doppler_dir, tmp
                                        "--budget", "5", "--env-runners", "0", "--wandb", "disabled",
                                        "--out", tmp_path])
     assert "edge id 99" in line
+
+
+def test_the_polish_ends_at_a_local_optimum_of_single_moves():
+    import time
+
+    from hsdag_core.synthetic import random_cost_graph
+    from policies.solvers.polish import polish
+
+    g = random_cost_graph(12, devices=3, seed=2)
+    sim = Simulator(g)
+    start = np.zeros(g.num_nodes, dtype=np.int64)
+    p, value, kept = polish(sim, start, "parallel", time.perf_counter() + 30)
+    assert value == pytest.approx(sim.parallel(p).value) and value <= sim.parallel(start).value
+    for i in range(g.num_nodes):
+        for d in range(g.num_devices):
+            q = p.copy()
+            q[i] = d
+            assert sim.parallel(q).value >= value * (1 - 1e-9)

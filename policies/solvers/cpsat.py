@@ -16,12 +16,15 @@ the model's optimum is never above the true one and its bound stays a bound):
   memory and transfers), device ``k+1`` is used only by a node of higher index than the
   first node on device ``k``;
 * a start (hint): the best of HEFT, Baechi's m-ETF and DOPPLER's critical path under
-  the simulator, its devices relabelled to respect the symmetry breaking, its list
-  schedule as the start times.
+  the simulator, polished by single-node moves under the simulator
+  (:mod:`policies.solvers.polish`, at most :data:`POLISH_SHARE` of the time limit), its
+  devices relabelled to respect the symmetry breaking, its list schedule as the start
+  times.
 
-Every solution CP-SAT finds is scored by the simulator (whose first-come-first-served
-schedule of a placement can be later than CP-SAT's schedule of it), and the best
-placement, the start included, is returned. The bound is CP-SAT's bound on the makespan
+CP-SAT runs for two thirds of the time left. Every solution it finds is scored by the
+simulator (whose first-come-first-served schedule of a placement can be later than
+CP-SAT's schedule of it); when one beats the start it is polished again with the time
+that remains, and the best placement, the start included, is returned. The bound is CP-SAT's bound on the makespan
 over every placement and schedule, hence also a bound on the simulator's value; the
 result is proven optimal when CP-SAT proves its optimum and the simulator's value meets
 it (within :data:`PROOF_GAP`, the rounding to the model's units). Where the simulator's
@@ -40,12 +43,15 @@ import numpy as np
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
+from policies.solvers.polish import polish
 from policies.solvers.result import SolveResult, device_classes, finish, rel_gap, uniform_transfer
 
 __all__ = ["solve_cpsat_parallel", "start_placement", "HORIZON_UNITS", "PROOF_GAP"]
 
 #: the model's time resolution: the start's makespan is about this many units
 HORIZON_UNITS = 10_000_000
+#: the share of the time limit the start's polish may take (single-node moves)
+POLISH_SHARE = 0.25
 #: CP-SAT's optimum proves the simulator's value optimal when the two are this close
 #: (relative): the rounding of durations to the model's units
 PROOF_GAP = 1e-5
@@ -101,6 +107,11 @@ def solve_cpsat_parallel(graph: CostGraph, objective: str = "parallel", *,
     n, D = g.num_nodes, g.num_devices
     sim = Simulator(g)
     start_p, start_name, start_value = start_placement(g) if hint else (None, "none", np.inf)
+    heuristic_value = start_value
+    budget = None if time_limit is None else max(0.0, float(time_limit) - (time.perf_counter() - t0))
+    if start_p is not None and np.isfinite(start_value):  # polish the start: a quarter of the time
+        until = time.perf_counter() + (POLISH_SHARE * budget if budget is not None else 60.0)
+        start_p, start_value, _ = polish(sim, start_p, "parallel", until)
     classes = _symmetric_classes(g)
     horizon_s = start_value if np.isfinite(start_value) else float(
         np.where(np.isfinite(g.compute_s), g.compute_s, 0).max(axis=1).sum()
@@ -211,15 +222,21 @@ def solve_cpsat_parallel(graph: CostGraph, objective: str = "parallel", *,
                 best["p"], best["value"] = p, float(res.value)
 
     solver = cp_model.CpSolver()
-    if time_limit is not None:
-        solver.parameters.max_time_in_seconds = max(0.1, float(time_limit) - (time.perf_counter() - t0))
+    if time_limit is not None:  # CP-SAT: two thirds of what is left, then the polish
+        left = float(time_limit) - (time.perf_counter() - t0)
+        solver.parameters.max_time_in_seconds = max(0.1, left * 2 / 3)
     solver.parameters.num_search_workers = workers or min(8, os.cpu_count() or 1)
     solver.parameters.random_seed = int(seed)
     status = solver.Solve(m, _Score())
     name = solver.StatusName(status)
     bound = max(solver.BestObjectiveBound() * unit if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                 else -np.inf, lower_bound(g, "parallel"))
-    info = {"start": start_name, "start_s": start_value, "solutions": best["found"],
+    polished = 0
+    if best["p"] is not None and best["value"] < start_value:  # CP-SAT improved: polish its best
+        until = t0 + float(time_limit) if time_limit is not None else time.perf_counter() + 60.0
+        best["p"], best["value"], polished = polish(sim, best["p"], "parallel", until)
+    info = {"start": start_name, "heuristic_s": heuristic_value, "start_s": start_value,
+            "solutions": best["found"], "moves_after": polished,
             "cpsat_status": name, "cpsat_makespan_s": (solver.ObjectiveValue() * unit
                                                         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                                                         else None),
