@@ -19,8 +19,11 @@ its value, and never returns a worse one.
 ``--out`` writes the result with the placement keyed by node name.
 
 Methods (``--list`` prints them): mincut, alpha-expansion, milp, milp-contig,
-dp, heft, m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for one device), random-best (``--seed``,
-``--samples``).
+dp, cpsat (the parallel objective's schedule model on OR-Tools CP-SAT), exact (the best
+exact solver of the objective: ``policies.solvers.exact.EXACT_SOLVERS``), heft,
+critical-path and critical-path-coded (DOPPLER's heuristic, intended and as its repository
+codes it, best of 50 episodes), m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for
+one device), random-best (``--seed``, ``--samples``).
 
 Exit codes: 0 a feasible placement was found; 1 none was (infeasible
 problem, or a time limit hit before one was found); 2 bad input (missing or
@@ -101,7 +104,14 @@ def model_cost_graph(args: argparse.Namespace):
     """``(placement graph, cost graph)`` of ``--model`` under ``--profile``."""
     from hsdag_core.coarsening import build_graph
     from hsdag_core.device_profile import Profile, cost_graph
+    from hsdag_core.doppler import doppler_model, is_doppler_spec
 
+    if is_doppler_spec(args.model) and not args.profile:  # the file's own costs
+        try:
+            cost, comp = doppler_model(args.model)
+        except ValueError as e:
+            raise UsageError(f"--model: {e}") from None
+        return comp, cost
     if not args.profile:
         raise UsageError("--model needs --profile FILE (record one with python -m hsdag_ray.profile)")
     _, _, comp, _ = build_graph(args.model, args.coarsen)
@@ -143,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", help="dnn-partitioning input file (.json) or DOPPLER compute "
                     "graph (.txt)")
-    ap.add_argument("--model", help=f"or a model, with --profile: {MODEL_HELP}")
+    ap.add_argument("--model", help=f"or a model, with --profile (none for doppler:FILE.txt, "
+                    f"whose file holds its costs): {MODEL_HELP}")
     ap.add_argument("--profile", help="with --model: the profile JSON its costs come from")
     ap.add_argument("--coarsen", default="colocation", choices=("none", "colocation", "openvino"),
                     help="with --model: the graph placed (default colocation)")

@@ -140,7 +140,8 @@ def solve_critical_path(graph: CostGraph, objective: str = "parallel", *,
             best, best_value = p, value
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             break
-    return finish(graph, objective, f"critical-path-{version}", best, t0,
+    name = "critical-path" if version == "intended" else "critical-path-coded"
+    return finish(graph, objective, name, best, t0,
                   bound=lower_bound(graph, objective),
                   status=f"DOPPLER's critical path ({version}), best of {run} episodes",
                   info={"episodes": run, "version": version})
