@@ -64,6 +64,19 @@ def run_trained(method: str, path: Path, budget: int, seed: int, out: Path) -> l
     return [np.inf if r["best_latency_s"] is None else r["best_latency_s"] for r in rows]
 
 
+def start_ray() -> None:
+    """A loopback-only local Ray with one measuring slot, as the tests share one."""
+    import os
+
+    from hsdag_ray.config import MEASURE_RESOURCE
+    from hsdag_ray.local_ray import start_local_ray
+
+    start_local_ray(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                    resources={MEASURE_RESOURCE: 1},
+                    runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
+                                              "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}})
+
+
 def at(curve: list[float], budget: int) -> float:
     return curve[min(budget, len(curve)) - 1] if curve else np.inf
 
@@ -99,6 +112,8 @@ def main() -> None:
     budgets = sorted(int(b) for b in args.budgets.split(","))
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
+    if set(methods) & set(TRAINED):  # one local Ray for every train run (each joins it)
+        start_ray()
     rows = []
     for name in args.graphs.split(","):
         costs = load_doppler(args.folder / f"{name}.txt")

@@ -354,12 +354,11 @@ def cost_graph(graph: CompGraph, profile: Profile, devices: Optional[Sequence[st
 
 
 def _event_order(profile: Profile) -> dict:
-    """A DOPPLER profile's cost graph keeps DOPPLER's event order and integer ticks."""
+    """A DOPPLER profile's cost graph keeps DOPPLER's event order and integer ticks (its
+    link moves one byte per tick: :func:`hsdag_core.doppler.doppler_profile`)."""
     if profile.source != "doppler":
         return {}
-    from hsdag_core.doppler import TICK_S
-
-    return {"event_order": "doppler", "time_tick_s": TICK_S}
+    return {"event_order": "doppler", "time_tick_s": 1.0 / profile.link_bandwidth_Bps}
 
 
 # ================================================================= fitting

@@ -51,7 +51,7 @@ __all__ = ["solve_cpsat_parallel", "start_placement", "HORIZON_UNITS", "PROOF_GA
 #: the model's time resolution: the start's makespan is about this many units
 HORIZON_UNITS = 10_000_000
 #: the share of the time limit the start's polish may take (single-node moves)
-POLISH_SHARE = 0.25
+POLISH_SHARE = 0.5
 #: CP-SAT's optimum proves the simulator's value optimal when the two are this close
 #: (relative): the rounding of durations to the model's units
 PROOF_GAP = 1e-5
@@ -109,7 +109,7 @@ def solve_cpsat_parallel(graph: CostGraph, objective: str = "parallel", *,
     start_p, start_name, start_value = start_placement(g) if hint else (None, "none", np.inf)
     heuristic_value = start_value
     budget = None if time_limit is None else max(0.0, float(time_limit) - (time.perf_counter() - t0))
-    if start_p is not None and np.isfinite(start_value):  # polish the start: a quarter of the time
+    if start_p is not None and np.isfinite(start_value):  # polish the start: up to half the time
         until = time.perf_counter() + (POLISH_SHARE * budget if budget is not None else 60.0)
         start_p, start_value, _ = polish(sim, start_p, "parallel", until)
     classes = _symmetric_classes(g)
