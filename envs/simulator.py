@@ -14,7 +14,8 @@ Three objectives, all in seconds (lower is better):
     ready when all its input tensors have arrived (producer finish + transfer,
     once per tensor and destination device; links have no contention), and a
     device runs its ready nodes first-come first-served (ties by topological
-    index). The value is the makespan.
+    index, or in DOPPLER's simpy event order for a graph whose ``event_order`` is
+    ``"doppler"``: :mod:`envs.doppler_order`). The value is the makespan.
 ``throughput``
     Pipelined inference as in Tarnawski et al. (NeurIPS 2020): the time per
     sample of the pipeline is the maximum device load, a device's load being
@@ -93,6 +94,12 @@ class Simulator:
         self._succ_dst = g.edge_dst[order]
         self._succ_tensor = g.edge_tensor[order]
         self._indeg = np.bincount(g.edge_dst, minlength=g.num_nodes)
+        if g.event_order == "doppler":
+            from envs.doppler_order import ticks
+
+            # a tensor's time to any other device (DOPPLER's graphs have one per tensor)
+            off = self.transfer[:, 0, 1] if g.num_devices > 1 else np.zeros(g.num_tensors)
+            self._doppler_send = ticks(off, g.time_tick_s)
 
     # ----------------------------------------------------------- feasibility
     def check(self, placement: np.ndarray) -> str | None:
@@ -159,8 +166,13 @@ class Simulator:
         return SimResult(makespan, breakdown=bd)
 
     def _list_schedule(self, placement: np.ndarray) -> Schedule:
-        """The event-driven list schedule of the ``parallel`` objective."""
+        """The event-driven list schedule of the ``parallel`` objective (in DOPPLER's
+        event order for a graph whose ``event_order`` says so: :mod:`envs.doppler_order`)."""
         g = self.graph
+        if g.event_order == "doppler":
+            from envs.doppler_order import doppler_schedule
+
+            return Schedule(*doppler_schedule(self, placement))
         p = placement.tolist()
         n, D = g.num_nodes, g.num_devices
         cost = g.compute_s[np.arange(n), placement].tolist()

@@ -157,6 +157,14 @@ def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None, so
     Returns ``(model, fine graph, coarse graph, fine node -> coarse node)``, the model
     being the ``openvino.Model`` or the ``TorchProgram``.
     """
+    from hsdag_core.doppler import doppler_model, is_doppler_spec
+
+    if is_doppler_spec(model_spec):  # DOPPLER's ops are the nodes: nothing to coarsen
+        try:
+            _, graph = doppler_model(model_spec)
+        except ValueError as e:
+            raise GraphError(str(e)) from None
+        return None, graph, graph, np.arange(graph.num_nodes)
     if source == "torch":
         from hsdag_core.torch_graph import from_torch_program, load_program
 

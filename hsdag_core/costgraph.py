@@ -26,7 +26,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["CostGraph", "InvalidCostGraph"]
+__all__ = ["CostGraph", "InvalidCostGraph", "EVENT_ORDERS"]
+
+#: how the parallel objective orders ops ready at the same time (CostGraph.event_order)
+EVENT_ORDERS = ("index", "doppler")
 
 
 class InvalidCostGraph(ValueError):
@@ -63,6 +66,13 @@ class CostGraph:
         modeled: device name -> True when that device's costs come from a spec
             (estimated), False when measured.
         name: a label for reports.
+        event_order: how the ``parallel`` objective orders ops that become ready on
+            one device at the same time: ``"index"`` (by topological index) or
+            ``"doppler"`` (the order of DOPPLER's simpy simulator, for its graphs:
+            :mod:`hsdag_core.doppler`).
+        time_tick_s: when set, every time of the graph is a whole number of these
+            seconds, and the ``parallel`` objective adds times in whole ticks (exact
+            ties, as DOPPLER's integer times have).
     """
 
     names: list[str]
@@ -84,6 +94,8 @@ class CostGraph:
     op_types: Optional[list[str]] = None
     modeled: dict[str, bool] = field(default_factory=dict)
     name: str = "graph"
+    event_order: str = "index"
+    time_tick_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -162,6 +174,11 @@ class CostGraph:
             raise InvalidCostGraph("colocate must have one entry per node")
         if np.any(np.isnan(self.compute_s)) or np.any(self.compute_s < 0):
             raise InvalidCostGraph("compute_s must be non-negative (inf = unsupported)")
+        if self.event_order not in EVENT_ORDERS:
+            raise InvalidCostGraph(f"event_order must be one of {', '.join(EVENT_ORDERS)}, "
+                                   f"not {self.event_order!r}")
+        if self.time_tick_s is not None and not self.time_tick_s > 0:
+            raise InvalidCostGraph("time_tick_s must be positive (or None)")
 
     # ------------------------------------------------------------- transfers
     def transfer_s(self) -> np.ndarray:

@@ -349,7 +349,16 @@ def cost_graph(graph: CompGraph, profile: Profile, devices: Optional[Sequence[st
         mem_bytes=np.array([node.weight_bytes for node in graph.nodes]),
         mem_capacity=np.array([profile.mem_capacity.get(d, np.inf) for d in devices]),
         op_types=[node.op_type for node in graph.nodes],
-        modeled={d: profile.is_modeled(d) for d in devices}, name=graph.name)
+        modeled={d: profile.is_modeled(d) for d in devices}, name=graph.name,
+        **_event_order(profile))
+
+
+def _event_order(profile: Profile) -> dict:
+    """A DOPPLER profile's cost graph keeps DOPPLER's event order and integer ticks (its
+    link moves one byte per tick: :func:`hsdag_core.doppler.doppler_profile`)."""
+    if profile.source != "doppler":
+        return {}
+    return {"event_order": "doppler", "time_tick_s": 1.0 / profile.link_bandwidth_Bps}
 
 
 # ================================================================= fitting

@@ -46,7 +46,8 @@ __all__ = ["ZOO", "MODEL_HELP", "load_model", "cache_dir", "tiny_cnn", "openvino
 #: what a command's model argument accepts, for its --help
 MODEL_HELP = ("zoo name (resnet50, inception_v3, bert_base, tiny_cnn), tv:NAME (a torchvision "
               "architecture), hf:TYPE (a Hugging Face model type), gen:KIND:... (a generated "
-              "graph), all with random weights, a .xml / .onnx file, or with --backend torch "
+              "graph), all with random weights, a .xml / .onnx file, doppler:FILE.txt (one of "
+              "DOPPLER's compute graphs, with the simulator), or with --backend torch "
               "py:package.module:factory (your own nn.Module)")
 
 
@@ -213,9 +214,14 @@ def _check_xml(path: Path) -> None:
 def check_model_spec(spec: str) -> None:
     """Refuse, without building anything, a model spec that :func:`load_model` could never
     load: an unknown name or a model file that does not exist (raises :class:`GraphError`)."""
+    from hsdag_core.doppler import DOPPLER_PREFIX, is_doppler_spec
     from hsdag_core.generated import is_generated
 
     if is_generated(spec) or _builder(spec) is not None:
+        return
+    if is_doppler_spec(spec):
+        if not Path(spec[len(DOPPLER_PREFIX):]).is_file():
+            raise GraphError(f"{spec}: no such DOPPLER compute graph; give doppler:FILE.txt")
         return
     if spec.startswith("py:"):  # a user's module, read by the torch backend's graph source
         from hsdag_core.user_models import check_py_spec

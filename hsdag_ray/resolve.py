@@ -115,7 +115,15 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     """Backend kind, device names and profile (as a dict) for the run."""
     from hsdag_core.device_profile import Profile
 
+    from hsdag_core.doppler import doppler_profile, is_doppler_spec
+
     backend, devices = cfg.env.backend, list(cfg.env.devices)
+    doppler = is_doppler_spec(cfg.run.model)
+    if doppler and backend == "default":
+        backend = "simulator"
+    if doppler and not get_backend(backend).simulated:
+        raise UsageError(f"{cfg.run.model} is one of DOPPLER's compute graphs, which only the "
+                         "simulator measures; use --backend simulator")
     if backend == "default":
         import openvino as ov
 
@@ -133,6 +141,11 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
             check_two_devices(devices)
         if cfg.env.profile:
             prof = Profile.load(cfg.env.profile)
+        elif doppler:  # the file's own costs, on its GPUs
+            try:
+                prof = doppler_profile(cfg.run.model)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
         else:
             prof, _ = default_profile(cfg.run.model, devices, cfg.run.input_shape, cfg.timing.threads, say)
         if not devices and len(prof.devices) < 2:

@@ -5,7 +5,8 @@
         --devices CPU0,ACC0,ACC1 --time-limit 30 --out placement.json --json
 
 ``--graph`` takes an input of the public dnn-partitioning benchmark
-(:mod:`hsdag_core.dnnpart`); ``--model M --profile P.json`` places an OpenVINO
+(:mod:`hsdag_core.dnnpart`) or one of DOPPLER's compute graphs (a ``.txt`` file:
+:mod:`hsdag_core.doppler`, 4 identical GPUs, 8 for ``8gpu_*``); ``--model M --profile P.json`` places an OpenVINO
 model's graph with the costs of a profile (:mod:`hsdag_core.device_profile`), and
 ``--out`` then keys the placement by OpenVINO op name, ready for
 ``python -m hsdag_ray.measure --placement``. ``--devices N`` keeps the graph's first ``N``
@@ -18,8 +19,11 @@ its value, and never returns a worse one.
 ``--out`` writes the result with the placement keyed by node name.
 
 Methods (``--list`` prints them): mincut, alpha-expansion, milp, milp-contig,
-dp, heft, m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for one device), random-best (``--seed``,
-``--samples``).
+dp, cpsat (the parallel objective's schedule model on OR-Tools CP-SAT), exact (the best
+exact solver of the objective: ``policies.solvers.exact.EXACT_SOLVERS``), heft,
+critical-path and critical-path-coded (DOPPLER's heuristic, intended and as its repository
+codes it, best of 50 episodes), m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for
+one device), random-best (``--seed``, ``--samples``).
 
 Exit codes: 0 a feasible placement was found; 1 none was (infeasible
 problem, or a time limit hit before one was found); 2 bad input (missing or
@@ -40,6 +44,7 @@ from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.dnnpart import load_dnnpart
+from hsdag_core.doppler import load_doppler
 from hsdag_core.models import MODEL_HELP
 from policies.solvers.exact import SOLVERS, solve
 from policies.solvers.result import SolveResult
@@ -60,7 +65,7 @@ def restrict_devices(graph: CostGraph, keep: Sequence[int]) -> CostGraph:
         mem_bytes=graph.mem_bytes, mem_capacity=graph.mem_capacity[k],
         colocate=graph.colocate, is_backward=graph.is_backward, op_types=graph.op_types,
         modeled={d: graph.modeled.get(d, False) for d in (graph.devices[i] for i in k)},
-        name=graph.name)
+        name=graph.name, event_order=graph.event_order, time_tick_s=graph.time_tick_s)
 
 
 def _select_devices(graph: CostGraph, spec: Optional[str]) -> CostGraph:
@@ -87,9 +92,9 @@ def load_graph(args: argparse.Namespace) -> CostGraph:
     path = Path(args.graph)
     if not path.is_file():
         raise UsageError(f"--graph {args.graph}: no such file; give a dnn-partitioning "
-                         "input (.json)")
+                         "input (.json) or a DOPPLER compute graph (.txt)")
     try:
-        graph = load_dnnpart(path)
+        graph = load_doppler(path) if path.suffix == ".txt" else load_dnnpart(path)
     except ValueError as e:
         raise UsageError(f"--graph: {e}") from None
     return _select_devices(graph, args.devices)
@@ -99,7 +104,14 @@ def model_cost_graph(args: argparse.Namespace):
     """``(placement graph, cost graph)`` of ``--model`` under ``--profile``."""
     from hsdag_core.coarsening import build_graph
     from hsdag_core.device_profile import Profile, cost_graph
+    from hsdag_core.doppler import doppler_model, is_doppler_spec
 
+    if is_doppler_spec(args.model) and not args.profile:  # the file's own costs
+        try:
+            cost, comp = doppler_model(args.model)
+        except ValueError as e:
+            raise UsageError(f"--model: {e}") from None
+        return comp, cost
     if not args.profile:
         raise UsageError("--model needs --profile FILE (record one with python -m hsdag_ray.profile)")
     _, _, comp, _ = build_graph(args.model, args.coarsen)
@@ -139,8 +151,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m hsdag_ray.solve", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--graph", help="dnn-partitioning input file (.json)")
-    ap.add_argument("--model", help=f"or a model, with --profile: {MODEL_HELP}")
+    ap.add_argument("--graph", help="dnn-partitioning input file (.json) or DOPPLER compute "
+                    "graph (.txt)")
+    ap.add_argument("--model", help=f"or a model, with --profile (none for doppler:FILE.txt, "
+                    f"whose file holds its costs): {MODEL_HELP}")
     ap.add_argument("--profile", help="with --model: the profile JSON its costs come from")
     ap.add_argument("--coarsen", default="colocation", choices=("none", "colocation", "openvino"),
                     help="with --model: the graph placed (default colocation)")

@@ -14,7 +14,14 @@ method                    objectives                   what it is
                           parallel                     parallel: bound + placement only
 ``milp-contig``           throughput                   exact MILP over contiguous splits
 ``dp``                    throughput                   DP over ideals (contiguous splits)
+``cpsat``                 parallel                     OR-Tools CP-SAT schedule model
+                                                       (time limit; value, bound, proof)
+``exact``                 per objective                the project's best exact solver for
+                                                       the objective (``EXACT_SOLVERS``)
 ``heft``                  parallel                     HEFT list scheduling
+``critical-path``         all                          DOPPLER's critical-path placement,
+                                                       best of 50 episodes (``version=``
+                                                       ``intended`` or ``coded``)
 ``m-topo``                all                          Baechi m-TOPO: topological fill
                                                        of the devices within memory
 ``m-etf``                 all                          Baechi m-ETF: earliest-start list
@@ -44,14 +51,22 @@ from envs.simulator import OBJECTIVES
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.simple import solve_random, solve_single
 from policies.solvers.baechi import solve_m_etf, solve_m_sct, solve_m_topo
+from policies.solvers.critical_path import solve_critical_path
+from policies.solvers.cpsat import solve_cpsat_parallel
 from policies.solvers.heft import solve_heft
 from policies.solvers.ideals import solve_dp
 from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
 from policies.solvers.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
 from policies.solvers.result import SolveResult
 
-__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for", "exact_method",
-           "heuristic_method"]
+__all__ = ["Solver", "SOLVERS", "EXACT_SOLVERS", "SolveResult", "solve", "methods_for",
+           "exact_method", "best_exact_method", "heuristic_method"]
+
+#: the project's best exact solver of each objective: a name of ``SOLVERS``, or a callable
+#: of the graph returning one (``solve --method exact`` and :func:`exact_method` read it)
+EXACT_SOLVERS: dict[str, Any] = {
+    "parallel": "cpsat",
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,27 @@ def _milp_contig(graph: CostGraph, objective: str, *, time_limit: Optional[float
     return solve_milp_throughput(graph, objective, contiguous=True, time_limit=time_limit, **kw)
 
 
+def best_exact_method(graph: CostGraph, objective: str) -> Optional[str]:
+    """The solver ``solve --method exact`` runs: :data:`EXACT_SOLVERS`' choice for
+    ``objective``, else :func:`exact_method`'s."""
+    chosen = EXACT_SOLVERS.get(objective)
+    if chosen is not None:
+        return chosen if isinstance(chosen, str) else chosen(graph)
+    return exact_method(graph, objective)
+
+
+def _exact(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.0,
+           **kw: Any) -> SolveResult:
+    method = best_exact_method(graph, objective)
+    if method is None:
+        raise ValueError(f"no exact solver is registered for the {objective} objective")
+    return SOLVERS[method].fn(graph, objective, time_limit=time_limit, **kw)
+
+
+def _critical_path_coded(graph: CostGraph, objective: str, **kw: Any) -> SolveResult:
+    return solve_critical_path(graph, objective, **{"version": "coded", **kw})
+
+
 SOLVERS: dict[str, Solver] = {s.name: s for s in (
     Solver("mincut", solve_mincut, ("sequential",), ("sequential",), "all",
            "exact sequential optimum on two devices (s-t minimum cut)"),
@@ -100,7 +136,15 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
            "exact throughput MILP over contiguous splits"),
     Solver("dp", solve_dp, ("throughput",), (), "contiguous",
            "throughput DP over ideals (Tarnawski et al.), contiguous splits"),
+    Solver("cpsat", solve_cpsat_parallel, ("parallel",), (), "all",
+           "exact parallel schedule model (OR-Tools CP-SAT) from the best heuristic's start"),
+    Solver("exact", _exact, OBJECTIVES, ("sequential", "throughput"), "all",
+           "the best exact solver of the objective (EXACT_SOLVERS, else milp / mincut)"),
     Solver("heft", solve_heft, ("parallel",), (), "all", "HEFT list scheduling"),
+    Solver("critical-path", solve_critical_path, OBJECTIVES, (), "all",
+           "DOPPLER's critical-path placement, best of 50 episodes (version=intended|coded)"),
+    Solver("critical-path-coded", _critical_path_coded, OBJECTIVES, (), "all",
+           "DOPPLER's critical path as its repository codes it (node-selection tie bug)"),
     Solver("m-topo", solve_m_topo, OBJECTIVES, (), "all",
            "Baechi m-TOPO: topological order filling the devices in turn within memory"),
     Solver("m-etf", solve_m_etf, OBJECTIVES, (), "all",
@@ -146,7 +190,10 @@ def solve(graph: CostGraph, objective: str, method: str, *,
 
 
 def exact_method(graph, objective: str) -> Optional[str]:
-    """The exact solver that applies to ``objective`` on ``graph``, if any."""
+    """The exact solver that applies to ``objective`` on ``graph``, if any: what a run's
+    ``optimum`` baseline, refit and the guide solve with (none for ``parallel``, whose
+    runs compare with HEFT: its schedule model optimises over schedules, the simulator
+    runs a placement first come first served)."""
     if objective == "sequential":
         limited = bool(np.isfinite(graph.mem_capacity).any())
         return "mincut" if graph.num_devices == 2 and not limited else "milp"
