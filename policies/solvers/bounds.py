@@ -8,7 +8,9 @@ With ``m_i = min_d compute_s[i, d]`` (each node on its fastest device) and
   least the average load and at least its largest node);
 * parallel: ``max(CP, sum_i m_i / D)`` where ``CP`` is the longest path of the
   DAG with node weights ``m_i`` and free transfers (no schedule finishes before
-  its critical path, and ``D`` devices cannot finish before total work / ``D``).
+  its critical path, and ``D`` devices cannot finish before total work / ``D``);
+* latency: ``CP`` (a CPU node ends at least its compute after its predecessors, and an
+  accelerator's call at least the compute of all its nodes after its inputs).
 
 Memory, support and co-location are relaxed, so these bound the constrained
 optimum too.
@@ -50,4 +52,7 @@ def lower_bound(graph: CostGraph, objective: str) -> float:
         return max(float(m.max(initial=0.0)), total / D)
     if objective == "parallel":
         return max(critical_path_s(graph), total / D)
-    raise ValueError(f"unknown objective {objective!r}; choose sequential, parallel or throughput")
+    if objective == "latency":
+        return critical_path_s(graph)
+    raise ValueError(f"unknown objective {objective!r}; choose sequential, parallel, "
+                     "throughput or latency")

@@ -10,8 +10,13 @@ method                    objectives                   what it is
 ========================  ===========================  ===================================
 ``mincut``                sequential (2 devices)       exact s-t minimum cut
 ``alpha-expansion``       sequential                   heuristic: min-cut expansion moves
+``exact``                 the objectives of            the project's best exact solver for
+                          ``EXACT_SOLVERS``            the objective (``EXACT_SOLVERS``)
 ``milp``                  sequential, throughput,      exact MILP (HiGHS, time limit);
-                          parallel                     parallel: bound + placement only
+                          parallel, latency            parallel: bound + placement only;
+                                                       latency: Tarnawski et al.'s IP
+``latency-greedy``        latency                      Tarnawski et al.'s greedy
+``latency-search``        latency                      heuristic: segments DP + block moves
 ``milp-contig``           throughput                   exact MILP over contiguous splits
 ``dp``                    throughput                   DP over ideals (contiguous splits)
 ``heft``                  parallel                     HEFT list scheduling
@@ -46,12 +51,14 @@ from policies.solvers.simple import solve_random, solve_single
 from policies.solvers.baechi import solve_m_etf, solve_m_sct, solve_m_topo
 from policies.solvers.heft import solve_heft
 from policies.solvers.ideals import solve_dp
+from policies.solvers.latency import solve_latency_greedy, solve_latency_search
+from policies.solvers.latency_ip import solve_latency_ip
 from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
 from policies.solvers.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
 from policies.solvers.result import SolveResult
 
-__all__ = ["Solver", "SOLVERS", "SolveResult", "solve", "methods_for", "exact_method",
-           "heuristic_method"]
+__all__ = ["Solver", "SOLVERS", "EXACT_SOLVERS", "SolveResult", "solve", "methods_for",
+           "exact_method", "heuristic_method"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ def _milp(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.
         return solve_milp_sequential(graph, objective, time_limit=time_limit, **kw)
     if objective == "throughput":
         return solve_milp_throughput(graph, objective, time_limit=time_limit, **kw)
+    if objective == "latency":
+        return solve_latency_ip(graph, objective, time_limit=time_limit, **kw)
     return solve_milp_parallel(graph, objective, time_limit=time_limit, **kw)
 
 
@@ -89,13 +98,36 @@ def _milp_contig(graph: CostGraph, objective: str, *, time_limit: Optional[float
     return solve_milp_throughput(graph, objective, contiguous=True, time_limit=time_limit, **kw)
 
 
+#: the project's best exact solver for each objective: a name of :data:`SOLVERS` or a
+#: function like theirs; ``--method exact`` runs it.
+EXACT_SOLVERS: dict[str, str | Callable[..., SolveResult]] = {
+    "sequential": "milp",
+    "throughput": "milp",
+    "latency": "milp",
+}
+
+
+def _exact(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.0,
+           **kw: Any) -> SolveResult:
+    how = EXACT_SOLVERS[objective]
+    fn = SOLVERS[how].fn if isinstance(how, str) else how
+    return fn(graph, objective, time_limit=time_limit, **kw)
+
+
 SOLVERS: dict[str, Solver] = {s.name: s for s in (
+    Solver("exact", _exact, tuple(EXACT_SOLVERS), tuple(EXACT_SOLVERS), "all",
+           "the best exact solver of the objective (EXACT_SOLVERS)"),
     Solver("mincut", solve_mincut, ("sequential",), ("sequential",), "all",
            "exact sequential optimum on two devices (s-t minimum cut)"),
     Solver("alpha-expansion", solve_alpha_expansion, ("sequential",), (), "all",
            "sequential heuristic on any number of devices (min-cut expansion moves)"),
-    Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput"), "all",
-           "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs"),
+    Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput", "latency"), "all",
+           "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs; "
+           "for latency Tarnawski et al.'s IP"),
+    Solver("latency-greedy", solve_latency_greedy, ("latency",), (), "all",
+           "Tarnawski et al.'s greedy: accelerators filled in topological order"),
+    Solver("latency-search", solve_latency_search, ("latency",), (), "all",
+           "latency heuristic: segments DP and block moves (the latency IP's start)"),
     Solver("milp-contig", _milp_contig, ("throughput",), ("throughput",), "contiguous",
            "exact throughput MILP over contiguous splits"),
     Solver("dp", solve_dp, ("throughput",), (), "contiguous",
@@ -150,9 +182,8 @@ def exact_method(graph, objective: str) -> Optional[str]:
     if objective == "sequential":
         limited = bool(np.isfinite(graph.mem_capacity).any())
         return "mincut" if graph.num_devices == 2 and not limited else "milp"
-    if objective == "throughput":
-        return "milp"
-    return None
+    how = EXACT_SOLVERS.get(objective)
+    return how if isinstance(how, str) else None
 
 
 def heuristic_method(objective: str) -> Optional[str]:
