@@ -141,7 +141,7 @@ class CallLatency:
                         tin.add(t)
             c_in = sum(cost[t] for t in tin)
             c_out = sum(cost[t] for t in out_of.get(v, ()))
-            f = start + c_in + float(compute[nodes].sum()) + c_out
+            f = float(start + c_in + float(compute[nodes].sum()) + c_out)
             comm += c_in + c_out
             calls[f"call_{g.devices[v - n]}_s"] = f - start
             for i in nodes:

@@ -104,3 +104,36 @@ def test_solve_evaluate_scores_and_flags_an_expert_split(benchmarks_dir):
     doc = json.loads(out.stdout)
     assert _same(doc["value_s"], EXPERT["bert24"]) and not doc["feasible"]
     assert doc["flags"] == ["the split uses 6 accelerators where the input allows 5"]
+
+
+def _random_input(seed: int, n: int = 7) -> CostGraph:
+    """A random layered DAG with one CPU and two accelerators whose memory binds."""
+    rng = np.random.default_rng(seed)
+    nodes = [{"id": i, "supportedOnFpga": int(rng.random() > 0.1),
+              "cpuLatency": float(rng.uniform(1, 10)), "fpgaLatency": float(rng.uniform(0.1, 2)),
+              "isBackwardNode": 0, "size": float(rng.uniform(0, 4))} for i in range(n)]
+    edges = []
+    for v in range(1, n):
+        for u in rng.choice(v, size=min(v, int(rng.integers(1, 3))), replace=False):
+            edges.append({"sourceId": int(u), "destId": v, "cost": 0.0})
+    cost = rng.uniform(0, 3, size=n)
+    for e in edges:
+        e["cost"] = float(cost[e["sourceId"]])
+    return dnnpart_from_dict({"maxSizePerFPGA": 6.0, "maxFPGAs": 2, "maxCPUs": 1,
+                              "nodes": nodes, "edges": edges})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bounds_and_exact_against_every_placement(seed):
+    from policies.solvers.latency_bound import path_bound
+
+    g = _random_input(seed)
+    sim = Simulator(g)
+    best = np.inf
+    for p in np.ndindex(*(g.num_devices,) * g.num_nodes):
+        res = sim.evaluate(np.array(p), "latency")
+        if res.feasible:
+            best = min(best, res.value)
+    assert path_bound(g) <= best + 1e-12
+    r = solve(g, "latency", "exact", time_limit=20)
+    assert r.optimal and r.value == pytest.approx(best, rel=1e-9)

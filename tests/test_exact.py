@@ -23,7 +23,7 @@ from policies.solvers.exact import SOLVERS, solve
 from policies.solvers.ideals import contiguity, solve_dp
 from policies.solvers.mincut import expansion_move
 
-OBJ = ("sequential", "throughput", "parallel")
+OBJ = ("sequential", "throughput", "parallel", "latency")
 
 
 def random_dag(seed: int, n: int = 8, D: int = 2, mem: bool = False, boundary: float = 0.0,

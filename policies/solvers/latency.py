@@ -48,8 +48,10 @@ class Blocks(NamedTuple):
     edges: np.ndarray
 
 
-def blocks(graph: CostGraph) -> Blocks:
-    """The blocks of the module docstring."""
+def blocks(graph: CostGraph, late: bool = False) -> Blocks:
+    """The blocks of the module docstring, in the topological order that takes the
+    lowest node index first, or (``late``) the block with the fewest edges left to a
+    sink first, so that a source such as a weight comes just before its consumer."""
     grp = colocation_groups(graph)
     h = nx.DiGraph()
     h.add_nodes_from(range(int(grp.max()) + 1 if grp.size else 0))
@@ -57,7 +59,14 @@ def blocks(graph: CostGraph) -> Blocks:
                      if a != b)
     cond = nx.condensation(h)
     first = {c: min(cond.nodes[c]["members"]) for c in cond.nodes}
-    order_c = list(nx.lexicographical_topological_sort(cond, key=lambda c: first[c]))
+    if late:
+        height: dict[int, int] = {}
+        for c in reversed(list(nx.topological_sort(cond))):
+            height[c] = max((height[s] + 1 for s in cond.successors(c)), default=0)
+        key = lambda c: (-height[c], first[c])
+    else:
+        key = lambda c: first[c]
+    order_c = list(nx.lexicographical_topological_sort(cond, key=key))
     rank = {c: k for k, c in enumerate(order_c)}
     of = np.array([rank[cond.graph["mapping"][x]] for x in grp], dtype=np.int64)
     mem = np.bincount(of, weights=graph.mem_bytes, minlength=len(order_c))
@@ -270,7 +279,8 @@ def solve_latency_search(graph: CostGraph, objective: str = "latency", *,
     sim = Simulator(graph)
     b = blocks(graph)
     cpu = _cpu(graph)
-    starts = [segments(graph, b)] + [_fill(graph, b, s) for s in (1.0, 0.9, 0.75, 0.5)]
+    starts = [segments(graph, b), segments(graph, blocks(graph, late=True))] + \
+        [_fill(graph, b, s) for s in (1.0, 0.9, 0.75, 0.5)]
     if cpu is not None and np.isfinite(graph.compute_s[:, cpu]).all():
         starts.append(np.full(graph.num_nodes, cpu, dtype=np.int64))
     best, best_v = None, np.inf
@@ -283,6 +293,9 @@ def solve_latency_search(graph: CostGraph, objective: str = "latency", *,
         on, v = _improve(graph, sim, b, on, time.perf_counter() + left)
         if v < best_v:
             best, best_v = on[b.of], v
+    from policies.solvers.latency_bound import critical_path, path_bound
+
+    paths = [] if best is None else [critical_path(graph, sim.calls.evaluate(best)[3])]
     return finish(graph, objective, "latency-search", best, t0,
-                  bound=lower_bound(graph, objective),
+                  bound=max(lower_bound(graph, objective), path_bound(graph, paths)),
                   status="" if best is not None else "no start runs on the devices")

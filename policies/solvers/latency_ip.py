@@ -19,6 +19,8 @@ accelerator ``m``. Variables and rows, as in ``lip.py`` with one call per accele
   ``lat_i >= cpu_i x[B(i), CPU]`` and ``lat_v >= lat_u + cpu_v x[B(v), CPU]`` on every
   edge; the objective ``T >= lat_i``.
 
+The objective's lower bound starts at the path bound of
+:mod:`policies.solvers.latency_bound` (with the start's critical path among its paths).
 Where ``lip.py`` takes the sum of all CPU times as its big-M ``M``, this model takes the
 value of its start (a placement at least that good exists, so no latency of an optimum
 exceeds it), which is the same model with a tighter relaxation. Identical
@@ -39,6 +41,7 @@ from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.latency import blocks, latency_start
+from policies.solvers.latency_bound import critical_path, path_bound
 from policies.solvers.result import SolveResult, device_classes, finish
 
 __all__ = ["solve_latency_ip"]
@@ -80,15 +83,17 @@ def solve_latency_ip(graph: CostGraph, objective: str = "latency", *,
         start = latency_start(g, None if time_limit is None else start_share * time_limit)
     if start is not None and not sim.evaluate(start, objective).feasible:
         start = None
-    floor = lower_bound(g, objective)
     cost = tensor_cost(g)
+    paths = []
     if start is not None:
         start = _relabel(sim, np.where(is_cpu[start], machines[0], start), accs)
         big = sim.evaluate(start, objective).value * (1 + 1e-6)
+        paths.append(critical_path(g, sim.calls.evaluate(start)[3]))
     else:
         cpu_t = g.compute_s[:, cpus[0]].sum() if cpus.size else 0.0
         acc_t = np.where(np.isfinite(g.compute_s), g.compute_s, 0).max(axis=1).sum()
         big = float(cpu_t + acc_t + 2 * cost.sum())
+    floor = max(lower_bound(g, objective), path_bound(g, paths))
     b = blocks(g)
     nb, M, K = len(b.order), len(machines), len(accs)
     m = Model()
