@@ -137,3 +137,14 @@ def test_bounds_and_exact_against_every_placement(seed):
     assert path_bound(g) <= best + 1e-12
     r = solve(g, "latency", "exact", time_limit=20)
     assert r.optimal and r.value == pytest.approx(best, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sequential_path_bound_against_every_placement(seed):
+    from policies.solvers.bounds import sequential_bound
+
+    g = _random_input(seed)
+    sim = Simulator(g)
+    best = min(r.value for p in np.ndindex(*(g.num_devices,) * g.num_nodes)
+               if (r := sim.evaluate(np.array(p), "sequential")).feasible)
+    assert sequential_bound(g) <= best + 1e-12

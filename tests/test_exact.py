@@ -377,3 +377,10 @@ def test_cli_subprocess_has_no_traceback(small_input):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sequential_path_bound_is_below_the_optimum(case):
+    from policies.solvers.bounds import sequential_bound
+
+    g, best = case
+    assert sequential_bound(g) <= best["sequential"] + 1e-9

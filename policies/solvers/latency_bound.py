@@ -13,7 +13,8 @@ and of the path's tensor leaving it (unless it ends it), and a call holds at lea
 their memory. Each node outside those that feeds them is either in the call too (its
 compute and memory count) or sends its tensor in (its transfer counts): the cheapest
 such choice within the call's memory, relaxed to a fractional knapsack, adds to the
-call's time (a node of the path outside the segment always sends). The least such sum, over every cut of the path into segments that respect
+call's time (a node of the path outside the segment always sends); so does the transfer
+of each other tensor the call sends to a node of the path after the segment. The least such sum, over every cut of the path into segments that respect
 memory, support and the number of accelerators, is a dynamic program over the path, and
 it bounds the latency of every placement from below. :func:`path_bound` takes the best
 of a few paths: the longest by CPU time, by accelerator time, by memory and by transfer
@@ -80,7 +81,8 @@ def path_dp(graph: CostGraph, path: list[int], reach: Optional[Reachability] = N
     cin = np.concatenate([[0.0], c[:-1]])          # tensor entering position i
     cpu_t = g.compute_s[P][:, cpus].min(axis=1) if cpus.size else np.full(L, np.inf)
     cap = g.mem_capacity[accs].max() if K else 0.0
-    Ccpu = np.concatenate([[0.0], np.cumsum(cpu_t)])
+    Ccpu = np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(cpu_t), cpu_t, 0.0))])
+    Cbad = np.concatenate([[0], np.cumsum(~np.isfinite(cpu_t))])    # nodes no CPU runs
     # between[i, j]: v_i, v_j and the nodes on a path from v_i to v_j
     desc = np.stack([reach.descendants(int(v)) for v in P]).astype(np.float64)
     anc = np.stack([reach.ancestors(int(v)) for v in P]).astype(np.float64)
@@ -95,7 +97,7 @@ def path_dp(graph: CostGraph, path: list[int], reach: Optional[Reachability] = N
     f[0, 0] = 0.0
     for j in range(1, L + 1):
         i = np.arange(j)
-        cpu_seg = Ccpu[j] - Ccpu[i]                 # inf where a node cannot run on a CPU
+        cpu_seg = np.where(Cbad[j] > Cbad[i], np.inf, Ccpu[j] - Ccpu[i])
         acc_seg = cin[i] + work[i, j - 1] + side[i, j - 1] + (c[j - 1] if j < L else 0.0)
         acc_seg = np.where((mem[i, j - 1] <= cap * (1 + 1e-12)) & (work[i, j - 1] < 1e299),
                            acc_seg, np.inf)
@@ -124,6 +126,14 @@ def _side_inputs(g: CostGraph, P: np.ndarray, desc: np.ndarray, anc: np.ndarray,
     i_mem, i_gain = g.mem_bytes[items], gain[items]
     path_c = np.where(np.isfinite(node_c[P]), node_c[P], 0.0)
     base_c = np.where(~on_path & np.isfinite(node_c), node_c, 0.0)
+    # tensors consumed by the path after position j: forced out of a call ending at j
+    last = np.full(g.num_tensors, -1, dtype=np.int64)
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[P] = np.arange(L)
+    np.maximum.at(last, g.edge_tensor, pos[g.edge_dst])
+    on_edge = {(u, v): t for u, v, t in zip(g.edge_src.tolist(), g.edge_dst.tolist(),
+                                            g.edge_tensor.tolist())}
+    path_t = np.array([on_edge[(int(P[k]), int(P[k + 1]))] for k in range(L - 1)] + [-1])
     extra = np.full((L, L), np.inf)
     for i in range(L):
         rows = i + np.flatnonzero(mem[i, i:] <= cap * (1 + 1e-12))
@@ -148,7 +158,11 @@ def _side_inputs(g: CostGraph, P: np.ndarray, desc: np.ndarray, anc: np.ndarray,
             before = cm[r, k[r]] - i_mem[k[r]]
             frac = np.clip((room[r, 0] - before) / np.where(i_mem[k[r]] > 0, i_mem[k[r]], 1.0), 0, 1)
             got[r] += frac * i_gain[k[r]]
-        extra[i, rows] = fixed - got
+        later = (last[None, :] > rows[:, None]).astype(float) * cost[None, :]     # [R, T]
+        own = path_t[rows] >= 0
+        later[np.flatnonzero(own), path_t[rows][own]] = 0.0          # counted as the path's output
+        sent = (inside[:, g.tensor_src] * later).sum(axis=1)
+        extra[i, rows] = fixed - got + sent
     return extra
 
 

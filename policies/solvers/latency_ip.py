@@ -48,14 +48,17 @@ __all__ = ["solve_latency_ip"]
 
 
 def _relabel(sim: Simulator, p: np.ndarray, accs: list[int]) -> np.ndarray:
-    """``p`` with its used accelerators renumbered in the order their calls start."""
+    """``p`` with the used accelerators of each class of identical ones renumbered in the
+    order their calls start."""
     _, _, bd, end = sim.calls.evaluate(p)
-    used = [d for d in accs if (p == d).any()]
-    start = {d: end[np.argmax(p == d)] - bd[f"call_{sim.graph.devices[d]}_s"] for d in used}
-    used.sort(key=lambda d: start[d])
     q = p.copy()
-    for new, old in zip(accs, used):
-        q[p == old] = new
+    for cls in device_classes(sim.graph):
+        cls = [d for d in cls if d in accs]
+        used = [d for d in cls if (p == d).any()]
+        start = {d: end[np.argmax(p == d)] - bd[f"call_{sim.graph.devices[d]}_s"] for d in used}
+        used.sort(key=lambda d: start[d])
+        for new, old in zip(cls, used):
+            q[p == old] = new
     return q
 
 
