@@ -148,3 +148,30 @@ def test_sequential_path_bound_against_every_placement(seed):
     best = min(r.value for p in np.ndindex(*(g.num_devices,) * g.num_nodes)
                if (r := sim.evaluate(np.array(p), "sequential")).feasible)
     assert sequential_bound(g) <= best + 1e-12
+
+
+def test_evaluate_takes_a_placement_written_by_out_and_refuses_a_bad_file(tmp_path, capsys):
+    from hsdag_ray.cli import run
+    from hsdag_ray.solve import main as solve_main
+
+    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0, "fpgaLatency": 1.0,
+              "isBackwardNode": 0, "size": 4.0} for i in range(4)]
+    edges = [{"sourceId": i, "destId": i + 1, "cost": 2.0} for i in range(3)]
+    graph = tmp_path / "chain.json"
+    graph.write_text(json.dumps({"maxSizePerFPGA": 8, "maxFPGAs": 2, "maxCPUs": 1,
+                                 "nodes": nodes, "edges": edges}))
+    out = tmp_path / "best.json"
+    assert run(solve_main, ["--graph", str(graph), "--objective", "latency", "--method", "exact",
+                            "--time-limit", "10", "--out", str(out), "--json"],
+               prog="hsdag_ray.solve") == 0
+    solved = json.loads(capsys.readouterr().out)
+    assert run(solve_main, ["--graph", str(graph), "--objective", "latency", "--evaluate",
+                            str(out), "--json"], prog="hsdag_ray.solve") == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["value_s"] == pytest.approx(solved["value_s"]) and scored["feasible"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"nodes\": []}")
+    assert run(solve_main, ["--graph", str(graph), "--objective", "latency", "--evaluate",
+                            str(bad)], prog="hsdag_ray.solve") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "neither a {cpus, fpgas} split" in err

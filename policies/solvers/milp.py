@@ -274,14 +274,14 @@ def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
         mip_start = (x.ravel(), onehot.ravel())
     else:
         start = None
-    floor = lower_bound(g, objective)
+    scale = floor = lower_bound(g, objective)      # the objective's magnitude for HiGHS
     if objective == "sequential" and (time_limit is None or time_limit >= PATH_BOUND_FROM_S) \
             and np.isfinite(g.mem_capacity).any():
         floor = max(floor, sequential_bound(g))
         info["path_bound_s"] = floor
     spent = time.perf_counter() - t0
     res = m.solve(None if time_limit is None else max(time_limit - spent, 0.01), rel_gap,
-                  floor, start=mip_start, threads=threads)
+                  scale, start=mip_start, threads=threads)
     if mip_start is not None:
         info["start_accepted"] = bool(res.start_accepted)
     out = _result(g, objective, method, res, x, t0, scope=scope, info=info)
