@@ -177,7 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(e.code or 0)
     if args.list:
         for name, s in SOLVERS.items():
-            print(f"{name:16s} {', '.join(s.objectives):34s} {s.summary}")
+            print(f"{name:16s} {', '.join(s.objectives):42s} {s.summary}")
         return 0
     if bool(args.graph) == bool(args.model):
         raise UsageError("give one of --graph FILE or --model M (see --help)")
