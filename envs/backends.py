@@ -171,8 +171,8 @@ register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
                      "OpenVINO: the model split into stages compiled per device",
                      default_devices=OPENVINO_DEVICES))
 register(BackendKind("simulator", "envs.graph_backend:simulator_backend", False,
-                     "the cost model of a profile (sequential, parallel or throughput objective)",
-                     objectives=("sequential", "parallel", "throughput")))
+                     "the cost model of a profile (sequential, parallel, throughput or latency "
+                     "objective)", objectives=("sequential", "parallel", "throughput", "latency")))
 register(BackendKind("torch", "envs.pytorch:torch_backend", True,
                      "PyTorch: the model exported with torch.export, split into stages per device "
                      "(cpu, cpu:bf16, cuda:N; :mem=SIZE caps a device); sequential or pipelined "

@@ -1,6 +1,6 @@
 """A fast cost-model simulator of placements, behind the measurement interface.
 
-Three objectives, all in seconds (lower is better):
+Four objectives, all in seconds (lower is better):
 
 ``sequential``
     What OpenVINO HETERO does: stages run one after another. The value is
@@ -21,6 +21,11 @@ Three objectives, all in seconds (lower is better):
     sample of the pipeline is the maximum device load, a device's load being
     the compute time of its nodes plus the transfer time of every tensor it
     sends or receives (each crossing counted on both ends).
+``latency``
+    The latency model of Tarnawski et al. (:mod:`envs.call_latency`): CPUs
+    unlimited, each accelerator runs its nodes as one call paying its inputs, its
+    summed compute and its outputs; the graph contracted by accelerator must stay
+    acyclic. The value is the latest end of any node.
 
 Every objective also checks device memory (``mem_bytes`` summed per device
 against ``mem_capacity``), devices a node cannot run on (``inf`` compute) and
@@ -37,12 +42,13 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from envs.base import Backend, Measurement
+from envs.call_latency import CallLatency
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.fit import violation
 
 __all__ = ["OBJECTIVES", "SimResult", "Schedule", "Simulator", "SimulatorBackend"]
 
-OBJECTIVES = ("sequential", "parallel", "throughput")
+OBJECTIVES = ("sequential", "parallel", "throughput", "latency")
 
 
 @dataclass
@@ -100,6 +106,7 @@ class Simulator:
             # a tensor's time to any other device (DOPPLER's graphs have one per tensor)
             off = self.transfer[:, 0, 1] if g.num_devices > 1 else np.zeros(g.num_tensors)
             self._doppler_send = ticks(off, g.time_tick_s)
+        self._calls: CallLatency | None = None
 
     # ----------------------------------------------------------- feasibility
     def check(self, placement: np.ndarray) -> str | None:
@@ -164,6 +171,17 @@ class Simulator:
         bd = {f"busy_{g.devices[k]}_s": float(sched.busy[k]) for k in range(g.num_devices)}
         bd["crossings"] = float(sched.crossings)
         return SimResult(makespan, breakdown=bd)
+
+    @property
+    def calls(self) -> CallLatency:
+        """The ``latency`` objective's evaluator (built on first use)."""
+        if self._calls is None:
+            self._calls = CallLatency(self.graph)
+        return self._calls
+
+    def latency(self, placement: np.ndarray) -> SimResult:
+        value, broken, bd, _ = self.calls.evaluate(placement)
+        return SimResult(value, broken is None, broken, bd)
 
     def _list_schedule(self, placement: np.ndarray) -> Schedule:
         """The event-driven list schedule of the ``parallel`` objective (in DOPPLER's
@@ -236,8 +254,9 @@ class Simulator:
         transfer whose first consumer on its destination device has index
         ``<= i``, so the last node's start plus its compute is the sequential
         value. ``parallel``: the list schedule's start times (the makespan is
-        the latest finish). ``throughput`` (a pipeline, no single schedule):
-        zeros. Nodes on a device that cannot run them make the times ``inf``
+        the latest finish). ``latency``: each node's end less its own compute
+        (an accelerator's nodes all end with its call). ``throughput`` (a pipeline,
+        no single schedule): zeros. Nodes on a device that cannot run them make the times ``inf``
         from there on (sequential) or all ``inf`` (parallel).
         """
         g = self.graph
@@ -252,6 +271,8 @@ class Simulator:
             if not np.isfinite(cost).all():
                 return np.full(g.num_nodes, np.inf)
             return self._list_schedule(p).start
+        if objective == "latency":
+            return self.calls.evaluate(p)[3] - cost
         if objective != "sequential":
             raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
         # waits that happen just before node i: its stage boundary and the transfers it is
@@ -282,6 +303,8 @@ class Simulator:
             raise ValueError("a placement holds a device index out of range")
         res = getattr(self, objective)(p)
         violation = self.check(p)
+        if violation is None and not res.feasible:
+            violation = res.violation
         if violation is not None:
             res.feasible = False
             res.violation = violation

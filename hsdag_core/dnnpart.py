@@ -85,13 +85,16 @@ def _flag(obj: Mapping[str, Any], key: str, what: str, default: Optional[bool] =
 
 
 def dnnpart_from_dict(data: Mapping[str, Any], *, max_cpus: Optional[int] = None,
-                      max_accs: Optional[int] = None, name: str = "dnnpart") -> CostGraph:
+                      max_accs: Optional[int] = None, extra_accs: int = 0,
+                      name: str = "dnnpart") -> CostGraph:
     """Build a :class:`CostGraph` from a parsed benchmark JSON object.
 
     Args:
         data: the parsed file.
         max_cpus, max_accs: cap the number of CPU cores / accelerators (the
             file's ``maxCPUs`` / ``maxFPGAs`` when None or larger).
+        extra_accs: accelerators added beyond the file's ``maxFPGAs`` (to score a
+            split that uses more than the input allows).
         name: label of the graph.
 
     Raises:
@@ -110,6 +113,7 @@ def dnnpart_from_dict(data: Mapping[str, Any], *, max_cpus: Optional[int] = None
         n_cpu = min(n_cpu, int(max_cpus))
     if max_accs is not None:
         n_acc = min(n_acc, int(max_accs))
+    n_acc += max(int(extra_accs), 0)
     if n_cpu + n_acc == 0:
         raise ValueError("no device left: the input (or the cap) gives 0 CPUs and 0 accelerators")
     nodes = data.get("nodes")
@@ -226,7 +230,7 @@ def _read_json(path: str | Path, what: str) -> Any:
 
 
 def load_dnnpart(path: str | Path, *, max_cpus: Optional[int] = None,
-                 max_accs: Optional[int] = None) -> CostGraph:
+                 max_accs: Optional[int] = None, extra_accs: int = 0) -> CostGraph:
     """Load a benchmark input file (see the module docstring for the mapping).
 
     The graph's name is the file's stem, prefixed by its folder names when it
@@ -239,7 +243,8 @@ def load_dnnpart(path: str | Path, *, max_cpus: Optional[int] = None,
     if len(parts) >= 3 and parts[-3].endswith("-inputs"):
         label = f"{parts[-3].removesuffix('-inputs')}/{parts[-2]}/{p.stem}"
     try:
-        return dnnpart_from_dict(data, max_cpus=max_cpus, max_accs=max_accs, name=label)
+        return dnnpart_from_dict(data, max_cpus=max_cpus, max_accs=max_accs,
+                                 extra_accs=extra_accs, name=label)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from None
 

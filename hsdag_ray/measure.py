@@ -60,10 +60,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="auto (HETERO, stage pipeline if HETERO fails), hetero, pipeline, simulator, "
                          "torch (PyTorch devices: cpu, cpu:bf16, cuda:N)")
     ap.add_argument("--profile", help="profile JSON for --backend simulator")
-    ap.add_argument("--objective", default="sequential", choices=("sequential", "parallel", "throughput"),
+    ap.add_argument("--objective", default="sequential",
+                    choices=("sequential", "parallel", "throughput", "latency"),
                     help="sequential: the latency of one inference (default); throughput: a "
                          "pipeline's time per sample (simulator, torch); parallel: independent "
-                         "stages at once (simulator)")
+                         "stages at once (simulator); latency: Tarnawski et al.'s latency model "
+                         "(simulator)")
     ap.add_argument("--coarsen", choices=COARSENINGS, default="none",
                     help="graph the shorthand placements are made on (default none)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model")

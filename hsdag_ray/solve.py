@@ -18,12 +18,20 @@ quarter of ``--time-limit``, Baechi's m-TOPO and m-ETF, the best single device),
 its value, and never returns a worse one.
 ``--out`` writes the result with the placement keyed by node name.
 
-Methods (``--list`` prints them): mincut, alpha-expansion, milp, milp-contig,
-dp, cpsat (the parallel objective's schedule model on OR-Tools CP-SAT), exact (the best
-exact solver of the objective: ``policies.solvers.exact.EXACT_SOLVERS``), heft,
-critical-path and critical-path-coded (DOPPLER's heuristic, intended and as its repository
-codes it, best of 50 episodes), m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for
-one device), random-best (``--seed``, ``--samples``).
+``--evaluate SPLIT.json`` scores a given placement instead of solving: a split in the
+benchmark's ``{"cpus": [{"nodes": [ids]}], "fpgas": [...]}`` form (the human-expert
+files; ``fpgas[j]`` runs on ``ACCj``), or a file written by ``--out``. A split over a
+memory limit, or one using more accelerators than the input allows, is scored and
+flagged, not refused.
+
+Objectives: sequential, parallel, throughput and latency (Tarnawski et al.'s latency
+model, :mod:`envs.call_latency`). Methods (``--list`` prints them): exact (the best exact
+solver of the objective: ``policies.solvers.exact.EXACT_SOLVERS``), mincut,
+alpha-expansion, milp, milp-contig, dp, cpsat (the parallel objective's schedule model on
+OR-Tools CP-SAT), heft, critical-path and critical-path-coded (DOPPLER's heuristic,
+intended and as its repository codes it, best of 50 episodes), latency-greedy,
+latency-search, m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for one device),
+random-best (``--seed``, ``--samples``).
 
 Exit codes: 0 a feasible placement was found; 1 none was (infeasible
 problem, or a time limit hit before one was found); 2 bad input (missing or
@@ -167,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="for --method random-best (default 0)")
     ap.add_argument("--samples", type=int, default=100, help="for --method random-best (default 100)")
     ap.add_argument("--out", help="write the result and placement (keyed by node name) as JSON")
+    ap.add_argument("--evaluate", metavar="SPLIT.json",
+                    help="score this placement instead of solving: a {cpus, fpgas} split or "
+                         "a file written by --out")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--list", action="store_true", help="list the methods and exit")
     return ap
@@ -180,10 +191,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(e.code or 0)
     if args.list:
         for name, s in SOLVERS.items():
-            print(f"{name:16s} {', '.join(s.objectives):34s} {s.summary}")
+            print(f"{name:16s} {', '.join(s.objectives):42s} {s.summary}")
         return 0
     if bool(args.graph) == bool(args.model):
         raise UsageError("give one of --graph FILE or --model M (see --help)")
+    if args.evaluate:
+        return evaluate(args)
     for flag in ("objective", "method"):
         if not getattr(args, flag):
             raise UsageError(f"--{flag} is required (see --help)")
@@ -228,6 +241,67 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.out:
             print(f"placement written to {args.out}")
     return 0 if result.feasible else 1
+
+
+def _read_split(path: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"--evaluate {path}: cannot read ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UsageError(f"--evaluate {path}: not a JSON file; give a {{cpus, fpgas}} split "
+                         "or a file written by --out") from None
+    if not isinstance(data, dict) or not (isinstance(data.get("fpgas"), list)
+                                          or isinstance(data.get("placement"), dict)):
+        raise UsageError(f"--evaluate {path}: neither a {{cpus, fpgas}} split nor a file "
+                         "written by --out (no 'fpgas' list or 'placement' object)")
+    return data
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    """``--evaluate``: the simulator's value of a given placement, flagged where it breaks
+    a limit; exit 0 when the value is finite."""
+    from envs.simulator import Simulator
+    from hsdag_core.dnnpart import expert_split_from_dict
+
+    if not args.objective:
+        raise UsageError("--objective is required (see --help)")
+    data = _read_split(args.evaluate)
+    graph = load_graph(args)
+    flags: list[str] = []
+    if "fpgas" in data:
+        if args.model:
+            raise UsageError("--evaluate: a {cpus, fpgas} split names benchmark node ids; "
+                             "use it with --graph")
+        used = max((j + 1 for j, f in enumerate(data["fpgas"])
+                    if isinstance(f, dict) and f.get("nodes")), default=0)
+        have = sum(d.startswith("ACC") for d in graph.devices)
+        if used > have:
+            flags.append(f"the split uses {used} accelerators where the input allows {have}")
+            if args.devices:
+                raise UsageError(f"--evaluate: the split uses ACC0..ACC{used - 1}; drop --devices")
+            graph = load_dnnpart(Path(args.graph), extra_accs=used - have)
+        try:
+            p = expert_split_from_dict(data, graph)
+        except ValueError as e:
+            raise UsageError(f"--evaluate {args.evaluate}: {e}") from None
+    else:
+        try:
+            p = graph.placement_from_names(data["placement"])
+        except (KeyError, ValueError) as e:
+            raise UsageError(f"--evaluate {args.evaluate}: {e.args[0]}") from None
+    res = Simulator(graph).evaluate(p, args.objective)
+    if res.violation:
+        flags.append(res.violation)
+    doc = {"graph": graph.name, "objective": args.objective, "value_s": res.value,
+           "feasible": res.feasible and not flags, "flags": flags, "breakdown": res.breakdown}
+    doc = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in doc.items()}
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print(f"{graph.subgraph_summary()}\nobjective {args.objective}: value {_ms(res.value)}"
+              + "".join(f"\nflagged: {f}" for f in flags))
+    return 0 if np.isfinite(res.value) else 1
 
 
 if __name__ == "__main__":

@@ -233,7 +233,8 @@ register(Method(
 register(Method(
     name="exact", kind="solver", run="policies.solvers.methods:exact_placement", costs=True,
     description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
-                "else MILP; Tarnawski et al., NeurIPS 2020), measured"))
+                "else MILP; for the latency objective the latency IP; Tarnawski et al., "
+                "NeurIPS 2020), measured"))
 
 register(Method(
     name="heft", kind="solver", run="policies.solvers.methods:heft_placement", costs=True,

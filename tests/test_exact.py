@@ -23,7 +23,7 @@ from policies.solvers.exact import SOLVERS, solve
 from policies.solvers.ideals import contiguity, solve_dp
 from policies.solvers.mincut import expansion_move
 
-OBJ = ("sequential", "throughput", "parallel")
+OBJ = ("sequential", "throughput", "parallel", "latency")
 
 
 def random_dag(seed: int, n: int = 8, D: int = 2, mem: bool = False, boundary: float = 0.0,
@@ -377,3 +377,10 @@ def test_cli_subprocess_has_no_traceback(small_input):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sequential_path_bound_is_below_the_optimum(case):
+    from policies.solvers.bounds import sequential_bound
+
+    g, best = case
+    assert sequential_bound(g) <= best["sequential"] + 1e-9

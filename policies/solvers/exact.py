@@ -10,14 +10,17 @@ method                    objectives                   what it is
 ========================  ===========================  ===================================
 ``mincut``                sequential (2 devices)       exact s-t minimum cut
 ``alpha-expansion``       sequential                   heuristic: min-cut expansion moves
+``exact``                 the objectives of            the project's best exact solver for
+                          ``EXACT_SOLVERS``            the objective (``EXACT_SOLVERS``)
 ``milp``                  sequential, throughput,      exact MILP (HiGHS, time limit);
-                          parallel                     parallel: bound + placement only
+                          parallel, latency            parallel: bound + placement only;
+                                                       latency: Tarnawski et al.'s IP
+``latency-greedy``        latency                      Tarnawski et al.'s greedy
+``latency-search``        latency                      heuristic: segments DP + block moves
 ``milp-contig``           throughput                   exact MILP over contiguous splits
 ``dp``                    throughput                   DP over ideals (contiguous splits)
 ``cpsat``                 parallel                     OR-Tools CP-SAT schedule model
                                                        (time limit; value, bound, proof)
-``exact``                 per objective                the project's best exact solver for
-                                                       the objective (``EXACT_SOLVERS``)
 ``heft``                  parallel                     HEFT list scheduling
 ``critical-path``         all                          DOPPLER's critical-path placement,
                                                        best of 50 episodes (``version=``
@@ -55,6 +58,8 @@ from policies.solvers.critical_path import solve_critical_path
 from policies.solvers.cpsat import solve_cpsat_parallel
 from policies.solvers.heft import solve_heft
 from policies.solvers.ideals import solve_dp
+from policies.solvers.latency import solve_latency_greedy, solve_latency_search
+from policies.solvers.latency_ip import solve_latency_ip
 from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
 from policies.solvers.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
 from policies.solvers.result import SolveResult
@@ -62,11 +67,6 @@ from policies.solvers.result import SolveResult
 __all__ = ["Solver", "SOLVERS", "EXACT_SOLVERS", "SolveResult", "solve", "methods_for",
            "exact_method", "best_exact_method", "heuristic_method"]
 
-#: the project's best exact solver of each objective: a name of ``SOLVERS``, or a callable
-#: of the graph returning one (``solve --method exact`` and :func:`exact_method` read it)
-EXACT_SOLVERS: dict[str, Any] = {
-    "parallel": "cpsat",
-}
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,8 @@ def _milp(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.
         return solve_milp_sequential(graph, objective, time_limit=time_limit, **kw)
     if objective == "throughput":
         return solve_milp_throughput(graph, objective, time_limit=time_limit, **kw)
+    if objective == "latency":
+        return solve_latency_ip(graph, objective, time_limit=time_limit, **kw)
     return solve_milp_parallel(graph, objective, time_limit=time_limit, **kw)
 
 
@@ -104,13 +106,26 @@ def _milp_contig(graph: CostGraph, objective: str, *, time_limit: Optional[float
     return solve_milp_throughput(graph, objective, contiguous=True, time_limit=time_limit, **kw)
 
 
+def _sequential_exact(graph: CostGraph) -> str:
+    """The minimum cut on two devices without memory limits, else the MILP."""
+    limited = bool(np.isfinite(graph.mem_capacity).any())
+    return "mincut" if graph.num_devices == 2 and not limited else "milp"
+
+
+#: the project's best exact solver of each objective: a name of :data:`SOLVERS`, or a
+#: function of the graph returning one; ``solve --method exact`` runs it
+EXACT_SOLVERS: dict[str, str | Callable[[CostGraph], str]] = {
+    "sequential": _sequential_exact,
+    "throughput": "milp",
+    "latency": "milp",
+    "parallel": "cpsat",
+}
+
+
 def best_exact_method(graph: CostGraph, objective: str) -> Optional[str]:
-    """The solver ``solve --method exact`` runs: :data:`EXACT_SOLVERS`' choice for
-    ``objective``, else :func:`exact_method`'s."""
+    """The solver ``solve --method exact`` runs for ``objective`` (:data:`EXACT_SOLVERS`)."""
     chosen = EXACT_SOLVERS.get(objective)
-    if chosen is not None:
-        return chosen if isinstance(chosen, str) else chosen(graph)
-    return exact_method(graph, objective)
+    return chosen if chosen is None or isinstance(chosen, str) else chosen(graph)
 
 
 def _exact(graph: CostGraph, objective: str, *, time_limit: Optional[float] = 60.0,
@@ -126,20 +141,26 @@ def _critical_path_coded(graph: CostGraph, objective: str, **kw: Any) -> SolveRe
 
 
 SOLVERS: dict[str, Solver] = {s.name: s for s in (
+    Solver("exact", _exact, tuple(EXACT_SOLVERS), ("sequential", "throughput", "latency"), "all",
+           "the best exact solver of the objective (EXACT_SOLVERS; for parallel CP-SAT, whose "
+           "schedule the simulator may not follow)"),
     Solver("mincut", solve_mincut, ("sequential",), ("sequential",), "all",
            "exact sequential optimum on two devices (s-t minimum cut)"),
     Solver("alpha-expansion", solve_alpha_expansion, ("sequential",), (), "all",
            "sequential heuristic on any number of devices (min-cut expansion moves)"),
-    Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput"), "all",
-           "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs"),
+    Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput", "latency"), "all",
+           "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs; "
+           "for latency Tarnawski et al.'s IP"),
+    Solver("latency-greedy", solve_latency_greedy, ("latency",), (), "all",
+           "Tarnawski et al.'s greedy: accelerators filled in topological order"),
+    Solver("latency-search", solve_latency_search, ("latency",), (), "all",
+           "latency heuristic: segments DP and block moves (the latency IP's start)"),
     Solver("milp-contig", _milp_contig, ("throughput",), ("throughput",), "contiguous",
            "exact throughput MILP over contiguous splits"),
     Solver("dp", solve_dp, ("throughput",), (), "contiguous",
            "throughput DP over ideals (Tarnawski et al.), contiguous splits"),
     Solver("cpsat", solve_cpsat_parallel, ("parallel",), (), "all",
            "exact parallel schedule model (OR-Tools CP-SAT) from the best heuristic's start"),
-    Solver("exact", _exact, OBJECTIVES, ("sequential", "throughput"), "all",
-           "the best exact solver of the objective (EXACT_SOLVERS, else milp / mincut)"),
     Solver("heft", solve_heft, ("parallel",), (), "all", "HEFT list scheduling"),
     Solver("critical-path", solve_critical_path, OBJECTIVES, (), "all",
            "DOPPLER's critical-path placement, best of 50 episodes (version=intended|coded)"),
@@ -194,12 +215,7 @@ def exact_method(graph, objective: str) -> Optional[str]:
     ``optimum`` baseline, refit and the guide solve with (none for ``parallel``, whose
     runs compare with HEFT: its schedule model optimises over schedules, the simulator
     runs a placement first come first served)."""
-    if objective == "sequential":
-        limited = bool(np.isfinite(graph.mem_capacity).any())
-        return "mincut" if graph.num_devices == 2 and not limited else "milp"
-    if objective == "throughput":
-        return "milp"
-    return None
+    return None if objective == "parallel" else best_exact_method(graph, objective)
 
 
 def heuristic_method(objective: str) -> Optional[str]:

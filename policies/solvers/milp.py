@@ -18,6 +18,8 @@ so relaxing the indicators to lower bounds is exact.
     min sum c[i,d] x[i,d] + sum tr[t,a,d] w[t,a,d] + beta sum_i sum_d b[i,d],
     b[i, d] >= x[i, d] - x[i+1, d]             (sum_d b[i, d] = [p_i != p_{i+1}])
 
+Its bound is at least :func:`policies.solvers.bounds.sequential_bound` (the transfers a
+split of a path into memory-sized segments must pay), given ``PATH_BOUND_FROM_S`` seconds.
 Interchangeable devices of unlimited memory (e.g. the benchmark's CPU cores)
 are all but one left empty, which loses nothing for this objective
 (:func:`policies.solvers.result.redundant_for_sequential`).
@@ -56,7 +58,7 @@ import numpy as np
 
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
-from policies.solvers.bounds import lower_bound
+from policies.solvers.bounds import lower_bound, sequential_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.ideals import contiguity
 from policies.solvers.result import (SolveResult, colocation_groups, device_classes, finish,
@@ -70,6 +72,11 @@ ORDER_IDENTICAL = True
 
 PARALLEL_MAX_NODES = 40
 """Largest graph the disjunctive parallel MILP accepts."""
+
+PATH_BOUND_FROM_S = 10.0
+"""The sequential MILP adds :func:`policies.solvers.bounds.sequential_bound` to its bound
+when given at least this many seconds (or no limit) on a graph with a memory limit; the
+short solves of refit's proposals skip it."""
 
 
 def _placement_vars(m: Model, graph: CostGraph, unused: Sequence[int] = ()) -> np.ndarray:
@@ -267,10 +274,14 @@ def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
         mip_start = (x.ravel(), onehot.ravel())
     else:
         start = None
-    floor = lower_bound(g, objective)
+    scale = floor = lower_bound(g, objective)      # the objective's magnitude for HiGHS
+    if objective == "sequential" and (time_limit is None or time_limit >= PATH_BOUND_FROM_S) \
+            and np.isfinite(g.mem_capacity).any():
+        floor = max(floor, sequential_bound(g))
+        info["path_bound_s"] = floor
     spent = time.perf_counter() - t0
     res = m.solve(None if time_limit is None else max(time_limit - spent, 0.01), rel_gap,
-                  floor, start=mip_start, threads=threads)
+                  scale, start=mip_start, threads=threads)
     if mip_start is not None:
         info["start_accepted"] = bool(res.start_accepted)
     out = _result(g, objective, method, res, x, t0, scope=scope, info=info)
