@@ -34,6 +34,7 @@ from typing import Optional, Sequence
 
 from envs.backends import get as get_backend, graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
+from envs.timing import precision_words
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
 from hsdag_ray.resolve import default_devices
@@ -123,7 +124,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.json:
         out = {"model": args.model, "backend": backend_name, "devices": described,
                "nodes_per_device": dict(counts), "latency_s": m.latency_s if m.ok else None,
-               "interval_s": m.interval_s, "measurement": m.to_dict()}
+               "interval_s": m.interval_s, "precision": m.info.get("precision"),
+               "measurement": m.to_dict()}
         print(json.dumps(out, indent=1))
     else:
         for line in described:
@@ -146,6 +148,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"latency {m.latency_s * 1e3:.3f} ms (median of {len(m.samples_s)} samples, "
                   f"{interval}{m.runs} runs) via {backend_name}"
                   + (f" [{path}]" if path else "") + (f", {stages} stage(s)" if stages else ""))
+            words = precision_words(m.info)
+            if words:
+                print(f"precision {words}")
         else:
             print(f"FAILED at {m.stage}: {m.error}")
     return 0 if m.ok else 1
