@@ -23,6 +23,11 @@ the output says which is which. ``--placement auto`` compiles the whole model
 on OpenVINO's AUTO device over the real devices behind ``--devices`` (virtual
 CPU devices count as ``CPU``: ``AUTO:CPU`` here, ``AUTO:GPU,CPU`` with a GPU)
 and says which device AUTO executed on.
+
+The latency is the median of timed blocks: at least ``--repeats``, then more until the
+95% interval of the median is within ``--precision`` of it (2% by default), or until
+``--precision-cap-s`` seconds of blocks; the output says the precision reached, and when
+the cap stopped it short (``precision`` in the JSON).
 """
 from __future__ import annotations
 
