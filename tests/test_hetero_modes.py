@@ -10,7 +10,7 @@ from envs.openvino_backend import HETERO_MODES, measure_hetero_mode
 from hsdag_ray.apply import main as apply_main, table
 from hsdag_ray.results import baseline_rows, markdown
 
-FAST = TimingConfig(warmup=1, repeats=3, precision=0, block=1, validate_outputs=False, precision=0)
+FAST = TimingConfig(warmup=1, repeats=3, precision=0, block=1, validate_outputs=False)
 
 
 @pytest.mark.parametrize("mode", ["hetero_auto", "hetero_pipeline"])

@@ -101,7 +101,8 @@ def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2,
     its median (half-width over median; default ``TimingConfig.precision``): a quiet
     machine spends fewer rounds. Returns per
     name ``ok``, ``latency_s`` (the pooled blocks' median), ``interval_s``,
-    ``half_width``, ``rounds``, ``error``."""
+    ``half_width``, ``rounds``, ``error`` and ``capped`` (a round's time cap stopped it and
+    the pooled interval is still wider than ``tight``)."""
     from envs.base import TimingConfig
     from envs.intervals import interval_fields
 
@@ -109,6 +110,7 @@ def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2,
     names = list(candidates)
     pooled: dict[str, list[float]] = {n: [] for n in names}
     errors: dict[str, Optional[str]] = {n: None for n in names}
+    capped: dict[str, bool] = {n: False for n in names}
     done = 0
     for r in range(max(1, rounds)):
         for name in names[r % len(names):] + names[: r % len(names)]:
@@ -116,6 +118,7 @@ def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2,
                 m = measure(candidates[name])
                 if m.ok:
                     pooled[name] += list(m.samples_s)
+                    capped[name] |= bool((m.info.get("precision") or {}).get("capped"))
                 else:
                     errors[name] = f"{m.stage}: {m.error}"
         done = r + 1
@@ -131,5 +134,6 @@ def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2,
             continue
         f = interval_fields(pooled[name])
         out[name] = {"ok": True, "latency_s": f["median_s"], "interval_s": f["interval_s"],
-                     "half_width": f["half_width"], "rounds": done, "error": None}
+                     "half_width": f["half_width"], "rounds": done, "error": None,
+                     "capped": capped[name] and (f["half_width"] or 0.0) > tight}
     return out
