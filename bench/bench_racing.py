@@ -103,7 +103,7 @@ def replay(traces: list[list[float]], timing: TimingConfig) -> dict:
                     samples.append(recorded[len(samples)])
                 else:  # asked for more than was recorded: charged, judged on what there is
                     samples.append(recorded[len(samples) % len(recorded)])
-                decision = race_step(samples, reference, timing, warm)
+                decision = race_step(samples, reference, timing, warm, sum(samples) * timing.block)
             latency = float(np.median(samples))
         if decision in ("stop", "settled"):
             cut += 1

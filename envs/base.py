@@ -28,9 +28,20 @@ class TimingConfig:
             most ``warmup_max`` runs in all: caches, allocators and clocks settle before
             anything is timed.
         warmup_max: the most warm-up runs ``warmup_agree`` may take.
-        repeats: timed blocks; the reported latency is the median over blocks.
+        repeats: the fewest timed blocks; the reported latency is the median over
+            blocks. With ``precision`` above 0, blocks are added until the 95
+            percent interval of the median is within ``precision`` of it (or the cap stops
+            them); with ``precision`` 0, exactly ``repeats`` blocks are timed.
         block: runs per timed block (a block's mean is one sample); larger
             blocks smooth scheduler noise on a shared machine.
+        precision: the target half-width of the 95 percent interval of the median
+            over the median (``0.02``: within 2 percent); timed blocks go on until it is
+            reached (:func:`envs.racing.race_step`). A placement raced against
+            the best so far stops sooner once its interval lies above the best.
+            ``0`` = a fixed ``repeats`` blocks.
+        precision_cap_s: the most seconds of timed blocks per placement spent
+            reaching ``precision``; past it the timing ends and its result says
+            that the cap stopped it and what precision it reached.
         timeout_s: a measurement (compile + runs) taking longer fails with
             ``stage="timeout"``.
         threads: inference threads per device (``0`` = the plugin's default).
@@ -45,8 +56,8 @@ class TimingConfig:
         race_settle: blocks after which a placement whose fastest block is
             still slower than the best is finished with their median (it
             cannot claim the best; ``0`` = time every planned block).
-        race_extra: a close new best is timed up to this many times the
-            planned blocks again.
+        race_extra: with ``precision`` 0, a close new best is timed up to this
+            many times the planned blocks again.
         race_far: a placement whose last warm-up run already took more than
             ``race_far`` times the best latency is not timed further (its
             warm-up run is its latency); ``0`` = time at least
@@ -62,6 +73,8 @@ class TimingConfig:
     warmup_max: int = 6
     repeats: int = 7
     block: int = 3
+    precision: float = 0.02
+    precision_cap_s: float = 15.0
     timeout_s: float = 120.0
     threads: int = 1
     validate_outputs: bool = False

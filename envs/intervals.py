@@ -20,6 +20,7 @@ check) reads these fields through :class:`envs.base.Measurement` or :func:`inter
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Optional, Sequence
 
 import numpy as np
@@ -40,6 +41,19 @@ def _coverage(n: int, k: int) -> float:
     return float(binom.cdf(n - k, n, 0.5) - binom.cdf(k - 1, n, 0.5))
 
 
+@lru_cache(maxsize=4096)
+def _order_index(n: int, level: float) -> tuple[int, float]:
+    """The 1-based ``k`` of the narrowest interval ``x[k-1]``, ``x[n-k]`` of ``n`` samples
+    whose coverage reaches ``level`` (1, the full range, when none does), and its coverage."""
+    from scipy.stats import binom
+
+    ks = np.arange(1, n // 2 + 1)  # coverage falls as k grows: the last k that reaches level
+    cov = binom.cdf(n - ks, n, 0.5) - binom.cdf(ks - 1, n, 0.5)
+    reach = np.nonzero(cov >= level)[0]
+    best = int(ks[reach[-1]]) if len(reach) else 1
+    return best, _coverage(n, best)
+
+
 def median_interval(samples: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
     """``(low, high, coverage)``: the narrowest order-statistic interval of the median of
     ``samples`` covering it with probability at least ``level`` (module docstring); with
@@ -48,12 +62,8 @@ def median_interval(samples: Sequence[float], level: float = LEVEL) -> tuple[flo
     n = len(x)
     if n == 0:
         return math.nan, math.nan, 0.0
-    best = 1
-    for k in range(2, n // 2 + 1):  # coverage falls as k grows: the last k that reaches level
-        if _coverage(n, k) < level:
-            break
-        best = k
-    return float(x[best - 1]), float(x[n - best]), _coverage(n, best)
+    best, cov = _order_index(n, float(level))
+    return float(x[best - 1]), float(x[n - best]), cov
 
 
 def interval_fields(samples: Sequence[float]) -> dict[str, object]:

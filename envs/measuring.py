@@ -135,12 +135,16 @@ def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[s
     rounds), ``range`` (``(max - min) / median``), ``samples_s`` (each
     round's figure), ``interval_s`` (the 95% interval of the median from every
     round's timed blocks pooled, :mod:`envs.intervals`), ``interval_level``,
-    ``half_width`` (half the interval over ``latency_s``), ``ok`` and ``error``.
+    ``half_width`` (half the interval over ``latency_s``), ``ok`` and ``error``; with a
+    precision rule (:attr:`envs.base.TimingConfig.precision`), ``precision``: its
+    ``target``, the pooled half-width ``reached``, and ``capped`` when a round's time
+    cap stopped it short of the target and the pooled interval is still wider.
     """
     names = list(candidates)
     samples: dict[str, list[float]] = {n: [] for n in names}
     pooled: dict[str, list[float]] = {n: [] for n in names}
     errors: dict[str, Optional[str]] = {n: None for n in names}
+    capped: dict[str, list] = {n: [] for n in names}
     for r in range(max(1, rounds)):
         order = names[r % len(names):] + names[: r % len(names)] if names else []
         for name in order:
@@ -150,6 +154,9 @@ def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[s
             if m["ok"]:
                 samples[name].append(float(m["latency_s"]))
                 pooled[name] += [float(t) for t in m.get("samples_s") or [m["latency_s"]]]
+                rule = (m.get("info") or {}).get("precision")
+                if isinstance(rule, dict):
+                    capped[name].append(rule)
             else:
                 errors[name] = f"{m['stage']}: {m['error']}"
     out = {}
@@ -166,6 +173,14 @@ def remeasure(measure, candidates: Mapping[str, Any], rounds: int = 3) -> dict[s
                      "samples_s": s, "error": None,
                      "interval_s": fields["interval_s"], "interval_level": fields["interval_level"],
                      "half_width": half_width(med, fields["interval_s"])}
+        if capped[name]:  # the rounds' precision rule: the pooled half-width against its target
+            rule = capped[name][0]
+            reached = out[name]["half_width"]
+            out[name]["precision"] = {
+                "target": rule["target"], "reached": reached, "cap_s": rule["cap_s"],
+                "blocks": len(pooled[name]),
+                "capped": any(p["capped"] for p in capped[name]) and reached is not None
+                and reached > rule["target"]}
     return out
 
 

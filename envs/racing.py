@@ -18,10 +18,22 @@ latency measured so far, :func:`race_step` decides after each block:
   than the best (by less than the margin): the placement cannot claim the
   best, and the median of these blocks is its latency. Precision is spent
   where a placement may become the best, not on a close second.
-* ``more``: the planned blocks are done and the median claims a new best by
-  less than ``race_margin``: time up to ``race_extra`` times the planned
-  blocks again before believing it (a lucky block is not a new best).
-* ``go`` / ``done``: keep timing / finished.
+* ``more``: the planned ``repeats`` blocks are done, and the interval of the
+  median (:mod:`envs.intervals`) is wider than ``TimingConfig.precision``
+  (half-width over the median) while the 95% interval still overlaps the best:
+  time another block. The width is judged on the :data:`STOP_LEVEL` (98%)
+  interval, so the 95% interval reported when it stops is narrower still and
+  keeps its coverage although the stop depends on its width. A placement whose interval lies wholly above the best is
+  ``settled`` there: it is clearly worse at the precision reached and needs no
+  tighter interval. So one rule decides both how precise a timing is and when
+  racing ends it: precision is spent on the close calls, up to
+  ``precision_cap_s`` seconds of blocks (``capped``). Unraced timings
+  (baselines, ``measure``, ``apply``, re-measurements) follow the same rule
+  with no best to compare with: blocks until the precision or the cap. With
+  ``precision`` 0, the planned blocks are timed, and a median that claims a new
+  best by less than ``race_margin`` is timed up to ``race_extra`` times the
+  planned blocks again.
+* ``go`` / ``done``: keep timing / finished (the precision reached).
 
 Before the blocks, :func:`far_slower` looks at the last warm-up run: a
 placement whose warm-up run took more than ``race_far`` (2) times the best is
@@ -51,38 +63,58 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 
 from envs.base import TimingConfig
+from envs.intervals import half_width, median_interval
 
-__all__ = ["race_step", "far_slower"]
+__all__ = ["race_step", "far_slower", "STOP_LEVEL"]
 
-Decision = Literal["go", "stop", "settled", "more", "done"]
+#: the level of the interval whose width the precision rule judges (the reported one is 95%)
+STOP_LEVEL = 0.98
+
+Decision = Literal["go", "stop", "settled", "more", "done", "capped"]
 
 
 def race_step(samples: Sequence[float], best: Optional[float], timing: TimingConfig,
-              warm: Optional[float] = None) -> Decision:
+              warm: Optional[float] = None, elapsed_s: float = 0.0) -> Decision:
     """What to do after the block samples ``samples`` (block means, seconds) against ``best``.
 
     ``warm`` is the last warm-up run (seconds), if there was one: a stop needs
-    it to be slow too. ``best`` None (nothing measured yet, or racing off)
-    times the planned ``timing.repeats`` blocks exactly, as without racing.
+    it to be slow too; ``elapsed_s`` the seconds the blocks took so far. With
+    ``best`` None (nothing measured yet, or racing off) no racing rule applies:
+    at least ``timing.repeats`` blocks, then more until the precision is reached
+    (``done``) or ``timing.precision_cap_s`` is spent (``capped``); with
+    ``timing.precision`` 0, exactly ``repeats`` blocks.
     """
     n = len(samples)
     planned = timing.repeats
-    if best is None or not timing.race:
-        return "go" if n < planned else "done"
-    if n < planned:
-        fastest = min(samples) if samples else float("inf")
+    racing = best is not None and timing.race
+    if racing and n:
+        fastest = min(samples)
         evidence = fastest if warm is None else min(fastest, warm)
-        if n >= max(1, timing.race_min_blocks) and evidence > best * (1.0 + timing.race_margin):
+        if n < planned and n >= max(1, timing.race_min_blocks) \
+                and evidence > best * (1.0 + timing.race_margin):
             return "stop"
-        if timing.race_settle and n >= timing.race_settle and fastest > best:
+        if timing.race_settle and n >= timing.race_settle and fastest > best \
+                and (n < planned or timing.precision > 0):
             return "settled"
+    if n < planned:
         return "go"
-    limit = planned * (1 + max(0, timing.race_extra))
-    if n < limit:
-        median = float(np.median(samples))
-        if best * (1.0 - timing.race_margin) <= median < best:
-            return "more"
-    return "done"
+    if timing.precision <= 0:
+        if racing and n < planned * (1 + max(0, timing.race_extra)):
+            median = float(np.median(samples))
+            if best * (1.0 - timing.race_margin) <= median < best:
+                return "more"
+        return "done"
+    low, high, _ = median_interval(samples)
+    if racing and low > best:
+        return "settled"  # clearly slower at the precision reached: no tighter interval needed
+    # the width is judged on the wider STOP_LEVEL interval: stopping on a narrow 95%
+    # interval would favour the draws whose interval misses the median (docs/methods.md)
+    wide = median_interval(samples, STOP_LEVEL)
+    if half_width(float(np.median(samples)), wide[:2]) <= timing.precision:
+        return "done"
+    if elapsed_s >= timing.precision_cap_s:
+        return "capped"
+    return "more"
 
 
 def far_slower(run_s: float, best: Optional[float], timing: TimingConfig) -> bool:

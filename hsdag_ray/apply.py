@@ -26,7 +26,8 @@ writes), or ``all:DEVICE``, ``split:F``, ``random:SEED``. The outputs are
 compared with the unsplit model run at f32 on the same random inputs; the
 allowed relative error (max abs error / max abs output) is that of the least
 precise device used: 1e-4 for f32, 1e-2 for f16, 5e-2 for bf16. Every
-latency is the median of ``--repeats`` blocks of ``--block`` runs (times
+latency is the median of at least ``--repeats`` blocks of ``--block`` runs, more until
+its 95% interval is within ``--precision`` of it or ``--precision-cap`` seconds stop them (times
 ``--rounds``, interleaved, the samples pooled), with the 95% interval of that median
 (:mod:`envs.intervals`); the placement is called faster or slower than a row only when
 their intervals do not overlap, and "within the noise" otherwise. ``apply.json`` goes to
@@ -65,8 +66,9 @@ import numpy as np
 
 from envs.backends import BACKENDS, graph_source
 from envs.base import Measurement, TimingConfig, summarize_times
-from envs.intervals import WITHIN_NOISE, compare, interval_ms
+from envs.intervals import WITHIN_NOISE, compare, half_width, interval_ms, median_interval
 from envs.graph_backend import parse_placement
+from envs.timing import precision_words
 from envs.openvino_backend import (
     HETERO_MODES, TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, measure_hetero_mode,
     random_inputs,
@@ -154,9 +156,14 @@ def _combine(rounds: Sequence[Measurement]) -> Measurement:
         return failed[0]
     samples = [t for m in rounds for t in m.samples_s]
     latency, spread = summarize_times(samples)
+    info = {**rounds[0].info, "rounds": len(rounds)}
+    each = [m.info["precision"] for m in rounds if isinstance(m.info.get("precision"), dict)]
+    if each:  # the pooled interval's precision; capped when a round's cap stopped it short
+        reached = half_width(latency, median_interval(samples)[:2])
+        info["precision"] = {**each[0], "reached": reached, "blocks": len(samples),
+                             "capped": any(p["capped"] for p in each) and reached > each[0]["target"]}
     return Measurement(ok=True, latency_s=latency, spread=spread, runs=sum(m.runs for m in rounds),
-                       backend=rounds[0].backend, samples_s=samples,
-                       info={**rounds[0].info, "rounds": len(rounds)})
+                       backend=rounds[0].backend, samples_s=samples, info=info)
 
 
 def apply(args: argparse.Namespace, say=print) -> dict[str, Any]:
@@ -189,6 +196,7 @@ def _apply_openvino(args: argparse.Namespace, timing: TimingConfig, specs: list[
         "described_devices": describe_devices(specs, timing.threads), "backend": args.backend,
         "nodes_per_device": {d: counts[d] for d in names if counts[d]},
         "timing": {"warmup": timing.warmup, "repeats": timing.repeats, "block": timing.block,
+                   "precision": timing.precision, "precision_cap_s": timing.precision_cap_s,
                    "threads": timing.threads, "rounds": args.rounds}, "seed": args.seed,
         "placed": _row("placement", placed), "single": {}, "auto": None, "hetero": {},
         "saved": None,
@@ -259,6 +267,7 @@ def _apply_torch(args: argparse.Namespace, timing: TimingConfig, specs: list[str
         "described_devices": describe_devices(specs, timing.threads, args.backend),
         "backend": args.backend, "nodes_per_device": {d: counts[d] for d in names if counts[d]},
         "timing": {"warmup": timing.warmup, "repeats": timing.repeats, "block": timing.block,
+                   "precision": timing.precision, "precision_cap_s": timing.precision_cap_s,
                    "threads": timing.threads, "rounds": args.rounds}, "seed": args.seed,
         "placed": _row("placement", placed), "single": {}, "auto": None, "hetero": {}, "own": {},
         "saved": None,
@@ -364,9 +373,7 @@ def table(result: dict[str, Any]):
                          ("placed", "right"), ("rel err", "right"), ("how", "left")):
         tab.add_column(col, justify=justify, no_wrap=col not in ("run", "how"),
                        overflow="fold", max_width=22 if col in ("run", "how") else None)
-    rows = [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else []) \
-        + list((result.get("hetero") or {}).values()) + list((result.get("own") or {}).values())
-    for row in rows:
+    for row in _rows(result):
         info = row["info"]
         if not row["ok"]:
             tab.add_row(row["name"], "failed", "", "", "", f"{row['stage']}: {row['error']}")
@@ -380,6 +387,12 @@ def table(result: dict[str, Any]):
         tab.add_row(row["name"], _ms(row["latency_s"]), interval_ms(row.get("interval_s")), _verdict(row), err, how,
                     style="bold" if row is result["placed"] else None)
     return tab
+
+
+def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The result's rows in table order: the placement, each device, AUTO, HETERO, own."""
+    return [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else []) \
+        + list((result.get("hetero") or {}).values()) + list((result.get("own") or {}).values())
 
 
 def _json_path(args: argparse.Namespace) -> Path:
@@ -408,6 +421,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for line in result["described_devices"]:
             say(f"device {line}")
         out.print(table(result))
+        for row in _rows(result):
+            if row["ok"] and (row["info"].get("precision") or {}).get("capped"):
+                say(f"{row['name']}: {precision_words(row['info'])}")
         placed = result["placed"]
         if placed["ok"]:
             info = placed["info"]

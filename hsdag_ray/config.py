@@ -173,6 +173,9 @@ class TrainConfig:
              "remeasure_rounds must be at least 1 and solver_time_limit positive"),
             (t.repeats >= 1 and t.threads >= 0 and t.timeout_s > 0,
              "repeats must be >= 1, threads >= 0 and timeout_s > 0"),
+            (0 <= t.precision < 1 and t.precision_cap_s > 0,
+             "precision must be a fraction from 0 to below 1 (0.02: +/-2%; 0: exactly repeats "
+             "blocks) and precision_cap_s a positive number of seconds"),
         ]
         for ok, msg in checks:
             if not ok:

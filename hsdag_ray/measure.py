@@ -23,6 +23,11 @@ the output says which is which. ``--placement auto`` compiles the whole model
 on OpenVINO's AUTO device over the real devices behind ``--devices`` (virtual
 CPU devices count as ``CPU``: ``AUTO:CPU`` here, ``AUTO:GPU,CPU`` with a GPU)
 and says which device AUTO executed on.
+
+The latency is the median of timed blocks: at least ``--repeats``, then more until the
+95% interval of the median is within ``--precision`` of it (2% by default), or until
+``--precision-cap-s`` seconds of blocks; the output says the precision reached, and when
+the cap stopped it short (``precision`` in the JSON).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from typing import Optional, Sequence
 
 from envs.backends import get as get_backend, graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
+from envs.timing import precision_words
 from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
                            timing_from_args)
 from hsdag_ray.resolve import default_devices
@@ -125,7 +131,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.json:
         out = {"model": args.model, "backend": backend_name, "devices": described,
                "nodes_per_device": dict(counts), "latency_s": m.latency_s if m.ok else None,
-               "interval_s": m.interval_s, "measurement": m.to_dict()}
+               "interval_s": m.interval_s, "precision": m.info.get("precision"),
+               "measurement": m.to_dict()}
         print(json.dumps(out, indent=1))
     else:
         for line in described:
@@ -148,6 +155,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"latency {m.latency_s * 1e3:.3f} ms (median of {len(m.samples_s)} samples, "
                   f"{interval}{m.runs} runs) via {backend_name}"
                   + (f" [{path}]" if path else "") + (f", {stages} stage(s)" if stages else ""))
+            words = precision_words(m.info)
+            if words:
+                print(f"precision {words}")
         else:
             print(f"FAILED at {m.stage}: {m.error}")
     return 0 if m.ok else 1

@@ -60,6 +60,7 @@ def remeasure_result(service, store, baselines: Baselines, rounds: int, say) -> 
     :meth:`~envs.measuring.MeasuringService.remeasure`), ``placements`` (the
     method's candidates: name -> placement), ``rounds`` and ``node``."""
     from envs.measuring import call
+    from envs.timing import precision_words
 
     top = store.top()
     cands: dict[str, Any] = {f"{METHOD_CANDIDATE}{i + 1}": t["placement"] for i, t in enumerate(top)}
@@ -68,6 +69,9 @@ def remeasure_result(service, store, baselines: Baselines, rounds: int, say) -> 
     say(f"timing the best {len(top)} placement(s) again next to {len(baselines.candidates)} "
         f"baseline(s), {rounds} interleaved rounds")
     results = call(service, "remeasure", cands, rounds)
+    for name, res in results.items():
+        if (res.get("precision") or {}).get("capped"):
+            say(f"{name}: {precision_words(res)}")
     return {"candidates": results, "placements": placements, "rounds": rounds,
             "node": call(service, "node")}
 

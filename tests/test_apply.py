@@ -14,7 +14,7 @@ from hsdag_core.coarsening import build_graph
 from tests.test_cli import assert_user_error
 from hsdag_ray.placed import load_placed
 
-FAST = ["--warmup", "1", "--repeats", "3", "--block", "1"]
+FAST = ["--warmup", "1", "--repeats", "3", "--precision", "0", "--block", "1"]
 #: whether OpenVINO's CPU device computes in bf16 here (it falls back to f32 where the
 #: processor has no bf16 instructions, and then CPU and CPU_F32 give the same outputs)
 CPU_BF16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
@@ -167,7 +167,7 @@ def test_bad_input_exits_2(tmp_path, tiny, capsys):
 def test_train_then_apply_its_best_placement(tmp_path, tiny):
     model, _ = tiny
     code, _, err = cli("hsdag_ray.train", "--model", "tiny_cnn", "--backend", "auto", *DEVICES,
-                       "--budget", "10", "--episode-len", "10", "--env-runners", "0", "--repeats", "2",
+                       "--budget", "10", "--episode-len", "10", "--env-runners", "0", "--repeats", "2", "--precision", "0",
                        "--remeasure-rounds", "1", "--wandb", "disabled", "--out", str(tmp_path), "--name", "run")
     assert code == 0, err
     best = tmp_path / "run" / "best_placement.json"

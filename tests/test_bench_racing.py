@@ -30,7 +30,7 @@ def test_a_clearly_slower_placement_stops_after_one_block_and_a_close_second_set
     assert r["runs"] == (planned + (T.warmup + T.block) + (T.warmup + T.race_settle * T.block)) / 3
     assert r["cut"] == 2 and r["lost"] == 0 and r["near"] == 0 and r["chosen"] == 1.0
     # the earlier default: two blocks before a stop, every planned block for the close second
-    old = replay([best, slow, close], replace(T, race_min_blocks=2, race_settle=0))
+    old = replay([best, slow, close], replace(T, race_min_blocks=2, race_settle=0, precision=0))
     assert old["runs"] == (planned + (T.warmup + 2 * T.block) + planned) / 3 and old["cut"] == 1
 
 

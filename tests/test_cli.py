@@ -72,7 +72,7 @@ def test_measure_and_graph_commands_work(tmp_path):
     assert "22 nodes, 25 edges" in text and "after colocation coarsening: 9 nodes" in text
     assert json.loads(out.read_text())["name"] == "tiny_cnn"
     code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "split:0.5",
-                          "--repeats", "3", "--json")
+                          "--repeats", "3", "--precision", "0", "--json")
     assert code == 0, err
     res = json.loads(text)
     assert res["measurement"]["ok"] and res["measurement"]["latency_s"] > 0
@@ -82,13 +82,13 @@ def test_measure_and_graph_commands_work(tmp_path):
 
 def test_measure_openvino_auto_device():
     code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,CPU_F32",
-                          "--placement", "auto", "--repeats", "3")
+                          "--placement", "auto", "--repeats", "3", "--precision", "0")
     assert code == 0, err
     assert "placement: the whole model on AUTO:CPU" in text
     latency = re.search(r"latency ([0-9.]+) ms .* via openvino-auto-device \[AUTO:CPU executed on CPU\]", text)
     assert latency and float(latency.group(1)) > 0, text
     code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
-                          "--repeats", "3", "--json")
+                          "--repeats", "3", "--precision", "0", "--json")
     assert code == 0, err
     res = json.loads(text)["measurement"]
     assert res["ok"] and res["latency_s"] > 0 and res["info"]["execution_devices"] == ["CPU"]

@@ -32,7 +32,7 @@ def test_one_measuring_env_runner_per_machine(lab_cluster, tmp_path):
 
     # three EnvRunners asked for, two machines measure: one runner per machine
     cfg = TrainConfig.of(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=20,
-                      episode_len=10, env_runners=3, repeats=3, wandb="disabled", out=str(tmp_path),
+                      episode_len=10, env_runners=3, repeats=3, precision=0, wandb="disabled", out=str(tmp_path),
                       name="lab")
     s = train(cfg, quiet=True, on_iteration=where)
     assert len(placed) == 2 and len(set(placed)) == 2 and head not in placed
@@ -52,7 +52,7 @@ def test_baselines_and_the_final_remeasurement_run_on_a_measuring_machine(tmp_pa
         head = ray.get_runtime_context().get_node_id()
         [worker] = [n["NodeID"] for n in ray.nodes() if n["Resources"].get(MEASURE_RESOURCE)]
         cfg = TrainConfig.of(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=20,
-                          episode_len=10, env_runners=1, repeats=3, remeasure_rounds=2,
+                          episode_len=10, env_runners=1, repeats=3, precision=0, remeasure_rounds=2,
                           wandb="disabled", out=str(tmp_path), name="where")
         s = train(cfg, quiet=True)
         assert worker != head

@@ -10,7 +10,7 @@ from envs.openvino_backend import HETERO_MODES, measure_hetero_mode
 from hsdag_ray.apply import main as apply_main, table
 from hsdag_ray.results import baseline_rows, markdown
 
-FAST = TimingConfig(warmup=1, repeats=3, block=1, validate_outputs=False)
+FAST = TimingConfig(warmup=1, repeats=3, precision=0, block=1, validate_outputs=False)
 
 
 @pytest.mark.parametrize("mode", ["hetero_auto", "hetero_pipeline"])
@@ -34,7 +34,7 @@ def test_a_mode_that_cannot_run_is_a_failed_measurement_saying_why():
 def test_apply_table_has_both_rows(tmp_path, capsys):
     out = tmp_path / "apply.json"
     assert apply_main(["--model", "tiny_cnn", "--placement", "all:CPU", "--devices", "CPU,CPU_F32",
-                       "--warmup", "1", "--repeats", "3", "--block", "1", "--out", str(out)]) == 0
+                       "--warmup", "1", "--repeats", "3", "--precision", "0", "--block", "1", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     res = json.loads(out.read_text())
     assert set(res["hetero"]) == {"hetero_auto", "hetero_pipeline"}

@@ -80,7 +80,7 @@ class _Runner:
 def test_unraced_warm_up_runs_until_two_runs_agree():
     def warmup_runs(agree: float, best=None) -> int:
         info: dict = {}
-        timing = TimingConfig(warmup=1, warmup_agree=agree, warmup_max=5, repeats=1, block=1)
+        timing = TimingConfig(warmup=1, warmup_agree=agree, warmup_max=5, repeats=1, block=1, precision=0)
         time_runs(_Runner(), timing, 0, time.perf_counter() + 30, info, best=best)
         return info["warmup_runs"]
 
@@ -90,16 +90,22 @@ def test_unraced_warm_up_runs_until_two_runs_agree():
     assert warmup_runs(0.0) == 1    # off
 
 
-def test_measure_json_gives_the_median_inside_its_interval(capsys):
+def test_measure_json_gives_the_median_inside_its_interval_and_says_when_the_cap_stopped_it(capsys):
     from hsdag_ray.measure import main
+    from envs.timing import precision_words
 
     assert main(["--model", "tiny_cnn", "--backend", "torch", "--devices", "cpu,cpu:bf16",
                  "--placement", "split:0.5", "--json", "--warmup", "1", "--repeats", "6",
-                 "--block", "1"]) == 0
+                 "--block", "1", "--precision", "0.0001", "--precision-cap-s", "0.05"]) == 0
     out = json.loads(capsys.readouterr().out)
     low, high = out["interval_s"]
     assert low <= out["latency_s"] <= high and low <= high
     assert out["measurement"]["interval_s"] == [low, high]
+    # a target of +/-0.01% is out of reach in 0.05 s of blocks: the cap stops it, and says so
+    p = out["precision"]
+    assert p["capped"] and p["target"] == 0.0001 and p["reached"] > p["target"]
+    assert out["measurement"]["info"]["precision"] == p
+    assert "0.05 s time cap stopped it" in precision_words(out["measurement"]["info"])
 
 
 def test_the_run_table_and_the_sweep_table_say_within_the_noise():

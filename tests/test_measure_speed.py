@@ -21,7 +21,7 @@ from hsdag_core.errors import GraphError
 from hsdag_core.models import tiny_cnn
 
 DEVICES = ["CPU", "CPU_F32"]
-FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1)
+FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, precision=0)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def alternating(model: ov.Model) -> dict[str, str]:
 
 
 def test_shared_stages_are_compiled_once_and_outputs_still_validated(model: ov.Model) -> None:
-    timing = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, validate_outputs=True)
+    timing = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, validate_outputs=True, precision=0)
     backend = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=timing)
     first = backend.measure_ops(cut_at(model, 6))
     assert first.ok, first.error
@@ -78,7 +78,7 @@ def test_single_device_models_are_cached_too(model: ov.Model) -> None:
 
 
 def test_cache_off_compiles_every_time(model: ov.Model) -> None:
-    timing = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, stage_cache=0)
+    timing = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, stage_cache=0, precision=0)
     backend = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=timing)
     for _ in range(2):
         assert backend.measure_ops(cut_at(model, 6)).ok
@@ -86,7 +86,7 @@ def test_cache_off_compiles_every_time(model: ov.Model) -> None:
 
 
 def test_eviction_bounds_entries_and_bytes(model: ov.Model) -> None:
-    timing = TimingConfig(warmup=1, repeats=1, block=1, timeout_s=60.0, threads=1, stage_cache=3)
+    timing = TimingConfig(warmup=1, repeats=1, block=1, timeout_s=60.0, threads=1, stage_cache=3, precision=0)
     backend = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=timing)
     for k in (2, 4, 6, 8):
         assert backend.measure_ops(cut_at(model, k)).ok
@@ -96,7 +96,7 @@ def test_eviction_bounds_entries_and_bytes(model: ov.Model) -> None:
     assert backend.measure_ops(cut_at(model, 8)).info["cached_stages"] == 2
     # a byte bound smaller than two stages keeps at most one
     small = TimingConfig(warmup=1, repeats=1, block=1, timeout_s=60.0, threads=1, stage_cache=100,
-                         stage_cache_mb=0.2)
+                         stage_cache_mb=0.2, precision=0)
     bounded = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=small)
     for k in (2, 4, 6):
         assert bounded.measure_ops(cut_at(model, k)).ok
@@ -108,7 +108,7 @@ def test_eviction_bounds_entries_and_bytes(model: ov.Model) -> None:
 
 
 def test_race_decisions() -> None:
-    t = TimingConfig(repeats=5, race_margin=0.05, race_min_blocks=2, race_extra=1)
+    t = TimingConfig(repeats=5, race_margin=0.05, race_min_blocks=2, race_extra=1, precision=0)
     assert race_step([1.2], 1.0, t) == "go"  # too few blocks to judge
     assert race_step([1.2, 1.1], 1.0, t) == "stop"  # even the fastest block is 10% slower
     assert race_step([1.2, 1.04], 1.0, t) == "go"  # one block within the margin
@@ -117,12 +117,13 @@ def test_race_decisions() -> None:
     assert race_step([0.98] * 10, 1.0, t) == "done"  # ... up to race_extra times the blocks
     assert race_step([0.5] * 5, 1.0, t) == "done"  # clearly better: no need
     assert race_step([9.0] * 2, None, t) == "go"  # nothing to race against
-    off = TimingConfig(repeats=5, race=False)
+    off = TimingConfig(repeats=5, race=False, precision=0)
     assert race_step([9.0] * 4, 1.0, off) == "go" and race_step([0.98] * 5, 1.0, off) == "done"
 
 
 def test_race_decisions_with_the_warm_up_run_and_settling() -> None:
-    t = TimingConfig(repeats=7, race_margin=0.05, race_min_blocks=1, race_settle=3, race_extra=1)
+    t = TimingConfig(repeats=7, race_margin=0.05, race_min_blocks=1, race_settle=3, race_extra=1,
+                     precision=0)
     assert race_step([1.2], 1.0, t, warm=1.3) == "stop"  # the block and the warm-up run: both slow
     assert race_step([1.2], 1.0, t, warm=1.02) == "go"  # a warm-up run near the best: keep timing
     assert race_step([1.2, 1.1], 1.0, t, warm=1.0) == "go"  # ... whatever the blocks say
@@ -146,7 +147,7 @@ def test_far_slower_judges_the_warm_up_run() -> None:
 def test_a_placement_far_slower_in_its_warm_up_gets_no_timed_block(model: ov.Model) -> None:
     runner = RequestRunner(ov.Core().compile_model(model, "CPU"),
                            [ov.Tensor(x) for x in random_inputs(model, 0)])
-    timing = TimingConfig(warmup=2, repeats=4, block=2, threads=1, race_min_blocks=2)
+    timing = TimingConfig(warmup=2, repeats=4, block=2, threads=1, race_min_blocks=2, precision=0)
     latency = float(np.median(time_runs(runner, timing, 0, math.inf, {}, best=None)))
     info: dict = {}
     samples = time_runs(runner, timing, 0, math.inf, info, best=latency / 10)
@@ -168,7 +169,7 @@ def test_a_placement_that_cannot_claim_the_best_settles_after_race_settle_blocks
     # the far stop off: one warm-up run of this sub-millisecond model can be 1.5x slow on a
     # loaded machine (it is not what this test is about)
     timing = TimingConfig(warmup=2, repeats=8, block=2, threads=1, race_margin=30.0, race_settle=3,
-                          race_far=0)
+                          race_far=0, precision=0)
     latency = float(np.median(time_runs(runner, timing, 0, math.inf, {}, best=None)))
     # a best 2.5x below this placement's latency but far inside the (generous) margin:
     # not stopped, and no block can claim the best (a block 1.5x faster than the median
@@ -187,7 +188,7 @@ def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Mo
     # every block of the single stage once came out 50% slow three times running); the
     # warm-up stop is off (one run of this sub-millisecond model is not evidence enough)
     timing = TimingConfig(warmup=1, repeats=6, block=2, timeout_s=60.0, threads=1, race_margin=2.0,
-                          race_far=0)
+                          race_far=0, precision=0)
     backend = OpenVINOBackend(model, DEVICES, mode="pipeline", timing=timing)
     fast = cut_at(model, len(compute_ops(model)))  # everything on CPU, one stage
     slow = alternating(model)  # one stage per op: many stage boundaries

@@ -35,8 +35,8 @@ from envs.openvino_backend import (
 )
 from hsdag_core.models import load_model
 
-FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1)
-CHECKED = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, validate_outputs=True)
+FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, precision=0)
+CHECKED = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, validate_outputs=True, precision=0)
 DEVICES = ["CPU", "CPU_F32"]
 
 
@@ -292,7 +292,7 @@ def test_unknown_backend_device_fails_every_measurement(net: ov.Model) -> None:
 
 
 def test_tiny_timeout_fails_with_stage_timeout(net: ov.Model) -> None:
-    timing = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=1e-6, threads=1)
+    timing = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=1e-6, threads=1, precision=0)
     for mode in ("hetero", "pipeline"):
         m = OpenVINOBackend(net, DEVICES, mode=mode, timing=timing).measure_ops(halves(net, "CPU", "CPU_F32"))
         assert not m.ok and m.stage == "timeout", (mode, m.error)
@@ -332,7 +332,7 @@ def test_complete_affinity_places_structural_ops_with_their_users(net: ov.Model)
 
 def test_auto_device_measures_the_whole_model_on_a_real_device() -> None:
     model = load_model("tiny_cnn")
-    timing = TimingConfig(warmup=2, repeats=5, block=4, timeout_s=60.0, threads=1)
+    timing = TimingConfig(warmup=2, repeats=5, block=4, timeout_s=60.0, threads=1, precision=0)
     auto = measure_auto(model, DEVICES, timing)
     assert auto.ok, auto.error
     assert auto.backend == AUTO_BACKEND and auto.runs == 20

@@ -77,7 +77,7 @@ def test_placeto_learns_and_writes_every_output(tiny_profile_file, tmp_path):
 def test_placeto_on_real_devices_from_the_command_line(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "hsdag_ray.train", "--method", "placeto", "--model", "tiny_cnn",
-         "--backend", "auto", "--devices", "CPU,CPU_F32", "--budget", "18", "--repeats", "3",
+         "--backend", "auto", "--devices", "CPU,CPU_F32", "--budget", "18", "--repeats", "3", "--precision", "0",
          "--wandb", "disabled", "--out", str(tmp_path), "--name", "real"],
         capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -461,7 +461,7 @@ def test_a_run_on_two_measuring_nodes_survives_a_node_killed_and_a_driver_killed
     run, log, budget = tmp_path / "two", tmp_path / "out.log", 60
     base = [sys.executable, "-m", "hsdag_ray.train"]
     first = base + ["--model", "tiny_cnn", "--backend", "auto", "--devices", "CPU,CPU_F32",
-                    "--env-runners", "2", "--episode-len", "10", "--repeats", "3",
+                    "--env-runners", "2", "--episode-len", "10", "--repeats", "3", "--precision", "0",
                     "--remeasure-rounds", "2", "--wandb", "disabled", "--checkpoint-every", "1",
                     "--budget", str(budget), "--address", cluster.address, "--out", str(tmp_path),
                     "--name", "two"]

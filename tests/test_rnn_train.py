@@ -69,7 +69,7 @@ def test_rnn_on_real_devices_from_the_command_line(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "hsdag_ray.train", "--method", "rnn", "--model", "tiny_cnn",
          "--backend", "auto", "--devices", "CPU,CPU_F32", "--budget", "20", "--episode-len", "10",
-         "--repeats", "3", "--wandb", "disabled", "--out", str(tmp_path), "--name", "real"],
+         "--repeats", "3", "--precision", "0", "--wandb", "disabled", "--out", str(tmp_path), "--name", "real"],
         capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "real" / "summary.json").read_text())

@@ -35,8 +35,8 @@ pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in thi
 ROOT = Path(__file__).resolve().parents[1]
 DEVICES = ["cpu", "cpu:bf16"]
 #: a warm-up and two single-run blocks: enough to run and compare, fast on a slow bf16
-TIMING = TimingConfig(warmup=1, repeats=2, block=1, validate_outputs=True)
-FAST = ["--warmup", "1", "--repeats", "2", "--block", "1"]
+TIMING = TimingConfig(warmup=1, repeats=2, precision=0, block=1, validate_outputs=True)
+FAST = ["--warmup", "1", "--repeats", "2", "--precision", "0", "--block", "1"]
 #: a 4-layer GPT-2 whose blocks hold most of the weights (the default 50257-token embedding
 #: alone would be 92% of them, and Accelerate maps modules in order)
 GPT2 = "hf:gpt2:num_hidden_layers=4:n_embd=64:n_head=2:vocab_size=128:n_positions=128"
@@ -211,7 +211,7 @@ def test_a_capped_device_lets_go_of_an_evicted_placements_weights_at_once(tiny):
     import weakref
 
     program, graph = tiny
-    one_built = TimingConfig(warmup=1, repeats=2, block=1, stage_cache=1)
+    one_built = TimingConfig(warmup=1, repeats=2, precision=0, block=1, stage_cache=1)
     capped = TorchBackend(graph, program, ["cpu", "cpu:bf16:mem=1GB"], one_built)
     assert capped.measure(parse_placement("all:cpu:bf16", graph, DEVICES)).ok
     copies = [weakref.ref(t) for (_, dev), t in capped.cache._copies.items() if dev == "cpu:bf16"]
@@ -300,7 +300,7 @@ def test_torch_profile_drives_the_simulator(tiny, backend):
 
     program, graph = tiny
     prof = record("tiny_cnn", DEVICES, backend="torch", fit=4, progress=False,
-                  timing=TimingConfig(warmup=1, repeats=3, block=1))
+                  timing=TimingConfig(warmup=1, repeats=3, precision=0, block=1))
     assert prof.source == "torch"
     assert list(prof.devices) == DEVICES
     for dev in DEVICES:
@@ -430,7 +430,7 @@ def _train(tmp_path, name: str, *extra: str) -> dict:
 
     assert train_main(["--backend", "torch", "--devices", "cpu,cpu:bf16", "--model", "tiny_cnn",
                        "--budget", "40", "--wandb", "disabled", "--out", str(tmp_path), "--name", name,
-                       "--remeasure-rounds", "1", "--repeats", "3", *extra]) == 0
+                       "--remeasure-rounds", "1", "--repeats", "3", "--precision", "0", *extra]) == 0
     run = tmp_path / name
     for f in ("summary.json", "metrics.jsonl", "best_placement.json", "store.json"):
         assert (run / f).is_file(), f

@@ -92,7 +92,7 @@ def test_a_round_needs_a_sample_per_worker():
 
 def test_the_torch_backend_measures_a_pipelines_time_per_sample():
     program, graph, _, _ = build_graph("tiny_cnn", "none", None, "torch")
-    timing = TimingConfig(warmup=1, repeats=2, block=1, validate_outputs=True)
+    timing = TimingConfig(warmup=1, repeats=2, block=1, validate_outputs=True, precision=0)
     devices = ["cpu", "cpu:bf16"]
     backend = make_backend("torch", graph, program, devices, timing, None, "throughput")
     placement = parse_placement("split:0.5", graph, devices)

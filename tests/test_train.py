@@ -59,7 +59,7 @@ def test_real_openvino_run_end_to_end(tmp_path):
     # and then measured on the devices like any other placement
     record("tiny_cnn", ["CPU", "CPU_F32"], fit=6, progress=False).save(tmp_path / "p.json")
     cfg = TrainConfig.of(model="tiny_cnn", backend="auto", devices=["CPU", "CPU_F32"], budget=40,
-                      episode_len=10, env_runners=1, repeats=5, wandb="disabled", out=str(tmp_path),
+                      episode_len=10, env_runners=1, repeats=5, precision=0, wandb="disabled", out=str(tmp_path),
                       name="real", profile=str(tmp_path / "p.json"))
     s = train(cfg, quiet=True)
     run = tmp_path / "real"
@@ -100,7 +100,7 @@ def test_real_openvino_run_end_to_end(tmp_path):
         assert (run / f).exists(), f
     # the placement file is what hsdag_ray.measure takes
     r = subprocess.run([sys.executable, "-m", "hsdag_ray.measure", "--model", "tiny_cnn",
-                        "--placement", str(run / "best_placement.json"), "--repeats", "3", "--json"],
+                        "--placement", str(run / "best_placement.json"), "--repeats", "3", "--precision", "0", "--json"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["measurement"]["ok"]

@@ -38,14 +38,17 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def timing(repeats: int = 4, block: int = 1, warmup: int = 1):
+def timing(repeats: int = 4, block: int = 1, warmup: int = 1, cap_s: float = 0.5):
     """Timing of the check: a short warm-up that goes on until two runs agree (unraced),
-    then ``repeats`` blocks; re-measurements pool the blocks of interleaved rounds, so a
-    finalist's interval rests on rounds x repeats samples."""
+    then at least ``repeats`` blocks, more until the interval of their median is within
+    the default precision (``TimingConfig.precision``) or ``cap_s`` seconds of blocks
+    stop them (hundreds of blocks of a GPU's millisecond runs; the check's sections
+    time many placements, so a noisy CPU standing in for the GPU stops there too);
+    re-measurements pool the blocks of interleaved rounds."""
     from envs.base import TimingConfig
 
     return TimingConfig(warmup=warmup, warmup_agree=0.1, warmup_max=3, repeats=repeats, block=block,
-                        timeout_s=60.0, threads=0)
+                        precision_cap_s=cap_s, timeout_s=60.0, threads=0)
 
 
 _BUILT: dict[str, tuple] = {}
@@ -92,18 +95,24 @@ def verdict(met: bool, what: str, by: str) -> str:
     return f"{'met' if met else 'not met'}: {what} ({by})"
 
 
-def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2, tight: float = 0.02) -> dict:
+def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2,
+                    tight: Optional[float] = None) -> dict:
     """Re-measure ``candidates`` (name -> placement) in interleaved rounds, as
     :func:`envs.measuring.remeasure` does (round ``r`` in an order rotated by ``r``), but
     stop after ``least`` rounds once every candidate's 95% interval is within ``tight`` of
-    its median (half-width over median): a quiet machine spends fewer rounds. Returns per
+    its median (half-width over median; default ``TimingConfig.precision``): a quiet
+    machine spends fewer rounds. Returns per
     name ``ok``, ``latency_s`` (the pooled blocks' median), ``interval_s``,
-    ``half_width``, ``rounds``, ``error``."""
+    ``half_width``, ``rounds``, ``error`` and ``capped`` (a round's time cap stopped it and
+    the pooled interval is still wider than ``tight``)."""
+    from envs.base import TimingConfig
     from envs.intervals import interval_fields
 
+    tight = TimingConfig().precision if tight is None else tight
     names = list(candidates)
     pooled: dict[str, list[float]] = {n: [] for n in names}
     errors: dict[str, Optional[str]] = {n: None for n in names}
+    capped: dict[str, bool] = {n: False for n in names}
     done = 0
     for r in range(max(1, rounds)):
         for name in names[r % len(names):] + names[: r % len(names)]:
@@ -111,6 +120,7 @@ def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2, tigh
                 m = measure(candidates[name])
                 if m.ok:
                     pooled[name] += list(m.samples_s)
+                    capped[name] |= bool((m.info.get("precision") or {}).get("capped"))
                 else:
                     errors[name] = f"{m.stage}: {m.error}"
         done = r + 1
@@ -126,5 +136,6 @@ def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2, tigh
             continue
         f = interval_fields(pooled[name])
         out[name] = {"ok": True, "latency_s": f["median_s"], "interval_s": f["interval_s"],
-                     "half_width": f["half_width"], "rounds": done, "error": None}
+                     "half_width": f["half_width"], "rounds": done, "error": None,
+                     "capped": capped[name] and (f["half_width"] or 0.0) > tight}
     return out

@@ -126,13 +126,15 @@ def offload(spec: str, gpu: str, shares, budget: int, seed: int) -> dict[str, An
             if unique[p.tobytes()] != name:
                 row["rows"].setdefault(name, {})["same_as"] = unique[p.tobytes()]
             row["rows"].setdefault(name, {}).update(
-                {k: fig[k] for k in ("ok", "latency_s", "interval_s", "half_width", "error")},
+                {k: fig.get(k) for k in ("ok", "latency_s", "interval_s", "half_width", "capped", "error")},
                 gpu_nodes=int(p.sum()), gpu_weights=_weights_on(coarse, p),
                 embeddings_on_gpu=[int(p[i]) for i in out["embedding_nodes"]])
         _speedups(row)
         out["caps"].append(row)
         say(f"offload {spec} at {share:.0%}: " + ", ".join(
-            f"{k} {ms(v.get('latency_s'))}" for k, v in row["rows"].items()))
+            f"{k} {ms(v.get('latency_s'))}" + (" (the time cap stopped it short of the precision)"
+                                                if v.get("capped") else "")
+            for k, v in row["rows"].items()))
         backend.apply_caps(False)  # a per-process GPU cap would outlive the backend
         del backend
         release()

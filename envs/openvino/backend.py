@@ -137,9 +137,10 @@ class OpenVINOBackend:
         Stages compiled for earlier placements are reused (``TimingConfig.stage_cache``).
         With ``race`` (and ``TimingConfig.race``) the placement is timed
         against the best latency of the earlier raced measurements of this
-        backend: a clearly slower one is stopped early, a close new best is
-        timed longer (:mod:`envs.racing`); without it, exactly
-        ``repeats`` blocks, as for baselines and re-measurements.
+        backend: a clearly slower one is stopped early, a close call is
+        timed until its interval is within the precision (:mod:`envs.racing`);
+        without it, as for baselines and re-measurements, at least ``repeats``
+        blocks and more until the precision or its cap (:func:`envs.timing.time_runs`).
 
         Returns:
             On success: median latency, relative IQR spread, the block samples,
@@ -151,7 +152,8 @@ class OpenVINOBackend:
             were validated, ``warning`` when more threads were busy than
             the devices allow, ``compiled_stages`` / ``cached_stages`` (stages
             or single-device models compiled now / taken from the cache),
-            ``raced`` (``stopped``, ``settled`` or ``extended``) and ``race_best_s`` when raced.
+            ``raced`` (``stopped``, ``settled`` or ``extended``) and ``race_best_s`` when raced,
+            ``precision`` (:func:`envs.timing.precision_info`) when the precision rule ended it.
             On failure: ``ok=False`` with ``stage`` (``validate``, ``compile``,
             ``infer``, ``memory``, ``timeout``) and a one-sentence ``error``.
         """
