@@ -38,17 +38,21 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def timing(repeats: int = 4, block: int = 1, warmup: int = 1, cap_s: float = 0.5):
+def timing(repeats: int = 4, block: int = 1, warmup: int = 1, cap_s: float = 0.5,
+           precision: Optional[float] = None):
     """Timing of the check: a short warm-up that goes on until two runs agree (unraced),
     then at least ``repeats`` blocks, more until the interval of their median is within
     the default precision (``TimingConfig.precision``) or ``cap_s`` seconds of blocks
     stop them (hundreds of blocks of a GPU's millisecond runs; the check's sections
     time many placements, so a noisy CPU standing in for the GPU stops there too);
-    re-measurements pool the blocks of interleaved rounds."""
+    re-measurements pool the blocks of interleaved rounds. ``precision`` replaces the
+    default precision (0: exactly ``repeats`` blocks, as the scaled-down check times on a
+    CPU standing in for the GPU)."""
     from envs.base import TimingConfig
 
     return TimingConfig(warmup=warmup, warmup_agree=0.1, warmup_max=3, repeats=repeats, block=block,
-                        precision_cap_s=cap_s, timeout_s=60.0, threads=0)
+                        precision_cap_s=cap_s, timeout_s=60.0, threads=0,
+                        **({} if precision is None else {"precision": precision}))
 
 
 _BUILT: dict[str, tuple] = {}

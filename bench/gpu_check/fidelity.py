@@ -11,7 +11,7 @@ Aim: a mean error of at most 10% and a Spearman within 0.05 of the ceiling."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -23,7 +23,7 @@ AIM_ERROR = 0.10
 AIM_GAP = 0.05
 
 
-def fidelity(spec: str, gpu: str, count: int, fit: int) -> dict[str, Any]:
+def fidelity(spec: str, gpu: str, count: int, fit: int, precision: Optional[float] = None) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
     from envs.pytorch.backend import TorchBackend
@@ -32,7 +32,7 @@ def fidelity(spec: str, gpu: str, count: int, fit: int) -> dict[str, Any]:
     from hsdag_core.device_profile import cost_graph, split_placements
 
     t0 = time.perf_counter()
-    tm = timing(repeats=3)
+    tm = timing(repeats=3, precision=precision)
     devices = ["cpu", gpu]
     prof = profile(spec, devices, fit, tm)
     program, _, coarse = graphs(spec)

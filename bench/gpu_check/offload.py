@@ -15,7 +15,7 @@ but compute-light parts (embeddings) went.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -60,7 +60,8 @@ def _cap_bytes(program, gpu: str, share: float) -> int:
     return int(share * weights + room)
 
 
-def offload(spec: str, gpu: str, shares, budget: int, seed: int) -> dict[str, Any]:
+def offload(spec: str, gpu: str, shares, budget: int, seed: int,
+            precision: Optional[float] = None) -> dict[str, Any]:
     """The offload rows of ``spec`` at each share of its weights on the capped ``gpu``."""
     from envs.pytorch.accelerate_map import accelerate_placement
     from envs.pytorch.backend import TorchBackend
@@ -74,7 +75,7 @@ def offload(spec: str, gpu: str, shares, budget: int, seed: int) -> dict[str, An
     out: dict[str, Any] = {"model": spec, "nodes": n, "budget": budget,
                            "weights_mb": program.parameter_bytes() / 1e6,
                            "embedding_nodes": _embedding_nodes(program, coarse), "caps": []}
-    tm = timing()
+    tm = timing(precision=precision)
     # the GPU uncapped first (each cap is lifted again after its share)
     free = TorchBackend(coarse, program, ["cpu", gpu], tm)
     uncapped = free.measure_array(np.ones(n, np.int64))

@@ -5,7 +5,7 @@ the time goes: building stages, warm-up, or timed runs. Aim: 10 placements/s on 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -30,11 +30,11 @@ def _stream(n: int, count: int, seed: int, on_gpu: float) -> list[np.ndarray]:
     return out
 
 
-def speed(spec: str, gpu: str, count: int, on_gpu: float) -> dict[str, Any]:
+def speed(spec: str, gpu: str, count: int, on_gpu: float, precision: Optional[float] = None) -> dict[str, Any]:
     from envs.pytorch.backend import TorchBackend
 
     program, _, coarse = graphs(spec)
-    backend = TorchBackend(coarse, program, ["cpu", gpu], timing(repeats=3))
+    backend = TorchBackend(coarse, program, ["cpu", gpu], timing(repeats=3, precision=precision))
     backend.measure_array(np.ones(coarse.num_nodes, np.int64))  # the stages' weights moved once
     parts = {"build": 0.0, "warm-up": 0.0, "timed runs": 0.0}
     t0 = time.perf_counter()
