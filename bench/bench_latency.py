@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.simulator import Simulator
-from hsdag_core.dnnpart import load_dnnpart, load_expert_split
+from hsdag_core.dnnpart import load_dnnpart, load_expert_split, split_accelerators
 from policies.solvers.exact import solve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def _expert(f: Path, bench: Path) -> str:
     split = bench / "human-experts" / f.name.replace(".json", "_expert.json")
     if f.parent.name != "LayerGraphs" or not split.exists():     # the experts split layer graphs
         return "-"
-    used = len(json.loads(split.read_text())["fpgas"])
+    used = split_accelerators(json.loads(split.read_text()))
     g = load_dnnpart(f)
     have = sum(d.startswith("ACC") for d in g.devices)
     if used > have:

@@ -54,7 +54,7 @@ import numpy as np
 
 from hsdag_core.costgraph import CostGraph
 
-__all__ = ["MS", "load_dnnpart", "dnnpart_from_dict", "load_expert_split",
+__all__ = ["MS", "load_dnnpart", "dnnpart_from_dict", "load_expert_split", "split_accelerators",
            "expert_split_from_dict", "node_ids"]
 
 MS = 1e-3
@@ -256,6 +256,13 @@ def node_ids(graph: CostGraph) -> np.ndarray:
     except ValueError:
         raise ValueError(f"graph {graph.name!r} was not loaded from the dnn-partitioning "
                          "format (its node names do not start with an id)") from None
+
+
+def split_accelerators(data: Mapping[str, Any]) -> int:
+    """How many accelerators a split ``{"cpus": [...], "fpgas": [...]}`` needs: one past its
+    last ``fpgas`` entry that holds nodes (``ACC0`` .. ``ACC{n-1}``)."""
+    return max((j + 1 for j, f in enumerate(data.get("fpgas") or [])
+                if isinstance(f, Mapping) and f.get("nodes")), default=0)
 
 
 def expert_split_from_dict(data: Mapping[str, Any], graph: CostGraph) -> np.ndarray:

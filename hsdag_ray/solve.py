@@ -262,7 +262,7 @@ def evaluate(args: argparse.Namespace) -> int:
     """``--evaluate``: the simulator's value of a given placement, flagged where it breaks
     a limit; exit 0 when the value is finite."""
     from envs.simulator import Simulator
-    from hsdag_core.dnnpart import expert_split_from_dict
+    from hsdag_core.dnnpart import expert_split_from_dict, split_accelerators
 
     if not args.objective:
         raise UsageError("--objective is required (see --help)")
@@ -273,8 +273,7 @@ def evaluate(args: argparse.Namespace) -> int:
         if args.model:
             raise UsageError("--evaluate: a {cpus, fpgas} split names benchmark node ids; "
                              "use it with --graph")
-        used = max((j + 1 for j, f in enumerate(data["fpgas"])
-                    if isinstance(f, dict) and f.get("nodes")), default=0)
+        used = split_accelerators(data)
         have = sum(d.startswith("ACC") for d in graph.devices)
         if used > have:
             flags.append(f"the split uses {used} accelerators where the input allows {have}")
