@@ -5,7 +5,6 @@ and on the three paper models.
     python bench/bench_solvers.py --quick          # layer graphs + models, 10 s per MILP
     python bench/bench_solvers.py --match OperatorGraphs --methods dp,milp-contig --models none
     python bench/bench_solvers.py --no-dnnpart --models resnet50 --time-limit 30
-    python bench/bench_solvers.py --latency-milp --time-limit 60   # the MILP's table
 
 Inputs of ``throughput-inputs/`` are solved for the ``throughput`` objective
 (DP, contiguous and non-contiguous MILP, baselines, and the human-expert split
@@ -30,9 +29,8 @@ nodes), and the single-device and random baselines. A method that does not
 apply prints ``skipped`` with the reason. Profiles are cached in ``--cache``
 (default ``bench/.cache``, git-ignored); ``--refresh`` records them again.
 
-``--latency-milp`` prints one markdown table instead: the sequential MILP on each
-``latency-inputs/`` file (``--match`` applies) with its start (the best heuristic
-placement, :func:`policies.solvers.milp.sequential_start`), value, bound and gap.
+The sequential MILP's table on the ``latency-inputs/`` files (start, value, bound, gap)
+is ``python bench/bench_latency.py --objectives sequential``.
 """
 from __future__ import annotations
 
@@ -122,20 +120,6 @@ def solve_rows(name: str, graph: CostGraph, plan: dict, objectives, keep: set, l
             out.append({"input": name, **r.to_dict()})
 
 
-def latency_milp_table(files: list[Path], limit: float) -> None:
-    """The sequential MILP on each latency input: a markdown row each (times in ms)."""
-    print(f"sequential MILP, {limit:g} s per input (its start included), values in ms\n")
-    print("| input | nodes | devices | start | MILP value | bound | gap | proven | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for f in files:
-        g = load_dnnpart(f)
-        r = solve(g, "sequential", "milp", time_limit=limit)
-        start = r.info.get("start_s", float("nan"))
-        print(f"| {f.parent.name}/{f.stem} | {g.num_nodes} | {g.num_devices} | "
-              f"{start * 1e3:,.1f} | {r.value * 1e3:,.1f} | {r.bound * 1e3:,.1f} | "
-              f"{r.gap:.1%} | {'yes' if r.optimal else 'no'} | {r.solve_s:.0f} |", flush=True)
-
-
 def run_models(args, keep: set, limit: float, out: list) -> None:
     """Rows of the paper models on each device set (see the module doc)."""
     from hsdag_core.coarsening import build_graph
@@ -181,14 +165,8 @@ def main() -> None:
     ap.add_argument("--refresh", action="store_true", help="record the models' profiles again")
     ap.add_argument("--methods", default="", help="comma-separated subset of methods")
     ap.add_argument("--json", type=Path, help="also write every result to this JSON file")
-    ap.add_argument("--latency-milp", action="store_true",
-                    help="only the sequential MILP on the latency inputs, as a markdown table")
     args = ap.parse_args()
     limit = args.time_limit or (10.0 if args.quick else 60.0)
-    if args.latency_milp:
-        latency_milp_table(sorted(f for f in args.bench.glob("latency-inputs/*/*.json")
-                                  if args.match in str(f)), limit)
-        return
     keep = set(filter(None, args.methods.split(",")))
     files = sorted(args.bench.glob("*-inputs/*/*.json")) if args.dnnpart else []
     if args.quick:
