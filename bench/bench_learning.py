@@ -271,7 +271,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
                 optimum, exact_ratios = None, []
                 if estimate > 0 or not exact:
                     optimum = measured_reference(model, profile, devices_of(acc), base.env.coarsen,
-                                                 base.env.objective, base.env.solver_time_limit)
+                                                 base.env.objective, base.run.solver_time_limit)
                 for method in methods:
                     ratios, curves, proven_all, by_guide, states, bests = [], [], True, [], [], []
                     for seed in seeds:

@@ -87,6 +87,20 @@ class TimingConfig:
     stage_cache: int = 64
     stage_cache_mb: float = 1024.0
 
+    def __post_init__(self) -> None:
+        """Refuse values no timing can have (a :class:`ValueError`, one sentence each)."""
+        checks = (
+            (self.repeats >= 1 and self.block >= 1, "repeats and block must be at least 1"),
+            (self.warmup >= 0 and self.threads >= 0, "warmup and threads must be 0 or more"),
+            (self.timeout_s > 0, "timeout_s must be a positive number of seconds"),
+            (0 <= self.precision < 1 and self.precision_cap_s > 0,
+             "precision must be a fraction from 0 to below 1 (0.02: +/-2%; 0: exactly repeats "
+             "blocks) and precision_cap_s a positive number of seconds"),
+        )
+        for ok, why in checks:
+            if not ok:
+                raise ValueError(why)
+
 
 @dataclass
 class Measurement:

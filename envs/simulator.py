@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple, Sequence
+from typing import Literal, Mapping, NamedTuple, Sequence, get_args
 
 import numpy as np
 
@@ -48,7 +48,9 @@ from hsdag_core.fit import violation
 
 __all__ = ["OBJECTIVES", "SimResult", "Schedule", "Simulator", "SimulatorBackend"]
 
-OBJECTIVES = ("sequential", "parallel", "throughput", "latency")
+#: what a placement's measurement minimises (:class:`Simulator` measures each)
+Objective = Literal["sequential", "parallel", "throughput", "latency"]
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence, get_args
 
 import numpy as np
 
@@ -19,7 +19,9 @@ from hsdag_core.compgraph import CompGraph, Edge, Node, from_ov_model
 
 __all__ = ["COARSENINGS", "contract", "coarsen_colocation", "coarsen_openvino", "coarsen", "build_graph"]
 
-COARSENINGS = ("none", "colocation", "openvino")
+#: graph coarsenings before learning
+Coarsening = Literal["none", "colocation", "openvino"]
+COARSENINGS: tuple[str, ...] = get_args(Coarsening)
 
 
 def contract(graph: CompGraph, assignment: Sequence[int]) -> tuple[CompGraph, np.ndarray]:

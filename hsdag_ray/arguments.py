@@ -2,25 +2,21 @@
 
 :func:`build_parser` makes a flag of every field of every section of
 :class:`TrainConfig` (``--name``, or ``--section.name`` for a name several sections
-share), with the field's own help: the string under it, or its line of the class's
-``Attributes:``. :func:`config_from_args` fills a :class:`TrainConfig` from ``--config
-run.yaml``, a resumed run's ``config.json`` and the flags, flags winning; the flags of
-earlier releases (:data:`hsdag_ray.config.RENAMED`) still parse.
+share), typed, with choices and help from the field (:mod:`hsdag_ray.flags`).
+:func:`config_from_args` fills a :class:`TrainConfig` from ``--config run.yaml``, a
+resumed run's ``config.json`` and the flags, flags winning; a renamed setting's old flag
+(:data:`hsdag_ray.config.RETIRED`) is a one-sentence error naming its new one.
 """
 from __future__ import annotations
 
 import argparse
-import ast
-import inspect
 import json
-import re
-import textwrap
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import RENAMED, SECTIONS, TrainConfig, setting_index, settings_of
+from hsdag_ray.config import RETIRED, SECTIONS, TrainConfig, flag_of, setting_index, settings_of
+from hsdag_ray.flags import Parser, add_field, field_docs, first_sentence, retire_flag
 
 __all__ = ["Command", "build_parser", "config_from_args", "field_docs", "flag_of"]
 
@@ -31,68 +27,6 @@ SHORT_SETTINGS = ("model", "method", "guide", "budget", "seed", "init", "wandb",
                   "address", "env_runners", "backend", "devices", "profile", "objective")
 #: the sections of one method's own network
 METHOD_SECTIONS = ("hsdag", "placeto", "rnn", "gdp")
-#: the value types of earlier releases' flags that take a value (the others are switches)
-OLD_VALUE_TYPES = {"gcn_layers": int, "start_logit": float, "timeout": float, "hidden_dim": int,
-                   "rnn_groups": int}
-
-
-def _first_sentence(text: str) -> str:
-    """``text`` up to the end of its first sentence (the short ``--help`` shows that)."""
-    return re.split(r"(?<!\.)\.\s+(?=[A-Z])|;\s", text, maxsplit=1)[0].rstrip(".")
-
-
-@lru_cache(maxsize=None)
-def field_docs(cls: type) -> dict[str, str]:
-    """A settings class's help per field: the string literal right under a field, else the
-    field's entry in the class docstring's ``Attributes:`` block."""
-    out = _attributes_block(cls.__doc__ or "")
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return out
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
-            out[node.target.id] = " ".join(after.value.value.split())
-    return out
-
-
-def _attributes_block(doc: str) -> dict[str, str]:
-    """The entries of a Google-style ``Attributes:`` block (``name: text``, continuation
-    lines indented deeper; ``a / b: text`` documents both)."""
-    if "Attributes:" not in doc:
-        return {}
-    out: dict[str, str] = {}
-    current: list[str] = []
-    text: list[str] = []
-    item_indent = None  # an attribute starts at this indentation; deeper lines continue one
-    for line in doc.split("Attributes:")[-1].splitlines():
-        s = line.strip()
-        if not s:
-            continue
-        indent = len(line) - len(line.lstrip())
-        item_indent = indent if item_indent is None else item_indent
-        if indent < item_indent:  # the block has ended
-            break
-        head, _, rest = s.partition(":")
-        names = [h.strip().strip("`") for h in head.split("/")]
-        if indent <= item_indent and rest and all(n.isidentifier() for n in names):
-            for n in current:
-                out[n] = " ".join(text)
-            current, text = names, [rest.strip()]
-        else:
-            text.append(s)
-    for n in current:
-        out[n] = " ".join(text)
-    return out
-
-
-def flag_of(section: str, name: str) -> str:
-    """A setting's flag: ``--name``, or ``--section.name`` when several sections have it."""
-    shared = len(setting_index().get(name, ())) > 1
-    return "--" + (f"{section}." if shared else "") + name.replace("_", "-")
 
 
 def shown_sections(method: Optional[str]) -> tuple[str, ...]:
@@ -118,7 +52,7 @@ def build_parser(help_for: Optional[Mapping[str, str]] = None,
     if short and description:  # its first paragraph and its examples
         paragraphs = description.split("\n\n")
         description = "\n\n".join([paragraphs[0]] + [p for p in paragraphs[1:] if "python -m" in p][:2])
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="python -m hsdag_ray.train", description=description,
         usage="python -m hsdag_ray.train [--config FILE] [--resume RUN_DIR] [--SETTING VALUE ...]",
         formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, max_help_position=30))
@@ -145,19 +79,18 @@ def build_parser(help_for: Optional[Mapping[str, str]] = None,
             if not shown or (short and name not in SHORT_SETTINGS):
                 text = argparse.SUPPRESS
             elif short:
-                text = _first_sentence(text)
-            _add(group, flag_of(section, name), f"{section}.{name}", default, text)
+                text = first_sentence(text)
+            add_field(group, cls, name, flag_of(section, name), f"{section}.{name}", default, text)
+    for name, where in setting_index().items():  # --hidden-dim: every section's at once
+        if len(where) > 1 and not (short or sections is not None and not set(where) & set(sections)):
+            add_field(ap, SECTIONS[where[0]], name, "--" + name.replace("_", "-"), f"all.{name}",
+                      getattr(getattr(defaults, where[0]), name),
+                      f"{name} of every section that has it ({', '.join(where)}); a "
+                      f"--section.{name.replace('_', '-')} flag wins")
     taken = {s for a in ap._actions for s in a.option_strings}
-    for old in RENAMED:  # earlier releases' flags: parsed, not listed
-        flag = "--" + old.replace("_", "-")
-        if flag in taken:  # --no-fractal: the switch's own off flag
-            continue
-        if old in OLD_VALUE_TYPES:
-            ap.add_argument(flag, dest=f"old.{old}", type=OLD_VALUE_TYPES[old], default=None,
-                            help=argparse.SUPPRESS)
-        else:
-            ap.add_argument(flag, dest=f"old.{old}", action="store_const", const=True,
-                            default=None, help=argparse.SUPPRESS)
+    for old, new in RETIRED.items():  # renamed settings' flags: an error naming the new one
+        if "--" + old.replace("_", "-") not in taken:  # --no-fractal: the switch's own off flag
+            retire_flag(ap, "--" + old.replace("_", "-"), new)
     if help_for:
         raise ValueError(f"no setting named {', '.join(help_for)}")
     return ap
@@ -165,23 +98,6 @@ def build_parser(help_for: Optional[Mapping[str, str]] = None,
 
 def _first_line(cls: type) -> str:
     return (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n    ", " ")
-
-
-def _add(group, flag: str, dest: str, default: Any, text: str) -> None:
-    """One setting's flag: on/off pairs for switches, comma-separated lists, typed values."""
-    if isinstance(default, bool):
-        group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
-                           default=None, help=text)
-        return
-    if text != argparse.SUPPRESS and not isinstance(default, (list, tuple)) and "(default" not in text:
-        shown = default if default != "" else "none"
-        text = f"{text.rstrip('.')} (default: {shown})"
-    if isinstance(default, (list, tuple)):
-        group.add_argument(flag, dest=dest, default=None, metavar="A,B",
-                           help=text if text == argparse.SUPPRESS else text + " (comma-separated)")
-        return
-    metavar = {int: "N", float: "X"}.get(type(default), dest.rsplit(".", 1)[-1].split("_")[-1].upper())
-    group.add_argument(flag, dest=dest, type=type(default), default=None, metavar=metavar, help=text)
 
 
 class Command(NamedTuple):
@@ -228,19 +144,11 @@ def _named_method(argv: Sequence[str]) -> Optional[str]:
 
 
 def given_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings the flags gave (``section.name`` -> value), an earlier release's flags
-    (:data:`hsdag_ray.config.RENAMED`) first, so a flag of the new form wins over one."""
-    old: dict[str, Any] = {}
-    new: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        section, _, name = key.partition(".")
-        if value is None or not name:
-            continue
-        if section == "old":
-            old[name] = value
-        elif section in SECTIONS:
-            new[key] = value
-    return {**old, **new}
+    """The settings the flags gave (``section.name`` -> value), a name several sections
+    share (``--hidden-dim``) first, so a ``--section.name`` flag wins over it."""
+    given = {key: value for key, value in vars(args).items() if value is not None and "." in key}
+    return {**{key.partition(".")[2]: v for key, v in given.items() if key.startswith("all.")},
+            **{key: v for key, v in given.items() if key.partition(".")[0] in SECTIONS}}
 
 
 def config_from_args(argv: Optional[Sequence[str]], description: Optional[str] = None) -> Command:

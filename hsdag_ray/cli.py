@@ -117,39 +117,23 @@ def writable_file(path, flag: str = "--out"):
     return path
 
 
-def add_timing_args(ap: argparse.ArgumentParser) -> None:
-    t = TimingConfig()
-    g = ap.add_argument_group("timing (real backends)")
-    g.add_argument("--warmup", type=int, default=t.warmup, help=f"untimed runs (default {t.warmup})")
-    g.add_argument("--repeats", type=int, default=t.repeats,
-                   help=f"the fewest timed blocks, the latency is their median (default {t.repeats})")
-    g.add_argument("--block", type=int, default=t.block, help=f"runs per timed block (default {t.block})")
-    g.add_argument("--precision", type=float, default=t.precision,
-                   help="time more blocks until the 95%% interval of the median is within this "
-                        "fraction of it, 0 = exactly --repeats blocks "
-                        f"(default {t.precision:g}, i.e. +/-{t.precision * 100:g}%%)")
-    g.add_argument("--precision-cap-s", "--precision-cap", dest="precision_cap", type=float,
-                   default=t.precision_cap_s,
-                   help="the most seconds of timed blocks per placement spent reaching "
-                        f"--precision; the result says when it stopped short (default {t.precision_cap_s:g})")
-    g.add_argument("--threads", type=int, default=t.threads,
-                   help=f"inference threads per device, 0 = plugin default (default {t.threads})")
-    g.add_argument("--timeout", type=float, default=t.timeout_s,
-                   help=f"seconds allowed per measurement (default {t.timeout_s:g})")
+def add_timing_args(ap: argparse.ArgumentParser, skip: Sequence[str] = ("validate_outputs",)) -> None:
+    """A flag of every field of :class:`envs.base.TimingConfig` but ``skip`` (the same flags
+    as ``train``'s timing section), and the old ``--timeout`` and ``--precision-cap`` as
+    errors naming their flags."""
+    from hsdag_ray.flags import add_section_args, retire_flag
+
+    add_section_args(ap, TimingConfig, "timing", "timing (real backends)", skip=skip)
+    for old, new in (("--timeout", "--timeout-s"), ("--precision-cap", "--precision-cap-s")):
+        retire_flag(ap, old, new)
 
 
 def timing_from_args(args: argparse.Namespace, validate: bool = False) -> TimingConfig:
-    for k in ("repeats", "block"):
-        if getattr(args, k) < 1:
-            raise UsageError(f"--{k} must be at least 1")
-    if args.warmup < 0 or args.threads < 0 or args.timeout <= 0:
-        raise UsageError("--warmup and --threads must be >= 0 and --timeout > 0")
-    if not 0 <= args.precision < 1 or args.precision_cap <= 0:
-        raise UsageError("--precision must be a fraction from 0 to below 1 (e.g. 0.02 for +/-2%, "
-                         "0 for exactly --repeats blocks) and --precision-cap-s a positive number of seconds")
-    return TimingConfig(warmup=args.warmup, repeats=args.repeats, block=args.block,
-                        precision=args.precision, precision_cap_s=args.precision_cap,
-                        timeout_s=args.timeout, threads=args.threads, validate_outputs=validate)
+    """The :class:`TimingConfig` of the flags :func:`add_timing_args` added (checked by the
+    class), comparing outputs when ``validate``."""
+    from hsdag_ray.flags import section_from_args
+
+    return section_from_args(args, TimingConfig, "timing", validate_outputs=validate)
 
 
 def resolve_devices(specs: Sequence[str], threads: int, backend: str = "auto",

@@ -1,12 +1,15 @@
 """The settings of a training run.
 
 :class:`TrainConfig` is the one typed config of ``python -m hsdag_ray.train``: nested
-sections (:data:`SECTIONS`), each a dataclass whose fields carry their own help, checked
-by :meth:`TrainConfig.validate`. :meth:`TrainConfig.with_settings` reads settings nested
-by section (a YAML file, a run's ``config.json``) or flat by name (each name belongs to one
-section; the few that several sections share are written ``section.name``), and still
-reads the flat names of earlier releases (:data:`RENAMED`). :mod:`hsdag_ray.arguments`
-makes the command line from the same fields.
+sections (:data:`SECTIONS`), each a settings class whose fields carry their own type and
+help: the library's own classes (the environment's :class:`envs.env_config.EnvConfig`,
+:class:`envs.base.TimingConfig`, :class:`hsdag_core.features.FeatureConfig`, each learned
+method's network config) and the run's own (:mod:`hsdag_ray.settings`). The types check
+the choices (:func:`hsdag_ray.flags.choice_error`); :meth:`TrainConfig.validate` checks
+what they cannot say. :meth:`TrainConfig.with_settings` reads settings nested by section
+(a YAML file, a run's ``config.json``) or flat by name (a name several sections share,
+``hidden_dim``, sets it in each; ``section.name`` sets one).
+:mod:`hsdag_ray.arguments` makes the command line from the same fields.
 """
 from __future__ import annotations
 
@@ -16,28 +19,44 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from envs.base import TimingConfig
+from envs.env_config import EnvConfig, backend_choices
 from hsdag_core.features import FeatureConfig
 from hsdag_ray.cli import UsageError, read_yaml_mapping
-from hsdag_ray.settings import AidSettings, EnvSettings, LearningSettings, RunSettings
+from hsdag_ray.flags import choice_error, settings_of
+from hsdag_ray.settings import ALGOS, AidSettings, LearningSettings, RunSettings
 from policies.gdp.config import GDPConfig
 from policies.hsdag.config import HSDAGConfig
 from policies.placeto.config import PlacetoConfig
 from policies.rnn.config import RNNPlacerConfig
 
-__all__ = ["TrainConfig", "SECTIONS", "RENAMED", "MEASURE_RESOURCE", "backend_choices", "ALGOS",
-           "settings_of", "setting_index", "expand"]
+__all__ = ["TrainConfig", "SECTIONS", "RUN_DEFAULTS", "RETIRED", "MEASURE_RESOURCE",
+           "backend_choices", "ALGOS", "settings_of", "setting_index", "flag_of", "expand"]
 
 
 #: the custom Ray resource a measuring machine advertises once (one measurement at a time)
 MEASURE_RESOURCE = "measure_slot"
 
-def backend_choices() -> tuple[str, ...]:
-    """``--backend``'s choices: ``default`` and every registered backend."""
-    from envs.backends import BACKENDS
+#: the run's sections: name -> settings class (``--help`` groups by them, YAML nests by
+#: them); a subclass put here in place of a class adds its fields to every command line,
+#: YAML file and run folder
+SECTIONS: dict[str, type] = {
+    "run": RunSettings, "env": EnvConfig, "timing": TimingConfig, "features": FeatureConfig,
+    "learning": LearningSettings, "aids": AidSettings, "hsdag": HSDAGConfig,
+    "placeto": PlacetoConfig, "rnn": RNNPlacerConfig, "gdp": GDPConfig,
+}
+#: where a training run's defaults differ from a library class's own
+RUN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "env": {"backend": "default"}, "timing": {"repeats": 5}, "hsdag": {"incumbent_prior": -1.0},
+}
+#: flat names of settings since renamed -> the flag that replaced them (for the error)
+RETIRED = {"gcn_layers": "--num-gcn-layers", "start_logit": "--prior-logit",
+           "timeout": "--timeout-s", "precision_cap": "--precision-cap-s",
+           "relative_features": "--relative", "rnn_groups": "--grouper and --num-groups",
+           **{f"no_{n}": f"--no-{n} ({n}: false)" for n in ("fractal", "shape", "op_type", "degree", "cost")}}
 
-    return ("default",) + tuple(BACKENDS)
 
-ALGOS = ("reinforce", "ppo")
+def _section(name: str):
+    return field(default_factory=lambda: SECTIONS[name](**RUN_DEFAULTS.get(name, {})))
 
 
 @dataclass(frozen=True)
@@ -45,16 +64,16 @@ class TrainConfig:
     """One training run, by section. The command line and a YAML file (``--config``,
     nested by section or flat) fill it; each section's fields say what they do."""
 
-    run: RunSettings = field(default_factory=RunSettings)
-    env: EnvSettings = field(default_factory=EnvSettings)
-    timing: TimingConfig = field(default_factory=lambda: TimingConfig(repeats=5))
-    features: FeatureConfig = field(default_factory=FeatureConfig)
-    learning: LearningSettings = field(default_factory=LearningSettings)
-    aids: AidSettings = field(default_factory=AidSettings)
-    hsdag: HSDAGConfig = field(default_factory=lambda: HSDAGConfig(incumbent_prior=-1.0))
-    placeto: PlacetoConfig = field(default_factory=PlacetoConfig)
-    rnn: RNNPlacerConfig = field(default_factory=RNNPlacerConfig)
-    gdp: GDPConfig = field(default_factory=GDPConfig)
+    run: RunSettings = _section("run")
+    env: EnvConfig = _section("env")
+    timing: TimingConfig = _section("timing")
+    features: FeatureConfig = _section("features")
+    learning: LearningSettings = _section("learning")
+    aids: AidSettings = _section("aids")
+    hsdag: HSDAGConfig = _section("hsdag")
+    placeto: PlacetoConfig = _section("placeto")
+    rnn: RNNPlacerConfig = _section("rnn")
+    gdp: GDPConfig = _section("gdp")
 
     @classmethod
     def of(cls, **settings: Any) -> "TrainConfig":
@@ -67,23 +86,20 @@ class TrainConfig:
 
     def with_settings(self, values: Mapping[str, Any], source: str = "the settings") -> "TrainConfig":
         """This config with ``values`` changed: sections as mappings (``{"learning": {"lr":
-        0.01}}``), ``section.name`` keys or flat names, old names (:data:`RENAMED`) among
-        them. A name no section has, or a value its section refuses, is a
-        :class:`UsageError` naming ``source``."""
+        0.01}}``), ``section.name`` keys or flat names. A name no section has, or a value
+        its section's types or checks refuse, is a :class:`UsageError` naming ``source``."""
         updates: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
             if key in SECTIONS and isinstance(value, Mapping):
                 own = settings_of(SECTIONS[key])
-                wrong = [k for k in value if k not in own and k not in RENAMED]
+                wrong = [k for k in value if k not in own]
                 if wrong:
                     where = setting_index().get(wrong[0])
                     raise UsageError(
                         f"{wrong[0]!r} in section {key!r} of {source} is not a {key} setting"
                         + (f"; it is a {' or '.join(where)} setting" if where else "")
                         + f" ({key}'s settings are {', '.join(own)})")
-                items = [(f"{key}.{k}" if k in own else k, v) for k, v in value.items()]
-            elif key in OLD_SECTIONS and isinstance(value, Mapping):
-                items = list(value.items())
+                items = [(f"{key}.{k}", v) for k, v in value.items()]
             else:
                 items = [(key, value)]
             for k, v in items:
@@ -101,6 +117,10 @@ class TrainConfig:
                 changed[section] = dataclasses.replace(getattr(self, section), **kw)
             except (TypeError, ValueError) as e:
                 raise UsageError(f"bad {section} setting in {source}: {e}") from None
+            wrong = choice_error(SECTIONS[section], changed[section],
+                                 lambda name, s=section: flag_of(s, name))
+            if wrong:
+                raise UsageError(f"{wrong} (in {source})")
         return dataclasses.replace(self, **changed)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,77 +129,44 @@ class TrainConfig:
                 for name, cls in SECTIONS.items()}
 
     def validate(self) -> None:
+        """Refuse what the settings' types cannot: ranges, settings that need another, and
+        files that are not there (a :class:`UsageError`, one sentence each)."""
         from envs.backends import BACKENDS, objective_error
-        from envs.env_config import MEMORY_PENALTIES, REWARDS
-        from envs.simulator import OBJECTIVES
-        from hsdag_core.coarsening import COARSENINGS
-        from policies.registry import METHODS
-        from policies.advantages import ADVANTAGES
 
-        run, env, learn, aids, t = self.run, self.env, self.learning, self.aids, self.timing
-        unmeasured = objective_error(env.backend, env.objective) if env.backend in BACKENDS else ""
+        run, env, learn, aids = self.run, self.env, self.learning, self.aids
         checks = [
-            (run.method in METHODS,
-             f"unknown method {run.method!r}; choose one of {', '.join(METHODS)}"),
-            (learn.algo in ALGOS + ("",),
-             f"unknown algo {learn.algo!r}; choose {' or '.join(ALGOS)}"),
-            (env.backend in backend_choices(),
-             f"unknown backend {env.backend!r}; choose one of {', '.join(backend_choices())}"),
-            (env.objective in OBJECTIVES,
-             f"unknown objective {env.objective!r}; choose one of {', '.join(OBJECTIVES)}"),
-            (not unmeasured, unmeasured),
-            (env.coarsen in COARSENINGS,
-             f"unknown coarsening {env.coarsen!r}; choose one of {', '.join(COARSENINGS)}"),
-            (learn.advantages in ADVANTAGES,
-             f"unknown advantages {learn.advantages!r}; choose one of {', '.join(ADVANTAGES)}"),
-            (learn.entropy_coeff >= 0, "entropy_coeff must be 0 or more"),
-            (learn.stall_patience >= 0 and learn.stall_entropy >= 0,
-             "stall_patience and stall_entropy must be 0 or more"),
-            (0 < learn.stall_shrink <= 1, "stall_shrink must be above 0 and at most 1"),
-            (learn.replay_episodes >= 0 and learn.num_epochs >= 1,
-             "replay_episodes must be 0 or more and num_epochs at least 1"),
-            (learn.replay in ("elite", "recent"), "replay must be elite or recent"),
-            (learn.start in ("uniform", "best_single"), "start must be uniform or best_single"),
-            (learn.reward in REWARDS + ("",),
-             f"unknown reward {learn.reward!r}; choose one of {', '.join(REWARDS)}"),
-            (env.memory_penalty in MEMORY_PENALTIES, "memory_penalty must be graded, flat or repair"),
-            (run.wandb in ("offline", "online", "disabled"), "wandb must be offline, online or disabled"),
-            (run.budget >= 1 or (run.budget == 0 and bool(run.init)),
-             "budget must be at least 1 placement (0 places zero-shot with --init CHECKPOINT)"),
-            (0 <= run.init_soften <= 1, "init_soften must be at most 1 (0: the method's own, 1: off)"),
-            (run.init_soften in (0, 1) or bool(run.init),
-             "init_soften spreads a pre-trained policy: pass --init CHECKPOINT with it"),
-            (run.budget_unit in ("placements", "measurements"),
-             "budget_unit must be placements or measurements"),
-            (run.zero_shot_samples >= 1, "zero_shot_samples must be at least 1"),
-            (aids.screen >= 0, "screen must be 0 (off) or a number of standard deviations"),
-            (aids.imitate_steps >= 0, "imitate_steps must be 0 (off) or a number of steps"),
-            (aids.refit_every == 0 or aids.refit_every >= 2,
-             "refit_every must be 0 (off) or at least 2 placements per refit proposal"),
-            (aids.neighbour_every in (-1, 0) or aids.neighbour_every >= 2,
-             "neighbour_every must be -1 (auto), 0 (off) or at least 2 placements per neighbour"),
-            (aids.neighbour_order in ("profile", "random"),
-             f"unknown neighbour_order {aids.neighbour_order!r}; choose profile or random"),
-            (learn.episode_len >= 1 and learn.episodes_per_iteration >= 1,
-             "episode_len and episodes_per_iteration must be at least 1"),
-            (run.env_runners >= 0, "env_runners must be 0 or more"),
-            (learn.lr > 0, "lr must be positive"),
-            (run.checkpoint_every >= 1, "checkpoint_every must be at least 1"),
-            (run.torch_threads >= 1, "torch_threads must be at least 1"),
-            (env.sim_delay_s >= 0, "sim_delay_s must be 0 or more"),
-            (0 < aids.incumbent_share <= 1, "incumbent_share must be above 0 and at most 1"),
-            (aids.exact_start in ("auto", "on", "off"), "exact_start must be auto, on or off"),
-            (env.remeasure_rounds >= 1 and env.solver_time_limit > 0,
-             "remeasure_rounds must be at least 1 and solver_time_limit positive"),
-            (t.repeats >= 1 and t.threads >= 0 and t.timeout_s > 0,
-             "repeats must be >= 1, threads >= 0 and timeout_s > 0"),
-            (0 <= t.precision < 1 and t.precision_cap_s > 0,
-             "precision must be a fraction from 0 to below 1 (0.02: +/-2%; 0: exactly repeats "
-             "blocks) and precision_cap_s a positive number of seconds"),
+            (objective_error(env.backend, env.objective) if env.backend in BACKENDS else ""),
+            env.range_error(),
+            "" if learn.entropy_coeff >= 0 else "entropy_coeff must be 0 or more",
+            "" if learn.stall_patience >= 0 and learn.stall_entropy >= 0 else
+            "stall_patience and stall_entropy must be 0 or more",
+            "" if 0 < learn.stall_shrink <= 1 else "stall_shrink must be above 0 and at most 1",
+            "" if learn.replay_episodes >= 0 and learn.num_epochs >= 1 else
+            "replay_episodes must be 0 or more and num_epochs at least 1",
+            "" if learn.episode_len >= 1 and learn.episodes_per_iteration >= 1 else
+            "episode_len and episodes_per_iteration must be at least 1",
+            "" if learn.lr > 0 else "lr must be positive",
+            "" if run.budget >= 1 or (run.budget == 0 and bool(run.init)) else
+            "budget must be at least 1 placement (0 places zero-shot with --init CHECKPOINT)",
+            "" if 0 <= run.init_soften <= 1 else
+            "init_soften must be at most 1 (0: the method's own, 1: off)",
+            "" if run.init_soften in (0, 1) or bool(run.init) else
+            "init_soften spreads a pre-trained policy: pass --init CHECKPOINT with it",
+            "" if run.zero_shot_samples >= 1 else "zero_shot_samples must be at least 1",
+            "" if run.env_runners >= 0 else "env_runners must be 0 or more",
+            "" if run.checkpoint_every >= 1 and run.torch_threads >= 1 else
+            "checkpoint_every and torch_threads must be at least 1",
+            "" if run.remeasure_rounds >= 1 and run.solver_time_limit > 0 else
+            "remeasure_rounds must be at least 1 and solver_time_limit positive",
+            "" if aids.imitate_steps >= 0 else "imitate_steps must be 0 (off) or a number of steps",
+            "" if aids.refit_every == 0 or aids.refit_every >= 2 else
+            "refit_every must be 0 (off) or at least 2 placements per refit proposal",
+            "" if aids.neighbour_every in (-1, 0) or aids.neighbour_every >= 2 else
+            "neighbour_every must be -1 (auto), 0 (off) or at least 2 placements per neighbour",
         ]
-        for ok, msg in checks:
-            if not ok:
-                raise UsageError(msg)
+        why = next((c for c in checks if c), "")
+        if why:
+            raise UsageError(why)
         if run.init and not Path(run.init).exists():
             raise UsageError(f"pre-trained checkpoint {run.init} does not exist; pass the folder "
                              "python -m hsdag_ray.pretrain printed")
@@ -216,18 +203,6 @@ class TrainConfig:
         return cls().with_settings(read_yaml_mapping(path, "config file"), source=str(path))
 
 
-#: the run's sections: name -> settings class (``--help`` groups by them, YAML nests by them)
-SECTIONS: dict[str, type] = {f.name: f.default_factory().__class__ for f in fields(TrainConfig)}
-#: section names of earlier releases (their settings are read flat)
-OLD_SECTIONS = ("run details", "guide")
-
-
-def settings_of(cls: type) -> tuple[str, ...]:
-    """The settings of a section class: its fields, less those the run sets itself
-    (``metadata={"setting": False}``)."""
-    return tuple(f.name for f in fields(cls) if f.metadata.get("setting", True))
-
-
 def setting_index() -> dict[str, tuple[str, ...]]:
     """Every setting's name -> the sections that have it (one, but for ``hidden_dim``)."""
     index: dict[str, tuple[str, ...]] = {}
@@ -237,41 +212,26 @@ def setting_index() -> dict[str, tuple[str, ...]]:
     return index
 
 
+def flag_of(section: str, name: str) -> str:
+    """A setting's flag: ``--name``, or ``--section.name`` when several sections have it."""
+    shared = len(setting_index().get(name, ())) > 1
+    return "--" + (f"{section}." if shared else "") + name.replace("_", "-")
+
+
 def expand(key: str, value: Any, source: str = "the settings") -> list[tuple[str, str, Any]]:
     """What setting ``key`` = ``value`` sets, as ``(section, name, value)``: ``key`` is
-    ``section.name``, a name one section has, or an earlier release's (:data:`RENAMED`);
-    anything else is a :class:`UsageError` naming ``source``."""
+    ``section.name``, or a name, which sets it in every section that has it; anything else (a renamed setting's old name
+    among them, :data:`RETIRED`) is a :class:`UsageError` naming ``source``."""
     index = setting_index()
-    if key in RENAMED:
-        return RENAMED[key](value)
     if "." in key and key.split(".", 1)[0] in SECTIONS:
         section, name = key.split(".", 1)
         if name not in settings_of(SECTIONS[section]):
             raise UsageError(f"{name!r} is not a {section} setting (in {source}); its "
                              f"settings are {', '.join(settings_of(SECTIONS[section]))}")
         return [(section, name, value)]
-    if len(index.get(key, ())) == 1:
-        return [(index[key][0], key, value)]
-    if key in index:
-        raise UsageError(f"{key!r} in {source} is a setting of several sections; write "
-                         + " or ".join(f"{s}.{key}" for s in index[key]))
+    if key in index:  # a name several sections share (hidden_dim) sets it in each
+        return [(section, key, value) for section in index[key]]
+    if key in RETIRED:
+        raise UsageError(f"{key!r} in {source} was renamed; it is now {RETIRED[key]}")
     raise UsageError(f"unknown setting {key!r} in {source}; settings are the long options of "
                      "--help without dashes (or section.name)")
-
-
-def _renamed(section: str, name: str, convert=lambda v: v):
-    return lambda v: [(section, name, convert(v))]
-
-
-#: flat names of earlier releases -> what they set now (old YAML files, flags and run
-#: folders keep working)
-RENAMED = {
-    "gcn_layers": _renamed("hsdag", "num_gcn_layers"),
-    "start_logit": _renamed("hsdag", "prior_logit"),
-    "timeout": _renamed("timing", "timeout_s"),
-    "relative_features": _renamed("features", "relative"),
-    **{f"no_{n}": _renamed("features", n, lambda v: not v)
-       for n in ("fractal", "shape", "op_type", "degree", "cost")},
-    "hidden_dim": lambda v: [(s, "hidden_dim", v) for s in ("hsdag", "placeto", "rnn", "gdp")],
-    "rnn_groups": lambda v: [("rnn", "grouper", int(v) > 0), ("rnn", "num_groups", max(1, int(v)))],
-}

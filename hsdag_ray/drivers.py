@@ -212,7 +212,7 @@ class SolverDriver:
                                          tracked=True)
         # checked by train before (hsdag_ray.resolve.unmet_needs): a profile of every device
         self.placement = load(method.run)(profile_costs(env), cfg.env.objective,
-                                          time_limit=cfg.env.solver_time_limit)
+                                          time_limit=cfg.run.solver_time_limit)
 
     @property
     def handle(self):

@@ -100,7 +100,7 @@ def _settings(method: str, budget: int, seed: int, objective: str, settings: Opt
     cfg.validate()
     off = {"guide": cfg.run.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.aids.etf_start,
            "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.aids.refit_every > 0,
-           "screen": cfg.aids.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile),
+           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile),
            "algo": cfg.learning.algo not in ("", "reinforce")}
     on = [name for name, value in off.items() if value]
     if on:
@@ -152,7 +152,7 @@ def _run_hsdag(cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostG
             return x
         obs = x.copy()
         obs[:, -len(devices):] = 0.0
-        if cfg.aids.incumbent_share >= 1 or wander.random() < cfg.aids.incumbent_share:
+        if cfg.env.incumbent_share >= 1 or wander.random() < cfg.env.incumbent_share:
             p = incumbent(measurer.store.best(), start, devices, singles, n)
             if p is not None:
                 obs[np.arange(n), x.shape[1] - len(devices) + p] = 1.0
@@ -200,7 +200,7 @@ def _run_solver(method, cfg, measurer: _Measurer, costs: CostGraph) -> dict[str,
     """A solver's placement of the costs, as :class:`hsdag_ray.drivers.SolverDriver` runs it."""
     from policies.registry import load
 
-    placement = load(method.run)(costs, cfg.env.objective, time_limit=cfg.env.solver_time_limit)
+    placement = load(method.run)(costs, cfg.env.objective, time_limit=cfg.run.solver_time_limit)
     if placement is None:
         raise RuntimeError(f"method {method.name} found no placement for the {cfg.env.objective} "
                            "objective on the costs; use another method or objective")

@@ -10,7 +10,6 @@ environment from.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -205,7 +204,7 @@ def screen_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dic
     """What ``--screen`` lacks in the run, in one sentence ("" when nothing or off)."""
     from policies.registry import get
 
-    if cfg.aids.screen <= 0:
+    if cfg.env.screen <= 0:
         return ""
     if get(cfg.run.method).costs:
         return (f"--method {cfg.run.method} proposes its latency model's own optimum, so there is "
@@ -373,22 +372,16 @@ def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
                store: str) -> dict[str, Any]:
-    """The environment's settings (:class:`envs.env_config.EnvConfig` as a mapping): every
-    field of it that a section of the run has under the same name, the run's sections
-    ``timing`` and ``features`` as they are, and what the run resolved (the backend, the
-    devices, the profiles, the reward, whether the incumbent is read and suggestions
-    queued)."""
-    from envs.env_config import EnvConfig
-
-    env_names = {f.name for f in dataclasses.fields(EnvConfig)}
-    shared = {name: getattr(getattr(cfg, section), name)
-              for section in ("run", "env", "learning", "aids")
-              for name in (f.name for f in dataclasses.fields(getattr(cfg, section)))
-              if name in env_names}
-    return {**shared, "backend": backend, "devices": devices, "profile": profile,
-            "reward": reward_of_run(cfg), "features": asdict(cfg.features),
-            "timing": asdict(cfg.timing), "store": store, "incumbent": reads_incumbent(cfg),
-            "sim_profile": _profile_json(cfg.env.sim_profile), "suggestions": guide_of(cfg) is not None}
+    """The environment's settings (:class:`envs.env_config.EnvConfig` as a mapping): the
+    run's ``env`` section with what the run resolved (the backend, the devices, the
+    profiles, the reward, whether the incumbent is read and suggestions queued) and what
+    other sections say (the model, the episode length, ``timing`` and ``features``)."""
+    return dataclasses.replace(
+        cfg.env, backend=backend, devices=tuple(devices), profile=profile,
+        sim_profile=_profile_json(cfg.env.sim_profile), incumbent=reads_incumbent(cfg),
+        model=cfg.run.model, input_shape=cfg.run.input_shape, reward=reward_of_run(cfg),
+        episode_len=cfg.learning.episode_len, features=cfg.features, timing=cfg.timing,
+        store=store, suggestions=guide_of(cfg) is not None).to_dict()
 
 
 def _profile_json(path: str) -> Optional[dict]:

@@ -34,7 +34,7 @@ def measure_start(cfg, cfg_run, ckpt, method, env_cfg: dict, real: bool, resourc
         try:
             if not known:
                 baselines = compute_baselines(service, env, cfg.env.objective, say,
-                                              time_limit=cfg.env.solver_time_limit)
+                                              time_limit=cfg.run.solver_time_limit)
             if first and cfg.run.init:
                 _measure_first(cfg_run, ckpt, method, env_cfg, real, service, env,
                                baselines.single_devices(), say)

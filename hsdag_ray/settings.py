@@ -1,18 +1,30 @@
 """The sections of a training run's settings that belong to no library class.
 
 :class:`hsdag_ray.config.TrainConfig` nests these beside the library's own settings
-classes (:class:`envs.base.TimingConfig`, :class:`hsdag_core.features.FeatureConfig`
-and each learned method's network config). Each field's help is the string right under
+classes (:class:`envs.env_config.EnvConfig`, :class:`envs.base.TimingConfig`,
+:class:`hsdag_core.features.FeatureConfig` and each learned method's network config). Each field's help is the string right under
 it: ``--help``, the flags and the YAML keys are built from the fields
-(:mod:`hsdag_ray.arguments`).
+(:mod:`hsdag_ray.flags`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-from envs.env_config import EnvConfig
+from envs.env_config import Reward
+from policies.advantages import Advantage, Replay
 
-__all__ = ["RunSettings", "EnvSettings", "LearningSettings", "AidSettings"]
+__all__ = ["RunSettings", "LearningSettings", "AidSettings", "ALGOS"]
+
+Algo = Literal["reinforce", "ppo"]
+#: how a learned method updates its policy (``--algo``)
+ALGOS: tuple[str, ...] = get_args(Algo)
+
+
+def _methods() -> tuple[str, ...]:
+    from policies.registry import METHODS
+
+    return tuple(METHODS)
 
 
 @dataclass(frozen=True)
@@ -26,7 +38,7 @@ class RunSettings:
     input_shape: str = ""
     """static input shape(s) of a dynamic file model, e.g. 1,3,224,224 or
     input_ids:1,128;attention_mask:1,128."""
-    method: str = "hsdag"
+    method: str = field(default="hsdag", metadata={"choices": _methods})
     """placement method, one of those ``--help`` lists at its end; a learned method runs as
     its paper specifies unless ``guide`` is on."""
     guide: bool = False
@@ -41,7 +53,7 @@ class RunSettings:
     the cache (the paper: about 500); training stops after the iteration that reaches it,
     so it rounds up to whole iterations (episode_len x episodes_per_iteration placements
     each)."""
-    budget_unit: str = "placements"
+    budget_unit: Literal["placements", "measurements"] = "placements"
     """what the budget counts: placements (proposed, the default) or measurements (new
     placements measured; a proposal the cache answers costs nothing), then at most 5x the
     budget in placements proposed (and with --screen 10x in placements screened)."""
@@ -64,7 +76,7 @@ class RunSettings:
     """with --budget 0, placements measured: the policy's greedy one, plus this many minus
     one sampled from it (a sample that overflows is drawn again, up to 10 draws per sample
     and 10 misses in a row, then repaired)."""
-    wandb: str = "offline"
+    wandb: Literal["offline", "online", "disabled"] = "offline"
     """offline, online or disabled."""
     wandb_project: str = "hsdag_ray"
     """W&B project name."""
@@ -82,52 +94,6 @@ class RunSettings:
     """threads of every torch process (driver, learner, EnvRunners); more than one on a
     small machine shared with Ray and OpenVINO makes each update many times slower
     (threads spin waiting for each other)."""
-
-
-@dataclass(frozen=True)
-class EnvSettings:
-    """Where placements are measured and how a measurement becomes a reward."""
-
-    backend: str = "default"
-    """``default`` (real OpenVINO devices when the machine has two, else the simulator) or a
-    registered backend: ``simulator``, ``auto``, ``hetero``, ``pipeline`` (OpenVINO) or
-    ``torch`` (PyTorch devices, NVIDIA GPUs among them)."""
-    devices: tuple[str, ...] = ()
-    """device names; empty = chosen with the backend."""
-    profile: str = ""
-    """profile JSON: the simulator's costs (empty = record the local CPU and model an
-    accelerator); with a real backend, the costs the exact solver's placement is computed
-    on before it is measured."""
-    sim_profile: str = ""
-    """with --backend simulator, a profile JSON the simulator measures with, playing the
-    real machine, while --profile stays what the run knows (node features, the memory
-    repair, the start, the exact solver's placement); e.g. a profile whose op times are
-    off, to see how a method does when its profile is wrong, as a recorded one is on a real
-    machine (empty = the simulator measures with --profile)."""
-    objective: str = EnvConfig.objective
-    """what is minimised: sequential (the latency of one inference), throughput (a
-    pipeline's time per sample: the simulator and the torch backend measure it) or parallel
-    (independent stages at once: the simulator)."""
-    coarsen: str = EnvConfig.coarsen
-    """graph coarsening before learning: none, colocation, openvino."""
-    failure_factor: float = EnvConfig.failure_factor
-    """a failed placement counts as this many times the reference latency."""
-    memory_penalty: str = EnvConfig.memory_penalty
-    """repair (the default: a placement the profile says overflows is not measured; its
-    repair, the cheapest set of nodes moved off the full device to one with room, is
-    measured and rewarded instead, see hsdag_core/fit.py; without a profile of every
-    device, graded), graded (a placement over a device's memory counts as failure_factor x
-    (1 + the fraction it is over) times the reference, so a batch that all overflows still
-    says which placements are closer to fitting), or flat."""
-    incumbent: bool = EnvConfig.incumbent
-    """the run's best placement so far (or the fastest single device, until a measured
-    placement beats it) becomes node features (one-hot device, refreshed at every
-    episode's start), so the policy can learn to place relative to it (see
-    envs/placement_env.py)."""
-    sim_delay_s: float = EnvConfig.sim_delay_s
-    """with the simulator, seconds every measurement takes, as on a real device (0 =
-    instant); above 0 the run measures on measuring machines as a real one does (scaling
-    benchmarks, multi-machine tests)."""
     remeasure_rounds: int = 5
     """with a real backend, the run's best few placements and every baseline are timed
     again this many interleaved rounds at the end, and every reported figure is a
@@ -141,20 +107,20 @@ class EnvSettings:
 class LearningSettings:
     """How a learned method updates its policy (REINFORCE or PPO)."""
 
-    algo: str = ""
+    algo: Literal["", Algo] = ""
     """``reinforce`` (the paper's) or ``ppo``; empty = the method's own."""
-    reward: str = ""
+    reward: Literal["", Reward] = ""
     """inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the RNN
     placer's); empty = the method's own."""
     lr: float = 1e-3
     """Adam learning rate (HSDAG's paper: 1e-3)."""
     entropy_coeff: float = 0.01
     """entropy bonus weight (keeps the policy moving when a whole batch fails)."""
-    advantages: str = "centered"
+    advantages: Advantage = "centered"
     """how REINFORCE weighs each placement: centered (the reward minus the batch mean, a
     plain REINFORCE baseline), normalized (also over the batch's standard deviation), rank
     (centred ranks: fitness shaping) or elite (the cross-entropy method's top quarter)."""
-    episode_len: int = EnvConfig.episode_len
+    episode_len: int = 20
     """placements per episode (HSDAG's paper: 20)."""
     episodes_per_iteration: int = 1
     """episodes per policy update."""
@@ -163,7 +129,7 @@ class LearningSettings:
     replay_episodes: int = 0
     """earlier episodes every update also trains on, ranked with the new ones (measured
     placements re-used at no measurement cost; 0 = off)."""
-    replay: str = "elite"
+    replay: Replay = "elite"
     """which earlier episodes: elite (those with the best placements) or recent."""
     stall_patience: int = 0
     """updates without a new best placement after which the entropy bonus weight becomes
@@ -174,7 +140,7 @@ class LearningSettings:
     """below 1, a stalled run also scales HSDAG's placer and move head output layers by
     this factor (the placement distribution spreads again, keeping its preferences), then
     counts stalled updates afresh."""
-    start: str = "uniform"
+    start: Literal["uniform", "best_single"] = "uniform"
     """where sampling starts: uniform (every device equally likely, the paper) or
     best_single (the fastest single device's logit starts HSDAG's prior_logit above the
     others' in every group)."""
@@ -185,7 +151,7 @@ class AidSettings:
     """The details of the project's search aids (``--guide`` switches them on together),
     open to every method alike; every table says which rows had them."""
 
-    exact_start: str = "auto"
+    exact_start: Literal["auto", "on", "off"] = "auto"
     """on: measure the exact solver's placement on the run's profile (for the parallel
     objective HEFT's) as the run's first placement, counted in the budget; off: not; auto:
     with guide."""
@@ -200,7 +166,7 @@ class AidSettings:
     ends of an edge) as the run's own, counted in the budget
     (policies/search/neighbour_guide.py); -1: 10 with guide unless refit_every is set,
     else 0."""
-    neighbour_order: str = "profile"
+    neighbour_order: Literal["profile", "random"] = "profile"
     """profile (the default: with a profile of every device, at each new best first the
     exact optimum of the profile refitted to the run's measurements, then the neighbours it
     estimates fastest first, those it says do not fit left out and a single change that
@@ -218,15 +184,3 @@ class AidSettings:
     profile refitted to the run's measurements) as the run's own, counted in the budget
     (policies/search/refit_guide.py; needs a profile of every device and the sequential
     objective)."""
-    screen: float = EnvConfig.screen
-    """0 (off), or do not measure a new placement the run's latency model (the profile
-    refitted to the run's measurements, as --method refit fits it) says is slower than the
-    run's best by more than this many standard deviations of the prediction; such a
-    placement is rewarded as predicted and counted as screened, not measured (needs a
-    profile of every device and the sequential objective; not with --method refit, which
-    proposes the model's own optimum)."""
-    incumbent_share: float = EnvConfig.incumbent_share
-    """the share of episodes that see the incumbent; the others are sampled without it
-    (with incumbent_prior: from the policy's own logits), so a run settled around its
-    incumbent still wanders (1 = every episode)."""
-

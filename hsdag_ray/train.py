@@ -402,7 +402,7 @@ def _finish(cfg_run: TrainConfig, run_dir: Run, driver, store, state: dict[str, 
     if real:
         service = measuring_service(env_cfg, real, resources)
         try:
-            remeasured = remeasure_result(service, store, baselines, cfg_run.env.remeasure_rounds, say)
+            remeasured = remeasure_result(service, store, baselines, cfg_run.run.remeasure_rounds, say)
         finally:
             release(service)
     return finish(cfg_run, run_dir, env, store, state, baselines, remeasured, say)

@@ -6,7 +6,7 @@ before a run starts.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     import torch
@@ -14,11 +14,13 @@ if TYPE_CHECKING:
 __all__ = ["ADVANTAGES", "ELITE_FRACTION", "REPLAYS", "advantages"]
 
 #: advantage estimators of :func:`advantages` (described in :mod:`policies.reinforce`)
-ADVANTAGES = ("rank", "normalized", "centered", "elite")
+Advantage = Literal["rank", "normalized", "centered", "elite"]
+ADVANTAGES: tuple[str, ...] = get_args(Advantage)
 #: the fraction of a batch that ``"elite"`` advantages train on
 ELITE_FRACTION = 0.25
 #: which earlier episodes an update replays (described in :mod:`policies.reinforce`)
-REPLAYS = ("elite", "recent")
+Replay = Literal["elite", "recent"]
+REPLAYS: tuple[str, ...] = get_args(Replay)
 
 
 def _centred_ranks(values: torch.Tensor) -> torch.Tensor:

@@ -122,4 +122,4 @@ def test_precision_is_a_flag_of_every_timing_command_and_a_yaml_setting(tmp_path
     assert TimingConfig().precision == 0.02
     assert run(measure.main, ["--model", "tiny_cnn", "--precision", "2"]) == 2
     err = capsys.readouterr().err
-    assert "--precision must be a fraction" in err and len(err.strip().splitlines()) == 1
+    assert "precision must be a fraction" in err and len(err.strip().splitlines()) == 1

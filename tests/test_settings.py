@@ -1,4 +1,5 @@
-"""A run's settings, nested by section: flags, YAML files and run folders, new and old."""
+"""A run's settings, nested by section: flags, YAML files and run folders; a renamed
+setting's old name is a one-sentence error naming the new one."""
 import json
 import subprocess
 import sys
@@ -7,7 +8,7 @@ import pytest
 
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import RENAMED, SECTIONS, TrainConfig, settings_of
+from hsdag_ray.config import SECTIONS, TrainConfig, settings_of
 
 
 def test_the_settings_round_trip_through_config_json():
@@ -22,32 +23,46 @@ def test_the_settings_round_trip_through_config_json():
         {s: set(settings_of(cls)) for s, cls in SECTIONS.items()}
 
 
-def test_a_run_folder_of_an_earlier_release_resumes(tmp_path):
-    """An earlier release wrote config.json flat, with names since renamed; it still loads."""
-    old = {"model": "tiny_cnn", "method": "rnn", "backend": "simulator", "budget": 40,
-           "hidden_dim": 32, "gcn_layers": 3, "start_logit": 1.5, "timeout": 60.0,
-           "rnn_groups": 8, "no_cost": True, "no_fractal": False, "relative_features": True,
-           "incumbent_prior": -1.0, "guide": False, "exact_start": "auto", "devices": ["CPU", "GPU_MODEL"]}
+def test_a_renamed_setting_names_its_new_flag_in_a_run_folder_yaml_and_flags(tmp_path):
+    old = {"model": "tiny_cnn", "method": "rnn", "gcn_layers": 3}
     (tmp_path / "config.json").write_text(json.dumps({"train": old, "resolved": {}}))
-    cfg = config_from_args(["--resume", str(tmp_path)]).cfg
-    assert (cfg.run.model, cfg.run.method, cfg.run.budget) == ("tiny_cnn", "rnn", 40)
-    assert cfg.hsdag.num_gcn_layers == 3 and cfg.hsdag.prior_logit == 1.5
-    assert cfg.timing.timeout_s == 60.0
-    assert cfg.rnn.grouper and cfg.rnn.num_groups == 8
-    assert all(getattr(cfg, s).hidden_dim == 32 for s in ("hsdag", "placeto", "rnn", "gdp"))
-    assert cfg.features.cost is False and cfg.features.fractal is True and cfg.features.relative
-    assert cfg.env.devices == ("CPU", "GPU_MODEL")
+    with pytest.raises(UsageError, match="'gcn_layers' in .*config.json was renamed; it is now "
+                                         "--num-gcn-layers"):
+        config_from_args(["--resume", str(tmp_path)])
+    (tmp_path / "run.yaml").write_text("start_logit: 1.5\n")
+    with pytest.raises(UsageError, match="'start_logit' in .*run.yaml was renamed; it is now --prior-logit"):
+        config_from_args(["--config", str(tmp_path / "run.yaml")])
+    for flags, new in ((["--timeout", "30"], "--timeout-s"), (["--gcn-layers", "3"], "--num-gcn-layers"),
+                       (["--relative-features"], "--relative")):
+        with pytest.raises(UsageError, match=f"^{flags[0]} was renamed; use {new}"):
+            config_from_args(flags)
 
 
-def test_old_flags_still_parse_and_a_shared_name_needs_its_section():
-    cfg = config_from_args(["--gcn-layers", "3", "--rnn-groups", "0", "--hidden-dim", "48",
-                            "--hsdag.hidden-dim", "16", "--timeout", "30"]).cfg
-    assert cfg.hsdag.num_gcn_layers == 3 and not cfg.rnn.grouper and cfg.timing.timeout_s == 30
+def test_a_switch_keeps_its_off_flag_and_a_shared_name_sets_every_section():
+    cfg = config_from_args(["--no-fractal", "--hidden-dim", "48", "--hsdag.hidden-dim", "16",
+                            "--timeout-s", "30"]).cfg
+    assert cfg.features.fractal is False and cfg.timing.timeout_s == 30
     assert cfg.hsdag.hidden_dim == 16 and cfg.gdp.hidden_dim == 48  # the sectioned flag wins
-    # the flat name of an earlier release sets every method's width, as it did then
     wide = TrainConfig.of(hidden_dim=8)
-    assert [s for s, _, _ in RENAMED["hidden_dim"](8)] == ["hsdag", "placeto", "rnn", "gdp"]
     assert {getattr(wide, s).hidden_dim for s in ("hsdag", "placeto", "rnn", "gdp")} == {8}
+
+
+def test_a_choice_is_checked_by_its_type_on_the_command_line_and_in_yaml(tmp_path):
+    """A setting typed with its choices (a ``Literal``, or a registry's names) refuses any
+    other value, from a flag (the parser) or a file, in one sentence."""
+    with pytest.raises(UsageError, match="argument --objective: invalid choice: 'fastest'"):
+        config_from_args(["--objective", "fastest"])
+    with pytest.raises(UsageError, match="argument --method: invalid choice: 'nope'"):
+        config_from_args(["--method", "nope"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: {memory_penalty: soft}\n")
+    with pytest.raises(UsageError, match="--memory-penalty 'soft' is not one of its choices; choose "
+                                         "one of graded, flat, repair .in .*bad.yaml"):
+        config_from_args(["--config", str(bad)])
+    with pytest.raises(UsageError, match="--backend 'tpu' is not one of its choices"):
+        TrainConfig.of(backend="tpu")
+    with pytest.raises(UsageError, match="--reward 'cube' is not one of its choices; choose one of '', inverse"):
+        TrainConfig.of(reward="cube")
 
 
 def test_bad_settings_are_one_sentence_naming_the_fix(tmp_path):

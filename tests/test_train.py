@@ -381,14 +381,13 @@ def test_a_run_whose_every_env_runner_fails_stops_and_says_why(tmp_path):
     (["--no-cost", "--cost"], {"features.cost": True}),
     (["--self-loops"], {"hsdag.self_loops": True}),
     (["--no-node-state-update"], {"hsdag.node_state_update": False}),
-    (["--relative-features", "--gcn-layers", "3"], {"features.relative": True,
-                                                    "hsdag.num_gcn_layers": 3}),
+    (["--relative", "--num-gcn-layers", "3"], {"features.relative": True,
+                                               "hsdag.num_gcn_layers": 3}),
 ])
 def test_feature_ablation_flags_switch_features_off(flags, expected, tmp_path):
     """argparse reads any --no-... flag of a BooleanOptionalAction as False: --no-cost
     once left cost features on. The ablation flags must do what they say, on the
-    command line and in a YAML file, in the new form and in the flat one of earlier
-    releases (``no_cost: true``, ``--gcn-layers``)."""
+    command line and in a YAML file, flat (``cost: false``) or nested by section."""
     from hsdag_ray.arguments import config_from_args
 
     cfg = config_from_args(flags).cfg
@@ -396,7 +395,7 @@ def test_feature_ablation_flags_switch_features_off(flags, expected, tmp_path):
         section, name = key.split(".")
         assert getattr(getattr(cfg, section), name) == v, (flags, key)
     yaml_cfg = tmp_path / "c.yaml"
-    yaml_cfg.write_text("no_cost: true\n")
+    yaml_cfg.write_text("cost: false\n")
     assert config_from_args(["--config", str(yaml_cfg)]).cfg.features.cost is False
     assert config_from_args(["--config", str(yaml_cfg), "--cost"]).cfg.features.cost is True
     yaml_cfg.write_text("features: {cost: false}\nlearning: {lr: 0.02}\n")
