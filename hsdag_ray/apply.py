@@ -73,8 +73,8 @@ from envs.openvino_backend import (
     HETERO_MODES, TOLERANCE, OpenVINOBackend, complete_affinity, measure_auto, measure_hetero_mode,
     random_inputs,
 )
-from hsdag_ray.cli import (RunError, UsageError, add_timing_args, describe_devices, resolve_devices,
-                           run, timing_from_args, writable_file)
+from hsdag_ray.cli import RunError, UsageError, describe_devices, resolve_devices, run, writable_file
+from hsdag_ray.flags import add_timing_args, timing_from_args
 from hsdag_core.coarsening import build_graph
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP

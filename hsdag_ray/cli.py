@@ -1,17 +1,15 @@
 """What every command line of hsdag_ray shares: one-sentence errors, exit code 2,
-and the timing and device options of the commands that measure."""
+and the device options of the commands that measure (their timing flags:
+:func:`hsdag_ray.flags.add_timing_args`)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
-from envs.base import TimingConfig
 from hsdag_core.costgraph import InvalidCostGraph
 from hsdag_core.errors import GraphError
 
-__all__ = ["UsageError", "RunError", "USER_ERRORS", "run", "add_timing_args", "timing_from_args",
-           "resolve_devices", "describe_devices", "writable_dir", "writable_file"]
+__all__ = ["UsageError", "RunError", "USER_ERRORS", "run", "resolve_devices", "describe_devices", "writable_dir", "writable_file"]
 
 
 class UsageError(ValueError):
@@ -115,25 +113,6 @@ def writable_file(path, flag: str = "--out"):
                                  "you can write to")
             break
     return path
-
-
-def add_timing_args(ap: argparse.ArgumentParser, skip: Sequence[str] = ("validate_outputs",)) -> None:
-    """A flag of every field of :class:`envs.base.TimingConfig` but ``skip`` (the same flags
-    as ``train``'s timing section), and the old ``--timeout`` and ``--precision-cap`` as
-    errors naming their flags."""
-    from hsdag_ray.flags import add_section_args, retire_flag
-
-    add_section_args(ap, TimingConfig, "timing", "timing (real backends)", skip=skip)
-    for old, new in (("--timeout", "--timeout-s"), ("--precision-cap", "--precision-cap-s")):
-        retire_flag(ap, old, new)
-
-
-def timing_from_args(args: argparse.Namespace, validate: bool = False) -> TimingConfig:
-    """The :class:`TimingConfig` of the flags :func:`add_timing_args` added (checked by the
-    class), comparing outputs when ``validate``."""
-    from hsdag_ray.flags import section_from_args
-
-    return section_from_args(args, TimingConfig, "timing", validate_outputs=validate)
 
 
 def resolve_devices(specs: Sequence[str], threads: int, backend: str = "auto",

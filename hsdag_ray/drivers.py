@@ -108,7 +108,6 @@ class SearchDriver:
                  resources: Optional[dict] = None) -> None:
         from envs.incumbent import start_placement
         from envs.measuring import call, measuring_service
-        from hsdag_ray.resolve import exact_start_applies
 
         self.cfg = cfg
         self.graph_id = env.graph_id
@@ -126,7 +125,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif (exact_start_applies(cfg, env_cfg["backend"]) or cfg.aids.etf_start) and env_cfg.get("store"):
+        elif (cfg.starts_exact(env_cfg["backend"]) or cfg.aids.etf_start) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)

@@ -8,7 +8,8 @@ its choices and its help come from the field: its type hint (``int``, ``float``,
 and the string right under it (or its line of the class's ``Attributes:``).
 :func:`add_section_args` adds a class's flags to a parser, :func:`section_from_args`
 reads them back, and :func:`choice_error` checks a value the parser did not see (a YAML
-file's, a run folder's).
+file's, a run folder's). The commands that measure take the timing flags
+(:func:`add_timing_args`), the same as ``train``'s ``timing`` section.
 """
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ import typing
 from functools import lru_cache
 from typing import Any, Literal, Optional, Sequence, Union
 
+from envs.base import TimingConfig
 from hsdag_ray.cli import UsageError
 
 __all__ = ["Parser", "settings_of", "field_docs", "choices_of", "choice_error", "add_field",
-           "add_section_args", "section_from_args", "first_sentence", "retire_flag"]
+           "add_section_args", "section_from_args", "first_sentence", "retire_flag",
+           "add_timing_args", "timing_from_args"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -197,3 +200,18 @@ def retire_flag(ap: argparse.ArgumentParser, old: str, new: str) -> None:
     """Make ``old`` (a flag a setting was renamed from) a one-sentence error naming ``new``."""
     ap.add_argument(old, nargs="?", action=_Retired, default=new, dest=f"retired.{old}",
                     help=argparse.SUPPRESS)
+
+
+def add_timing_args(ap: argparse.ArgumentParser, skip: Sequence[str] = ("validate_outputs",)) -> None:
+    """A flag of every field of :class:`envs.base.TimingConfig` but ``skip`` (the same flags
+    as ``train``'s timing section), and the old ``--timeout`` and ``--precision-cap`` as
+    errors naming their flags."""
+    add_section_args(ap, TimingConfig, "timing", "timing (real backends)", skip=skip)
+    for old, new in (("--timeout", "--timeout-s"), ("--precision-cap", "--precision-cap-s")):
+        retire_flag(ap, old, new)
+
+
+def timing_from_args(args: argparse.Namespace, validate: bool = False) -> TimingConfig:
+    """The :class:`TimingConfig` of the flags :func:`add_timing_args` added (checked by the
+    class), comparing outputs when ``validate``."""
+    return section_from_args(args, TimingConfig, "timing", validate_outputs=validate)

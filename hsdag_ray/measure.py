@@ -40,8 +40,8 @@ from typing import Optional, Sequence
 from envs.backends import get as get_backend, graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
 from envs.timing import precision_words
-from hsdag_ray.cli import (UsageError, add_timing_args, describe_devices, resolve_devices, run,
-                           timing_from_args)
+from hsdag_ray.cli import UsageError, describe_devices, resolve_devices, run
+from hsdag_ray.flags import add_timing_args, timing_from_args
 from hsdag_ray.resolve import default_devices
 from hsdag_core.coarsening import COARSENINGS, build_graph
 from hsdag_core.compgraph import parse_input_shapes

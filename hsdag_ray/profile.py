@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 
 from envs.profiling import record
 from envs.backends import get as get_backend
-from hsdag_ray.cli import (UsageError, add_timing_args, resolve_devices, run,
-                           timing_from_args, writable_file)
+from hsdag_ray.cli import UsageError, resolve_devices, run, writable_file
+from hsdag_ray.flags import add_timing_args, timing_from_args
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
 from hsdag_core.device_profile import MODELED_DEVICES

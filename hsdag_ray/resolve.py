@@ -20,8 +20,7 @@ from hsdag_ray.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_devices", "default_profile", "resolve_backend", "reads_incumbent",
            "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_of",
-           "guided_by", "exact_start_applies", "unmet_needs",
-           "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
+           "guided_by", "unmet_needs", "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
 
 
 #: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
@@ -343,18 +342,11 @@ def reads_incumbent(cfg: TrainConfig) -> bool:
     return cfg.env.incumbent or samples_around_incumbent(cfg)
 
 
-def exact_start_applies(cfg: TrainConfig, backend: str) -> bool:
-    """Whether the run measures the exact solver's placement on its profile as its own
-    first one: ``--exact-start`` resolved (:meth:`TrainConfig.starts_exact`: auto is
-    ``--guide``), for every method alike."""
-    return cfg.starts_exact(backend)
-
-
 def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
     """The search aids the run has, in words, for the summary and tables (empty: the
     method as published)."""
     aids = []
-    if exact_start_applies(cfg, backend):
+    if cfg.starts_exact(backend):
         aids.append("exact start")
     if cfg.aids.etf_start:
         aids.append("m-ETF start")
@@ -376,18 +368,14 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
     run's ``env`` section with what the run resolved (the backend, the devices, the
     profiles, the reward, whether the incumbent is read and suggestions queued) and what
     other sections say (the model, the episode length, ``timing`` and ``features``)."""
-    return dataclasses.replace(
-        cfg.env, backend=backend, devices=tuple(devices), profile=profile,
-        sim_profile=_profile_json(cfg.env.sim_profile), incumbent=reads_incumbent(cfg),
-        model=cfg.run.model, input_shape=cfg.run.input_shape, reward=reward_of_run(cfg),
-        episode_len=cfg.learning.episode_len, features=cfg.features, timing=cfg.timing,
-        store=store, suggestions=guide_of(cfg) is not None).to_dict()
-
-
-def _profile_json(path: str) -> Optional[dict]:
     from hsdag_core.device_profile import Profile
 
-    return Profile.load(path).to_json() if path else None
+    sim = Profile.load(cfg.env.sim_profile).to_json() if cfg.env.sim_profile else None
+    return dataclasses.replace(
+        cfg.env, backend=backend, devices=tuple(devices), profile=profile, sim_profile=sim,
+        incumbent=reads_incumbent(cfg), model=cfg.run.model, input_shape=cfg.run.input_shape,
+        reward=reward_of_run(cfg), episode_len=cfg.learning.episode_len, features=cfg.features,
+        timing=cfg.timing, store=store, suggestions=guide_of(cfg) is not None).to_dict()
 
 
 def check_two_devices(devices: Sequence[str], real: bool = False) -> None:

@@ -47,7 +47,7 @@ from envs.backends import is_real
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import (check_method_inputs, env_config, exact_start_applies, guide_of,
+from hsdag_ray.resolve import (check_method_inputs, env_config, guide_of,
                                 guided_by, neighbour_every, resolve_backend, resolved)
 from hsdag_ray.rundir import Run
 from hsdag_ray.tracking import Tracker
@@ -253,7 +253,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         cfg_run = cfg.replace(env_runners=env_runners, algo=cfg.learning.algo or method.algo)
         env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
         env = _describing_env(method, env_cfg, cfg.env.coarsen, say)
-        exact = exact_start_applies(cfg, backend)
+        exact = cfg.starts_exact(backend)
         baselines = measure_start(cfg, cfg_run, ckpt, method, env_cfg, real, resources, env,
                                   store, state, exact, say)
         # a run that measured the profile's solution as its own says so in its summary

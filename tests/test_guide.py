@@ -10,7 +10,7 @@ import json
 import pytest
 
 from hsdag_ray.config import SECTIONS, TrainConfig
-from hsdag_ray.resolve import exact_start_applies, guided_by, resolved
+from hsdag_ray.resolve import guided_by, resolved
 from hsdag_ray.train import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -21,7 +21,7 @@ def test_methods_are_published_by_default_and_guided_on_request():
         plain = resolved(TrainConfig.of(method=method))
         assert guided_by(plain, "simulator") == [], method
         assert plain.hsdag.incumbent_prior == 0 and plain.aids.neighbour_every == 0
-        assert not exact_start_applies(plain, "auto")
+        assert not plain.starts_exact("auto")
     hsdag = resolved(TrainConfig.of(method="hsdag"))
     assert hsdag.hsdag.node_moves is False and hsdag.learning.episode_len == 20
     assert hsdag.learning.lr == 1e-3
