@@ -74,7 +74,7 @@ from envs.openvino_backend import (
     random_inputs,
 )
 from hsdag_ray.cli import RunError, UsageError, describe_devices, resolve_devices, run, writable_file
-from hsdag_ray.flags import add_timing_args, timing_from_args
+from hsdag_ray.flags import Parser, add_timing_args, timing_from_args
 from hsdag_core.coarsening import build_graph
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
@@ -86,8 +86,8 @@ MODES = tuple(name for name, kind in BACKENDS.items() if kind.real)
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.apply", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="python -m hsdag_ray.apply", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--placement", required=True,
                     help="placement JSON file (op name -> device, e.g. RUN/best_placement.json) "

@@ -39,9 +39,10 @@ from typing import Optional, Sequence
 
 from envs.backends import get as get_backend, graph_source, objective_error
 from envs.graph_backend import BACKENDS, make_backend, parse_placement
+from envs.simulator import OBJECTIVES
 from envs.timing import precision_words
 from hsdag_ray.cli import UsageError, describe_devices, resolve_devices, run
-from hsdag_ray.flags import add_timing_args, timing_from_args
+from hsdag_ray.flags import Parser, add_timing_args, timing_from_args
 from hsdag_ray.resolve import default_devices
 from hsdag_core.coarsening import COARSENINGS, build_graph
 from hsdag_core.compgraph import parse_input_shapes
@@ -51,8 +52,8 @@ __all__ = ["main"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.measure", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="python -m hsdag_ray.measure", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--devices", default=None,
                     help="comma-separated devices (default CPU,CPU_F32; with --backend torch "
@@ -67,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "torch (PyTorch devices: cpu, cpu:bf16, cuda:N)")
     ap.add_argument("--profile", help="profile JSON for --backend simulator")
     ap.add_argument("--objective", default="sequential",
-                    choices=("sequential", "parallel", "throughput", "latency"),
+                    choices=OBJECTIVES,
                     help="sequential: the latency of one inference (default); throughput: a "
                          "pipeline's time per sample (simulator, torch); parallel: independent "
                          "stages at once (simulator); latency: Tarnawski et al.'s latency model "

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from envs.profiling import record
 from envs.backends import get as get_backend
 from hsdag_ray.cli import UsageError, resolve_devices, run, writable_file
-from hsdag_ray.flags import add_timing_args, timing_from_args
+from hsdag_ray.flags import Parser, add_timing_args, timing_from_args
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
 from hsdag_core.device_profile import MODELED_DEVICES
@@ -28,8 +28,8 @@ __all__ = ["main"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hsdag_ray.profile", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog="python -m hsdag_ray.profile", description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help=MODEL_HELP)
     ap.add_argument("--devices", default=None,
                     help="real or virtual devices to profile, comma-separated (default CPU; with "

@@ -35,8 +35,9 @@ def test_methods_are_published_by_default_and_guided_on_request():
 
 
 def test_no_two_places_disagree_on_a_default():
-    """The run's sections are the method's and the environment's own config classes, or
-    share the environment's defaults name for name; every setting has one section."""
+    """The run's sections are the library's own config classes (the environment's, the
+    method's) or the run's own; the environment is built from the env section itself,
+    and every setting has one section but the width every learned method has."""
     from envs.env_config import EnvConfig
     from hsdag_ray.config import setting_index
     from hsdag_ray.resolve import env_config
@@ -46,11 +47,12 @@ def test_no_two_places_disagree_on_a_default():
     run = resolved(defaults)
     assert run.hsdag == HSDAGConfig()  # the run decides incumbent_prior: 0 without --guide
     assert defaults.hsdag.incumbent_prior == -1
+    assert SECTIONS["env"] is EnvConfig and type(defaults.env) is EnvConfig
     env = EnvConfig()
     built = env_config(run, "simulator", ["CPU", "GPU_MODEL"], None, "")
     for name in ("model", "coarsen", "objective", "episode_len", "failure_factor",
                  "memory_penalty", "sim_delay_s", "incumbent", "incumbent_share", "screen",
-                 "input_shape"):
+                 "input_shape", "reward"):
         assert built[name] == getattr(env, name), name
     # a flat name means one setting, but hidden_dim, which every learned method has
     shared = {name: where for name, where in setting_index().items() if len(where) > 1}

@@ -93,3 +93,28 @@ def test_method_help_groups_the_settings_by_section(capsys):
         assert f"\n{section} settings:" in out, section
     assert "\nhsdag settings:" not in out and "--rnn.hidden-dim" in out and "--grouper" in out
     assert "--no-fractal" in out and "--block" in out  # a library class's fields, help included
+
+
+def test_every_command_that_measures_has_a_flag_of_every_timing_setting(capsys):
+    """measure, apply and profile make their timing flags from TimingConfig's fields, as
+    train does; a bad value is the class's own one-sentence check, an old flag names its
+    new one."""
+    import dataclasses
+
+    from envs.base import TimingConfig
+    from hsdag_ray import apply, measure, profile
+    from hsdag_ray.cli import run
+
+    flags = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TimingConfig)}
+    for module in (measure, apply, profile, None):
+        with pytest.raises(SystemExit):
+            module.main(["--help"]) if module else config_from_args(["--method", "hsdag", "--help"])
+        out = capsys.readouterr().out
+        missing = {f for f in flags if f not in out} - {"--validate-outputs"}
+        assert not missing, (module, missing)
+    for argv, words in ((["--repeats", "0"], "repeats and block must be at least 1"),
+                        (["--timeout", "5"], "--timeout was renamed; use --timeout-s instead"),
+                        (["--precision-cap", "5"], "use --precision-cap-s instead")):
+        assert run(measure.main, ["--model", "tiny_cnn", *argv], prog="m") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
