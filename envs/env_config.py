@@ -38,7 +38,7 @@ def backend_choices() -> tuple[str, ...]:
 _RUN_SETS = {"setting": False}
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvConfig:
     """Where placements are measured and how a measurement becomes a reward.
 

@@ -17,7 +17,7 @@ from hsdag_ray.config import SECTIONS, TrainConfig
 from hsdag_ray.resolve import env_config
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvWithPatience(EnvConfig):
     settle_patience: int = 3
     """episodes without a new best after which the environment settles (the recipe's
