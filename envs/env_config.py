@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal, Mapping, Optional, Union, get_args
+from typing import Any, Literal, Mapping, Union, get_args
 
 from envs.base import TimingConfig
 from envs.simulator import Objective

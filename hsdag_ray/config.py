@@ -14,7 +14,7 @@ what they cannot say. :meth:`TrainConfig.with_settings` reads settings nested by
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
