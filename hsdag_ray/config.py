@@ -117,8 +117,7 @@ class TrainConfig:
                 changed[section] = dataclasses.replace(getattr(self, section), **kw)
             except (TypeError, ValueError) as e:
                 raise UsageError(f"bad {section} setting in {source}: {e}") from None
-            wrong = choice_error(SECTIONS[section], changed[section],
-                                 lambda name, s=section: flag_of(s, name))
+            wrong = choice_error(SECTIONS[section], changed[section])
             if wrong:
                 raise UsageError(f"{wrong} (in {source})")
         return dataclasses.replace(self, **changed)

@@ -132,7 +132,7 @@ def _value_type(cls: type, name: str) -> type:
     return hint
 
 
-def choice_error(cls: type, obj: Any, flag=lambda name: "--" + name.replace("_", "-")) -> str:
+def choice_error(cls: type, obj: Any) -> str:
     """The first setting of ``obj`` (an instance of ``cls``) whose value is not among its
     choices, in one sentence ("" when every one is)."""
     for name in settings_of(cls):
@@ -140,7 +140,7 @@ def choice_error(cls: type, obj: Any, flag=lambda name: "--" + name.replace("_",
         value = getattr(obj, name)
         if allowed is not None and value not in allowed:
             shown = ", ".join(repr(c) if c == "" else str(c) for c in allowed)
-            return f"{flag(name)} {value!r} is not one of its choices; choose one of {shown}"
+            return f"unknown {name} {value!r}; choose one of {shown}"
     return ""
 
 

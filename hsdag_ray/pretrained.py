@@ -92,7 +92,7 @@ def adopt_settings(cfg, ckpt: Mapping[str, Any]):
 
     defaults = TrainConfig()
     # a checkpoint that does not name the incumbent settings was trained without them;
-    # one of an earlier release names its settings flat (expand reads those too)
+    # settings named flat or as section.name (expand reads both)
     theirs = {"hsdag.incumbent_prior": 0.0, "env.incumbent": False,
               **dict(ckpt.get("settings") or {}), "learning.reward": ckpt.get("reward", "")}
     change = {}

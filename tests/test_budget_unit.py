@@ -35,5 +35,6 @@ def test_a_policy_that_proposes_nothing_new_stops_at_the_proposal_cap(tmp_path):
 
 
 def test_budget_unit_is_checked():
-    with pytest.raises(UsageError, match="budget_unit must be placements or measurements"):
+    with pytest.raises(UsageError, match="unknown budget_unit 'seconds'; choose one of "
+                                         "placements, measurements"):
         TrainConfig.of(budget_unit="seconds").validate()

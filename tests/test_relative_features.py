@@ -50,9 +50,9 @@ def test_relative_features_do_not_change_with_the_graphs_scale(graph):
 
 
 def test_init_adopts_the_checkpoints_settings_the_run_left_at_default():
-    ckpt = {"settings": {"relative_features": True, "hidden_dim": 32, "gcn_layers": 3},
+    ckpt = {"settings": {"relative": True, "hidden_dim": 32, "num_gcn_layers": 3},
             "reward": "speedup"}
-    cfg = adopt_settings(TrainConfig.of(init="x", gcn_layers=4), ckpt)
+    cfg = adopt_settings(TrainConfig.of(init="x", num_gcn_layers=4), ckpt)
     assert cfg.features.relative is True and cfg.hsdag.hidden_dim == 32 and cfg.learning.reward == "speedup"
     assert cfg.hsdag.num_gcn_layers == 4  # set by the run: kept (and refused later if the shapes differ)
     assert adopt_settings(TrainConfig.of(reward="inverse"), ckpt).learning.reward == "inverse"

@@ -160,7 +160,7 @@ def test_train_bad_input(tmp_path, capsys):
     assert "objective" in says("--objective", "fastest")
     assert "not a run folder" in says("--resume", tmp_path / "nothing")
     assert "--backend simulator" in says("--sim-profile", bad)  # a file, but not the simulator
-    assert "exact_start must be auto, on or off" in says("--exact-start", "maybe")
+    assert "--exact-start: invalid choice: 'maybe'" in says("--exact-start", "maybe")
     assert "does not exist" in says("--backend", "simulator", "--sim-profile", tmp_path / "none.json")
     # a backend asked for an objective it does not measure
     line = says("--backend", "auto", "--devices", "CPU,CPU_F32", "--objective", "throughput")
