@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import inspect
 import json
 import re
@@ -44,8 +45,13 @@ def _first_sentence(text: str) -> str:
 @lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
     """A settings class's help per field: the string literal right under a field, else the
-    field's entry in the class docstring's ``Attributes:`` block."""
-    out = _attributes_block(cls.__doc__ or "")
+    field's entry in the class docstring's ``Attributes:`` block (a base class's fields:
+    the base's)."""
+    out: dict[str, str] = {}
+    for base in cls.__mro__[-2:0:-1]:
+        if dataclasses.is_dataclass(base):
+            out.update(field_docs(base))
+    out.update(_attributes_block(cls.__doc__ or ""))
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):

@@ -25,7 +25,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["Method", "METHODS", "register", "get", "load"]
+__all__ = ["Method", "METHODS", "register", "get", "load", "reinforce_config"]
 
 KINDS = ("rl", "search", "solver")
 
@@ -119,6 +119,24 @@ def load(target: str) -> Any:
     """Import ``"pkg.mod:attribute"``."""
     mod, _, attr = target.partition(":")
     return getattr(importlib.import_module(mod), attr)
+
+
+def reinforce_config(method: Method, cfg: Any) -> tuple[Any, dict]:
+    """REINFORCE's settings of a run of ``method`` (a
+    :class:`policies.reinforce_config.ReinforceConfig`: the run's ``lr``, ``entropy_coeff``,
+    ``episode_len`` and ``episodes_per_iteration``, and those of its fields the method's
+    ``learner_config`` passes on; the others keep their defaults) and the rest of
+    ``learner_config`` (settings of RLlib's algorithm config, e.g. ``gamma``)."""
+    from policies.reinforce_config import ReinforceConfig
+
+    names = {f.name for f in dataclasses.fields(ReinforceConfig)}
+    extra = method.learner_config(cfg) if method.learner_config else {}
+    learning = cfg.learning
+    learn = ReinforceConfig(lr=float(learning.lr), entropy_coeff=float(learning.entropy_coeff),
+                            episode_len=int(learning.episode_len),
+                            episodes_per_iteration=int(learning.episodes_per_iteration),
+                            **{k: v for k, v in extra.items() if k in names})
+    return learn, {k: v for k, v in extra.items() if k not in names}
 
 
 # ----------------------------------------------------------------------- methods
