@@ -57,8 +57,8 @@ class EnvConfig:
             run's best placement so far (the fastest single device, measured as the
             reference, until a measured placement beats it), refreshed at
             every episode's start, so a policy can place relative to it. Off by
-            default: it helps some graphs and hurts memory-limited ones
-            (docs/results/learning.md, "Exploration options").
+            default (what it was measured to do: docs/results/learning.md,
+            "Exploration options").
         incumbent_share: with ``incumbent``, the share of episodes that see it; the
             others see zero incumbent features, so a policy leaning on it
             (HSDAG's ``incumbent_prior``) samples them from its own logits alone.

@@ -229,8 +229,8 @@ def _gdp_model_config(cfg) -> dict:
 
 def _gdp_ppo_config(cfg) -> dict:
     # No KL penalty: the KL of a placement sums over every node, so it passes PPO's target
-    # (0.01) after any real step and the adaptive coefficient grows until the policy freezes
-    # (tiny_cnn, lr 1e-2: no progress in 360 placements). The clipped ratio bounds the steps.
+    # (0.01) after any real step and the adaptive coefficient grows until the policy freezes.
+    # The clipped ratio bounds the steps.
     return {"use_kl_loss": False}
 
 
@@ -243,8 +243,8 @@ register(Method(
     departures=("no PPO KL penalty: the KL of a placement sums over every node, so the "
                 "adaptive coefficient grows until the policy freezes; the clipped ratio "
                 "bounds the steps",),
-    # pre-trained, it samples nothing but its greedy placement; spread, it reached 1.05x of
-    # the optimum on every held-out graph measured (docs/results/transfer.md)
+    # pre-trained, it samples nothing but its greedy placement; what spreading it does:
+    # docs/results/transfer.md, "GDP on the real family: spreading the pre-trained policy"
     init_soften=0.2))
 
 
