@@ -42,6 +42,10 @@ class Method:
         algo: ``rl``: its default algorithm, ``reinforce`` or ``ppo``.
         learner: ``rl``: ``"pkg.mod:Class"`` of its REINFORCE learner
             (empty: :class:`policies.reinforce.REINFORCETorchLearner`).
+        baseline: ``rl``: ``"pkg.mod:Class"`` of its own advantages, a callable
+            ``(rewards, mask) -> advantages`` without Ray that its learner uses and an
+            in-process run uses too (empty: the batch advantages of the run's
+            ``advantages`` setting).
         env: ``rl`` and ``search``: ``"pkg.mod:Class"`` of the environment.
         model_config: ``rl``: the ``model_config`` of its RLModule from the run's
             settings (a :class:`hsdag_ray.config.TrainConfig` as
@@ -76,6 +80,7 @@ class Method:
     module: str = ""
     algo: str = "reinforce"
     learner: str = ""
+    baseline: str = ""
     env: str = "envs.placement_env:PlacementEnv"
     model_config: Optional[Callable[[Any], dict]] = None
     learner_config: Optional[Callable[[Any], dict]] = None
@@ -202,6 +207,7 @@ register(Method(
                 "bidirectional LSTM encoder, attentional LSTM decoder; --grouper --num-groups G "
                 "adds the learned grouper of the 2018 paper",
     module="policies.rnn.module:RNNPlacerRLModule", learner="policies.rnn.learner:RNNPlacerTorchLearner",
+    baseline="policies.rnn.baseline:EMAAdvantages",
     model_config=_rnn_model_config, reward="neg_sqrt",
     departures=("the loss is -advantage x log-probability with reward -sqrt(runtime), "
                 "so faster placements are reinforced (the reference code's sign rewarded "
