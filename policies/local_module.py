@@ -32,7 +32,7 @@ from torch import Tensor
 
 from policies.advantages import advantages as batch_advantages
 from policies.reinforce_config import ReinforceConfig
-from policies.reinforce_core import ReinforceCore
+from policies.reinforce_core import LocalLearner, ReinforceCore
 
 __all__ = ["LocalModule", "ModuleEpisode"]
 
@@ -54,7 +54,7 @@ class ModuleEpisode(NamedTuple):
     dist_inputs: Tensor
 
 
-class LocalModule:
+class LocalModule(LocalLearner):
     """A stateless placement RLModule and its REINFORCE optimiser for one graph (module
     docstring).
 
@@ -126,7 +126,7 @@ class LocalModule:
             inputs.append(dist_inputs[0])
         return ModuleEpisode(obs, torch.stack(actions), torch.stack(inputs))
 
-    def _score(self, episodes: Sequence[ModuleEpisode]) -> tuple[Tensor, Tensor]:
+    def score(self, episodes: Sequence[ModuleEpisode]) -> tuple[Tensor, Tensor, dict[str, float]]:
         """``(logp [B, T], entropy [B, T])`` of the episodes' placements under the current
         weights, as the learner scores its batch (``forward_train``)."""
         from ray.rllib.core.columns import Columns
@@ -142,47 +142,16 @@ class LocalModule:
         logp = dist.logp(actions)
         if out.get("grouping_logp") is not None:
             logp = logp + out["grouping_logp"].to(logp.dtype)
-        return logp.reshape(len(episodes), steps), dist.entropy().reshape(len(episodes), steps)
+        return (logp.reshape(len(episodes), steps), dist.entropy().reshape(len(episodes), steps), {})
 
-    def update(self, episodes: Sequence[ModuleEpisode],
-               rewards: Sequence[Sequence[float]]) -> dict[str, float]:
-        """One REINFORCE update on ``episodes`` (their ``rewards``, one per step) and the
-        replay memory's; returns the last pass's ``policy_loss``, ``entropy`` and
-        ``entropy_weight``."""
-        if len(episodes) != len(rewards) or not episodes:
-            raise ValueError("update needs one list of rewards per episode, and an episode")
-        batch = list(zip(episodes, rewards)) + self.core.replayed()
-        r = torch.tensor([[float(v) for v in rw] for _, rw in batch], dtype=torch.float32)
-        mask = torch.ones_like(r)
-        weight = self.core.begin_update(getattr(self.module, "soften_policy", None))
-        adv = self._advantages(r.reshape(-1), mask.reshape(-1)).reshape(r.shape)
-        for _ in range(self.learn.num_epochs):
-            logp, entropy = self._score([ep for ep, _ in batch])
-            loss, pg_loss, mean_entropy = self.core.loss(logp, entropy, r, mask, adv, weight)
-            self.core.step(self.optimizer, loss)
-        self.updates += 1
-        self.core.remember((max(rw), (ep, list(rw))) for ep, rw in zip(episodes, rewards))
-        return {"policy_loss": pg_loss.item(), "entropy": mean_entropy.item(), "entropy_weight": weight}
+    def advantages(self, rewards: Tensor, mask: Tensor) -> Tensor:
+        return self._advantages(rewards, mask)
 
-    def iterate(self, observe: Callable[[], Any],
-                reward: Callable[[np.ndarray], Optional[float]]) -> Optional[dict[str, float]]:
-        """One training iteration: ``episodes_per_iteration`` episodes, each sampled for the
-        node features ``observe()`` gives and rewarded placement by placement (``reward(p)``
-        for ``p`` a device index per node), then :meth:`update`. Returns the update's
-        metrics, or None without an update once ``reward`` returns None (the run's budget
-        is spent)."""
-        episodes, rewards = [], []
-        for _ in range(self.learn.episodes_per_iteration):
-            episode = self.sample_episode(observe())
-            values = []
-            for placement in episode.actions.numpy():
-                value = reward(placement)
-                if value is None:
-                    return None
-                values.append(float(value))
-            episodes.append(episode)
-            rewards.append(values)
-        return self.update(episodes, rewards)
+    def soften(self, shrink: float) -> None:
+        soften = getattr(self.module, "soften_policy", None)
+        if soften is not None:
+            soften(shrink)
+
 
     @torch.no_grad()
     def greedy(self, x: Any) -> np.ndarray:

@@ -12,7 +12,8 @@ and hand them here with the rewards:
   ``-mean_t[logp_t * A_t] - w * mean_t[H_t]`` over the batch's real steps;
 * :meth:`ReinforceCore.step` minimises it with the loop's optimiser (the RLlib learner's
   is RLlib's own), :meth:`ReinforceCore.replayed` and :meth:`ReinforceCore.remember` keep
-  the replay memory.
+  the replay memory;
+* :class:`LocalLearner` is an in-process loop's iteration and update around them.
 
 The advantages ``A_t`` are the method's (:func:`policies.advantages.advantages` by
 default, the RNN placer's moving-average baseline, Placeto's per-step baseline), computed
@@ -20,14 +21,15 @@ by the caller. Nothing here imports Ray.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from policies.reinforce_state import StallCount, due_to_soften, remember
 
-__all__ = ["ReinforceCore", "reinforce_loss"]
+__all__ = ["ReinforceCore", "LocalLearner", "reinforce_loss"]
 
 
 def reinforce_loss(logp: Tensor, entropy: Tensor, adv: Tensor, mask: Tensor,
@@ -91,3 +93,77 @@ class ReinforceCore(StallCount):
         if keep > 0:
             self._memory, self._remembered = remember(self._memory, scored, keep,
                                                       self.config.replay, self._remembered)
+
+
+class LocalLearner:
+    """What the in-process loops share: an iteration (episodes sampled and rewarded
+    placement by placement, then one update) and the update through :class:`ReinforceCore`.
+
+    A subclass sets ``learn`` (the settings), ``core``, ``optimizer`` and ``updates`` (0),
+    and gives :meth:`sample_episode`, :meth:`score`, :meth:`advantages` and :meth:`soften`.
+    """
+
+    learn: Any
+    core: ReinforceCore
+    optimizer: Optional[torch.optim.Optimizer]
+    updates: int
+
+    def sample_episode(self, x: Any) -> Any:
+        """An episode sampled for the observation ``x``: anything with ``actions``
+        (``[T, N]``, a device per node and step)."""
+        raise NotImplementedError
+
+    def score(self, episodes: Sequence[Any]) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """``(logp [B, T], entropy [B, T], metrics)`` of the episodes' placements under the
+        current weights, with gradients."""
+        raise NotImplementedError
+
+    def advantages(self, rewards: Tensor, mask: Tensor) -> Tensor:
+        """``A`` of the batch's rewards ``[B, T]`` (0 where ``mask`` is 0)."""
+        raise NotImplementedError
+
+    def soften(self, shrink: float) -> None:
+        """Spreads the policy's distribution (a stalled run's response)."""
+
+    def update(self, episodes: Sequence[Any], rewards: Sequence[Sequence[float]]) -> dict[str, float]:
+        """One REINFORCE update on ``episodes`` (their ``rewards``, one per step) and the
+        replay memory's; returns the last pass's ``policy_loss``, ``entropy``, the
+        metrics of :meth:`score` and ``entropy_weight``."""
+        if len(episodes) != len(rewards) or not episodes:
+            raise ValueError("update needs one list of rewards per episode, and an episode")
+        batch = list(zip(episodes, rewards)) + self.core.replayed()
+        r = torch.tensor([[float(v) for v in rw] for _, rw in batch], dtype=torch.float32)
+        if r.shape[1] != batch[0][0].actions.size(0):
+            raise ValueError(f"every episode needs one reward per placement ({r.shape[1]} given "
+                             f"for {batch[0][0].actions.size(0)})")
+        mask = torch.ones_like(r)
+        weight = self.core.begin_update(self.soften)
+        adv = self.advantages(r, mask)
+        for _ in range(self.learn.num_epochs):
+            logp, entropy, metrics = self.score([ep for ep, _ in batch])
+            loss, pg_loss, mean_entropy = self.core.loss(logp, entropy, r, mask, adv, weight)
+            self.core.step(self.optimizer, loss)
+        self.updates += 1
+        self.core.remember((max(rw), (ep, list(rw))) for ep, rw in zip(episodes, rewards))
+        return {"policy_loss": pg_loss.item(), "entropy": mean_entropy.item(), **metrics,
+                "entropy_weight": weight}
+
+    def iterate(self, observe: Callable[[], Any],
+                reward: Callable[[np.ndarray], Optional[float]]) -> Optional[dict[str, float]]:
+        """One training iteration: ``episodes_per_iteration`` episodes, each sampled for the
+        observation ``observe()`` gives and rewarded placement by placement (``reward(p)``
+        for ``p`` a device index per node), then :meth:`update`. Returns the update's
+        metrics, or None without an update once ``reward`` returns None (the run's budget
+        is spent)."""
+        episodes, rewards = [], []
+        for _ in range(self.learn.episodes_per_iteration):
+            episode = self.sample_episode(observe())
+            values = []
+            for placement in episode.actions.numpy():
+                value = reward(placement)
+                if value is None:
+                    return None
+                values.append(float(value))
+            episodes.append(episode)
+            rewards.append(values)
+        return self.update(episodes, rewards)

@@ -82,7 +82,10 @@ def limited():
     return graph, backend, cost_graph(graph, prof, backend.devices)
 
 
-INPROCESS = ("hsdag", "random", "anneal", "refit", "exact", "heft", "m-topo", "m-etf", "m-sct")
+INPROCESS = ("hsdag", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft", "m-topo", "m-etf",
+             "m-sct")
+#: what an in-process run of a method needs (GDP trains by REINFORCE there)
+INPROCESS_SETTINGS = {"gdp": {"algo": "reinforce"}}
 
 
 @pytest.mark.parametrize("method", INPROCESS)
@@ -91,7 +94,7 @@ def test_an_inprocess_run_measures_what_it_measured_before(limited, method):
 
     graph, backend, costs = limited
     r = run_method(method, graph, backend, costs, budget=24, seed=1, say=lambda _: None,
-                   progress=False)
+                   progress=False, settings=INPROCESS_SETTINGS.get(method))
     pin(f"inprocess/{method}", {k: r[k] for k in ("latency_s", "placement", "measured", "proposed",
                                                    "failures", "curve", "reference_s")})
 

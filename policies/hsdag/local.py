@@ -40,7 +40,7 @@ initial weights draw from torch's global generator).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -51,7 +51,7 @@ from policies.grouped_placement import GroupedPlacement
 from policies.hsdag.config import HSDAGConfig
 from policies.hsdag.policy import HSDAGNet, HSDAGOutput
 from policies.reinforce_config import ReinforceConfig
-from policies.reinforce_core import ReinforceCore
+from policies.reinforce_core import LocalLearner, ReinforceCore
 
 __all__ = ["Episode", "LocalHSDAG", "configs_from_settings"]
 
@@ -92,7 +92,7 @@ class Episode(NamedTuple):
     partner: Optional[Tensor]
 
 
-class LocalHSDAG:
+class LocalHSDAG(LocalLearner):
     """The HSDAG network and its REINFORCE optimiser for one graph (module docstring).
 
     Args:
@@ -174,49 +174,16 @@ class LocalHSDAG:
                 state = out.next_node_state
         return torch.stack(logps), torch.stack(entropies), torch.stack(groups)
 
-    # -- learning --------------------------------------------------------------------
-    def update(self, episodes: Sequence[Episode], rewards: Sequence[Sequence[float]]) -> dict[str, float]:
-        """One REINFORCE update on ``episodes`` (their ``rewards``, one per step) and the
-        replay memory's; returns the last pass's ``policy_loss``, ``entropy``,
-        ``num_groups`` (mean per placement) and ``entropy_weight``."""
-        if len(episodes) != len(rewards) or not episodes:
-            raise ValueError("update needs one list of rewards per episode, and an episode")
-        batch = list(zip(episodes, rewards)) + self.core.replayed()
-        r = torch.tensor([[float(v) for v in rw] for _, rw in batch], dtype=torch.float32)
-        if r.shape[1] != batch[0][0].actions.size(0):
-            raise ValueError(f"every episode needs one reward per placement ({r.shape[1]} given "
-                             f"for {batch[0][0].actions.size(0)})")
-        mask = torch.ones_like(r)
-        weight = self.core.begin_update(self.net.soften)
-        adv = advantages(r, mask, self.learn.advantages)
-        for _ in range(self.learn.num_epochs):
-            logp, entropy, groups = (torch.stack(v) for v in zip(*(self._score(ep) for ep, _ in batch)))
-            loss, pg_loss, mean_entropy = self.core.loss(logp, entropy, r, mask, adv, weight)
-            self.core.step(self.optimizer, loss)
-        self.updates += 1
-        self.core.remember((max(rw), (ep, list(rw))) for ep, rw in zip(episodes, rewards))
-        return {"policy_loss": pg_loss.item(), "entropy": mean_entropy.item(),
-                "num_groups": float(groups.float().mean()), "entropy_weight": weight}
+    # -- learning (LocalLearner's update and iterate) ---------------------------------
+    def score(self, episodes: Sequence[Episode]) -> tuple[Tensor, Tensor, dict[str, float]]:
+        logp, entropy, groups = (torch.stack(v) for v in zip(*(self._score(ep) for ep in episodes)))
+        return logp, entropy, {"num_groups": float(groups.float().mean())}
 
-    def iterate(self, observe: Callable[[], Any],
-                reward: Callable[[np.ndarray], Optional[float]]) -> Optional[dict[str, float]]:
-        """One training iteration: ``episodes_per_iteration`` episodes, each sampled for the
-        observation ``observe()`` gives and rewarded placement by placement (``reward(p)``
-        for ``p`` a device index per node), then :meth:`update`. Returns the update's
-        metrics, or None without an update once ``reward`` returns None (the run's budget
-        is spent)."""
-        episodes, rewards = [], []
-        for _ in range(self.learn.episodes_per_iteration):
-            episode = self.sample_episode(observe())
-            values = []
-            for placement in episode.actions.numpy():
-                value = reward(placement)
-                if value is None:
-                    return None
-                values.append(float(value))
-            episodes.append(episode)
-            rewards.append(values)
-        return self.update(episodes, rewards)
+    def advantages(self, rewards: Tensor, mask: Tensor) -> Tensor:
+        return advantages(rewards, mask, self.learn.advantages)
+
+    def soften(self, shrink: float) -> None:
+        self.net.soften(shrink)
 
     @torch.no_grad()
     def greedy(self, x: Any) -> np.ndarray:
