@@ -2,7 +2,7 @@
 pinned to the figures recorded in ``tests/data/pinned_figures.json``.
 
 Every method is run where it runs: in this process (:func:`hsdag_ray.inprocess.run_method`:
-HSDAG, the searches and the solvers), through ``train`` (every registered method, its
+HSDAG, the RNN placer, GDP by REINFORCE, the searches and the solvers), through ``train`` (every registered method, its
 ``metrics.jsonl`` and every measurement's latency), and device-set fine-tuning
 (:func:`policies.gdp.device_training.finetune`). The runs measure on memory-limited
 devices, so the repair, the cache and the budget all decide what is measured. A change
