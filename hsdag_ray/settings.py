@@ -140,9 +140,11 @@ class EnvSettings:
 
 @dataclass(frozen=True)
 class LearningSettings(ReinforceConfig):
-    """How a learned method updates its policy (REINFORCE or PPO): REINFORCE's settings
-    (:class:`policies.reinforce_config.ReinforceConfig`, the learning rate and entropy
-    weight PPO reads too) and what the run picks for the method."""
+    """How a learned method updates its policy (REINFORCE or PPO; PPO reads the learning
+    rate and the entropy weight).
+
+    REINFORCE's settings are :class:`policies.reinforce_config.ReinforceConfig`'s; this
+    section adds what the run picks for the method."""
 
     algo: str = ""
     """``reinforce`` (the paper's) or ``ppo``; empty = the method's own."""
