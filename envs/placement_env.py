@@ -267,9 +267,8 @@ class PlacementEnv(gym.Env):
         """With incumbent features and a start the profile estimated (a single device
         repaired to fit memory, :func:`envs.incumbent.start_placement`), measure that
         start once, before the run's first placement, as a placement of the run: the
-        policy samples around it, so the run's best is never worse than it (on graphs
-        of a few hundred nodes a policy's proposals can all be far worse than the start:
-        docs/results/learning.md, "The incumbent prior and the measured start"). Not
+        policy samples around it, so the run's best is never worse than it (what that
+        does: docs/results/learning.md, "The incumbent prior and the measured start"). Not
         again when the run has it (a resumed run, another EnvRunner); a run that has
         measured something else first (``--exact-start``, a pre-trained policy's greedy
         placement) measures it too, and samples around the faster."""

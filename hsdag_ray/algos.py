@@ -9,10 +9,11 @@ measures on when its devices are CUDA ones), failed EnvRunners restarted.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from policies.registry import Method, load
+from policies.registry import Method, load, reinforce_config
 
 __all__ = ["algo_config"]
 
@@ -46,10 +47,9 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
             train_batch_size_per_learner=steps_per_episode * cfg.learning.episodes_per_iteration,
             minibatch_size=steps_per_episode, num_epochs=4, **extra)
     else:
-        extra = method.learner_config(cfg) if method.learner_config else {}
-        ac = REINFORCEConfig().training(lr=cfg.learning.lr, entropy_coeff=cfg.learning.entropy_coeff,
-                                        episodes_per_iteration=cfg.learning.episodes_per_iteration,
-                                        steps_per_episode=steps_per_episode, **extra)
+        learn, extra = reinforce_config(method, cfg)
+        ac = REINFORCEConfig().training(**dataclasses.asdict(learn), steps_per_episode=steps_per_episode,
+                                        **extra)
         if method.learner:
             ac = ac.training(learner_class=load(method.learner))
     measuring = real and cfg.run.env_runners > 0  # remote EnvRunners, on measuring machines

@@ -1,16 +1,23 @@
-"""Run one placement method in this process: no Ray, RLlib, OpenVINO or W&B needed.
+"""Run one placement method in this process: no Ray, OpenVINO or W&B needed.
 
 ``python -m hsdag_ray.train`` runs every method through Ray (measuring actors, RLlib's
 learner). :func:`run_method` runs a registered method (:data:`policies.registry.METHODS`)
 on a :class:`~hsdag_core.compgraph.CompGraph` and any :class:`envs.base.Backend` in the
-calling process, with PyTorch, torch-geometric, numpy, scipy, networkx and gymnasium only:
+calling process, with PyTorch, torch-geometric, numpy, scipy, networkx and gymnasium
+(and, for a learned method other than HSDAG, RLlib's module classes; Ray is never
+started):
 
-* ``hsdag`` (the one learned method here): :class:`policies.hsdag.local.LocalHSDAG`,
-  the RLlib path's network, REINFORCE and defaults, on the node features
-  :meth:`envs.placement_env.PlacementEnv._setup` builds (the run's
-  :class:`~hsdag_core.features.FeatureConfig`, the profile's per-node times and memory
-  when ``costs`` are given, the incumbent's one-hot devices when the run reads it);
-  the other learned methods run with ``python -m hsdag_ray.train`` only;
+* learned methods, on the node features :meth:`envs.placement_env.PlacementEnv._setup`
+  builds (the run's :class:`~hsdag_core.features.FeatureConfig`, the profile's per-node
+  times and memory when ``costs`` are given, the incumbent's one-hot devices when the
+  run reads it), updated by :class:`policies.reinforce_core.ReinforceCore`, the RLlib
+  learner's update: ``hsdag`` by :class:`policies.hsdag.local.LocalHSDAG` (the RLlib
+  path's network, REINFORCE and defaults, without importing RLlib), every other one that
+  acts in the placement environment and trains by REINFORCE (``rnn``; ``gdp`` with
+  ``algo="reinforce"``) by :class:`policies.local_module.LocalModule` over its own
+  RLModule and advantages. A method trained by another algorithm (GDP's PPO, its
+  default) or acting in its own environment (Placeto's, one node per step) is refused
+  with the command that runs it (docs/architecture.md says why);
 * searches (``random``, ``anneal``, ``refit``): the classes and protocol of
   :class:`hsdag_ray.drivers.SearchDriver` (start, single devices taught to a search that
   reads the profile, one proposal and its measured latency at a time);
@@ -25,8 +32,8 @@ from the cache and costs nothing), and a failure rewarded as ``failure_factor`` 
 the reference latency (the fastest single device, measured first outside the budget),
 graded by how far it is over a memory limit. The budget counts placements measured, as
 ``--budget-unit measurements`` does; a run also stops after :data:`PROPOSAL_CAP` times
-its budget in proposals (a settled policy proposes few new placements). HSDAG runs with
-torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
+its budget in proposals (a settled policy proposes few new placements). A learned method
+runs with torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
 against each other on small graphs) and its own seeded random generator, both restored
 afterwards. The search aids
 (``--guide`` and the settings it turns on) are off here: every method runs as published.
@@ -100,13 +107,29 @@ def _settings(method: str, budget: int, seed: int, objective: str, settings: Opt
     cfg.validate()
     off = {"guide": cfg.run.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.aids.etf_start,
            "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.aids.refit_every > 0,
-           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile),
-           "algo": cfg.learning.algo not in ("", "reinforce")}
+           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile)}
     on = [name for name, value in off.items() if value]
     if on:
         raise ValueError(f"the setting {on[0]!r} needs python -m hsdag_ray.train: in-process runs "
                          "run each method as published, with REINFORCE, from scratch")
     return resolved(cfg)
+
+
+def _check_learned(spec, cfg) -> None:
+    """Refuses, in one sentence, a learned method an in-process run cannot train: one
+    trained by another algorithm than REINFORCE (GDP's PPO), or one acting in its own
+    environment (Placeto's node-by-node one); docs/architecture.md says why."""
+    from policies.registry import Method
+
+    algo = cfg.learning.algo or spec.algo
+    if algo != "reinforce":
+        raise ValueError(f"method {spec.name!r} trains with {algo.upper()}, and in-process runs train "
+                         f"by REINFORCE only: pass settings={{'algo': 'reinforce'}} or use python -m "
+                         f"hsdag_ray.train --method {spec.name}")
+    if spec.env != Method.env:
+        raise ValueError(f"method {spec.name!r} acts in its own environment ({spec.env}), which "
+                         f"in-process runs do not build: use python -m hsdag_ray.train --method "
+                         f"{spec.name}")
 
 
 def _features(graph: CompGraph, cfg, costs: Optional[CostGraph], num_devices: int) -> np.ndarray:
@@ -125,22 +148,42 @@ def _features(graph: CompGraph, cfg, costs: Optional[CostGraph], num_devices: in
     return x
 
 
-def _run_hsdag(cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
-               tick: Callable[[], None]) -> dict[str, Any]:
-    """HSDAG's iterations until the budget is spent (as :class:`hsdag_ray.drivers.RLDriver`
-    starts it: ``--start best_single`` leans on the fastest single device)."""
+def _learner(spec, cfg, graph: CompGraph, num_features: int, num_devices: int):
+    """The in-process learner of a learned method: HSDAG's own (its node state carried
+    between steps), else :class:`policies.local_module.LocalModule` over the method's
+    RLModule, with the method's advantages; both update through
+    :class:`policies.reinforce_core.ReinforceCore`."""
+    from policies.registry import load, reinforce_config
+
+    if spec.name == "hsdag":
+        from policies.hsdag.local import LocalHSDAG, configs_from_settings
+
+        net_config, learn = configs_from_settings(cfg)
+        return LocalHSDAG(num_features, num_devices, graph.edge_index(), net_config, learn)
+    from policies.local_module import LocalModule
+
+    learn, _ = reinforce_config(spec, cfg)
+    model_config = spec.model_config(cfg) if spec.model_config else {}
+    baseline = load(spec.baseline)() if spec.baseline else None
+    return LocalModule(load(spec.module), num_features, num_devices, graph.edge_index(), model_config,
+                       learn, baseline)
+
+
+def _run_learned(spec, cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
+                 tick: Callable[[], None]) -> dict[str, Any]:
+    """A learned method's iterations until the budget is spent (as
+    :class:`hsdag_ray.drivers.RLDriver` starts it: ``--start best_single`` leans HSDAG on
+    the fastest single device)."""
     from envs.incumbent import incumbent, start_placement
     from hsdag_ray.resolve import reads_incumbent, resolved
-    from policies.hsdag.local import LocalHSDAG, configs_from_settings
 
     n, devices, singles = measurer.n, measurer.devices, measurer.single_device_s
     prior = -1
     if cfg.learning.start == "best_single":
         latencies = [singles.get(d, math.inf) for d in devices]
         prior = int(np.argmin(latencies)) if min(latencies) < math.inf else -1
-    net_config, learn = configs_from_settings(resolved(cfg, prior))
     x = _features(graph, cfg, costs, len(devices))
-    agent = LocalHSDAG(x.shape[1], len(devices), graph.edge_index(), net_config, learn)
+    agent = _learner(spec, resolved(cfg, prior), graph, x.shape[1], len(devices))
     shows = reads_incumbent(cfg)
     start = start_placement(n, devices, singles, measurer.limits) if shows else None
     wander = np.random.default_rng(cfg.run.seed)  # which episodes see the incumbent
@@ -226,7 +269,8 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     """Run ``method`` on ``graph`` measured by ``backend``, in this process (module docstring).
 
     Args:
-        method: a name of :data:`policies.registry.METHODS` (learned: ``hsdag`` only).
+        method: a name of :data:`policies.registry.METHODS` (learned: those the module
+            docstring lists).
         graph: the graph ``backend`` measures placements of (one device index per node).
         backend: what measures a placement (``devices``, ``measure_array``).
         costs: the profile as a cost graph of ``graph`` on ``backend.devices``
@@ -250,16 +294,15 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         began, its reference, planning and solving included:
         :func:`envs.measurer.best_curve`), ``wall_s``,
         ``devices``, ``single_device_s``, ``reference_s``, ``budget``, ``seed``,
-        ``objective``; HSDAG adds ``iterations`` and ``last_update`` (its metrics).
+        ``objective``; a learned method adds ``iterations`` and ``last_update`` (its metrics).
     """
     from policies.registry import get
 
     t0, t_wall = time.perf_counter(), time.time()
     spec = get(method)
-    if spec.kind == "rl" and spec.name != "hsdag":
-        raise ValueError(f"method {method!r} is trained through RLlib; in-process runs train hsdag "
-                         f"only: use python -m hsdag_ray.train --method {method}")
     cfg = _settings(method, budget, seed, objective, settings)
+    if spec.kind == "rl":
+        _check_learned(spec, cfg)
     devices = list(backend.devices)
     if costs is not None and (costs.num_nodes != graph.num_nodes or list(costs.devices) != devices):
         raise ValueError(f"costs must be those of the graph's {graph.num_nodes} nodes on the backend's "
@@ -283,7 +326,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
             try:
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(cfg.run.seed)
-                    extra = _run_hsdag(cfg, graph, measurer, costs, tick)
+                    extra = _run_learned(spec, cfg, graph, measurer, costs, tick)
             finally:
                 torch.set_num_threads(threads)
         elif spec.kind == "search":

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from envs.env_config import Reward
-from policies.advantages import Advantage, Replay
+from policies.reinforce_config import ReinforceConfig
 
 __all__ = ["RunSettings", "LearningSettings", "AidSettings", "ALGOS"]
 
@@ -104,42 +104,18 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
-class LearningSettings:
-    """How a learned method updates its policy (REINFORCE or PPO)."""
+class LearningSettings(ReinforceConfig):
+    """How a learned method updates its policy (REINFORCE or PPO; PPO reads the learning
+    rate and the entropy weight).
+
+    REINFORCE's settings are :class:`policies.reinforce_config.ReinforceConfig`'s; this
+    section adds what the run picks for the method."""
 
     algo: Literal["", Algo] = ""
     """``reinforce`` (the paper's) or ``ppo``; empty = the method's own."""
     reward: Literal["", Reward] = ""
     """inverse (1/latency, HSDAG's), speedup, neg_log, neg_sqrt (-sqrt(latency), the RNN
     placer's); empty = the method's own."""
-    lr: float = 1e-3
-    """Adam learning rate (HSDAG's paper: 1e-3)."""
-    entropy_coeff: float = 0.01
-    """entropy bonus weight (keeps the policy moving when a whole batch fails)."""
-    advantages: Advantage = "centered"
-    """how REINFORCE weighs each placement: centered (the reward minus the batch mean, a
-    plain REINFORCE baseline), normalized (also over the batch's standard deviation), rank
-    (centred ranks: fitness shaping) or elite (the cross-entropy method's top quarter)."""
-    episode_len: int = 20
-    """placements per episode (HSDAG's paper: 20)."""
-    episodes_per_iteration: int = 1
-    """episodes per policy update."""
-    num_epochs: int = 1
-    """optimiser passes over each update's batch (1: REINFORCE's one step)."""
-    replay_episodes: int = 0
-    """earlier episodes every update also trains on, ranked with the new ones (measured
-    placements re-used at no measurement cost; 0 = off)."""
-    replay: Replay = "elite"
-    """which earlier episodes: elite (those with the best placements) or recent."""
-    stall_patience: int = 0
-    """updates without a new best placement after which the entropy bonus weight becomes
-    stall_entropy, until a new best is found (0 = off; see policies/reinforce.py)."""
-    stall_entropy: float = 0.1
-    """the entropy bonus weight while stalled."""
-    stall_shrink: float = 1.0
-    """below 1, a stalled run also scales HSDAG's placer and move head output layers by
-    this factor (the placement distribution spreads again, keeping its preferences), then
-    counts stalled updates afresh."""
     start: Literal["uniform", "best_single"] = "uniform"
     """where sampling starts: uniform (every device equally likely, the paper) or
     best_single (the fastest single device's logit starts HSDAG's prior_logit above the

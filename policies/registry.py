@@ -25,7 +25,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["Method", "METHODS", "register", "get", "load"]
+__all__ = ["Method", "METHODS", "register", "get", "load", "reinforce_config"]
 
 KINDS = ("rl", "search", "solver")
 
@@ -42,6 +42,10 @@ class Method:
         algo: ``rl``: its default algorithm, ``reinforce`` or ``ppo``.
         learner: ``rl``: ``"pkg.mod:Class"`` of its REINFORCE learner
             (empty: :class:`policies.reinforce.REINFORCETorchLearner`).
+        baseline: ``rl``: ``"pkg.mod:Class"`` of its own advantages, a callable
+            ``(rewards, mask) -> advantages`` without Ray that its learner uses and an
+            in-process run uses too (empty: the batch advantages of the run's
+            ``advantages`` setting).
         env: ``rl`` and ``search``: ``"pkg.mod:Class"`` of the environment.
         model_config: ``rl``: the ``model_config`` of its RLModule from the run's
             settings (a :class:`hsdag_ray.config.TrainConfig` as
@@ -76,6 +80,7 @@ class Method:
     module: str = ""
     algo: str = "reinforce"
     learner: str = ""
+    baseline: str = ""
     env: str = "envs.placement_env:PlacementEnv"
     model_config: Optional[Callable[[Any], dict]] = None
     learner_config: Optional[Callable[[Any], dict]] = None
@@ -119,6 +124,24 @@ def load(target: str) -> Any:
     """Import ``"pkg.mod:attribute"``."""
     mod, _, attr = target.partition(":")
     return getattr(importlib.import_module(mod), attr)
+
+
+def reinforce_config(method: Method, cfg: Any) -> tuple[Any, dict]:
+    """REINFORCE's settings of a run of ``method`` (a
+    :class:`policies.reinforce_config.ReinforceConfig`: the run's ``lr``, ``entropy_coeff``,
+    ``episode_len`` and ``episodes_per_iteration``, and those of its fields the method's
+    ``learner_config`` passes on; the others keep their defaults) and the rest of
+    ``learner_config`` (settings of RLlib's algorithm config, e.g. ``gamma``)."""
+    from policies.reinforce_config import ReinforceConfig
+
+    names = {f.name for f in dataclasses.fields(ReinforceConfig)}
+    extra = method.learner_config(cfg) if method.learner_config else {}
+    learning = cfg.learning
+    learn = ReinforceConfig(lr=float(learning.lr), entropy_coeff=float(learning.entropy_coeff),
+                            episode_len=int(learning.episode_len),
+                            episodes_per_iteration=int(learning.episodes_per_iteration),
+                            **{k: v for k, v in extra.items() if k in names})
+    return learn, {k: v for k, v in extra.items() if k not in names}
 
 
 # ----------------------------------------------------------------------- methods
@@ -184,6 +207,7 @@ register(Method(
                 "bidirectional LSTM encoder, attentional LSTM decoder; --grouper --num-groups G "
                 "adds the learned grouper of the 2018 paper",
     module="policies.rnn.module:RNNPlacerRLModule", learner="policies.rnn.learner:RNNPlacerTorchLearner",
+    baseline="policies.rnn.baseline:EMAAdvantages",
     model_config=_rnn_model_config, reward="neg_sqrt",
     departures=("the loss is -advantage x log-probability with reward -sqrt(runtime), "
                 "so faster placements are reinforced (the reference code's sign rewarded "
@@ -211,8 +235,8 @@ def _gdp_model_config(cfg) -> dict:
 
 def _gdp_ppo_config(cfg) -> dict:
     # No KL penalty: the KL of a placement sums over every node, so it passes PPO's target
-    # (0.01) after any real step and the adaptive coefficient grows until the policy freezes
-    # (tiny_cnn, lr 1e-2: no progress in 360 placements). The clipped ratio bounds the steps.
+    # (0.01) after any real step and the adaptive coefficient grows until the policy freezes.
+    # The clipped ratio bounds the steps.
     return {"use_kl_loss": False}
 
 
@@ -225,8 +249,8 @@ register(Method(
     departures=("no PPO KL penalty: the KL of a placement sums over every node, so the "
                 "adaptive coefficient grows until the policy freezes; the clipped ratio "
                 "bounds the steps",),
-    # pre-trained, it samples nothing but its greedy placement; spread, it reached 1.05x of
-    # the optimum on every held-out graph measured (docs/results/transfer.md)
+    # pre-trained, it samples nothing but its greedy placement; what spreading it does:
+    # docs/results/transfer.md, "GDP on the real family: spreading the pre-trained policy"
     init_soften=0.2))
 
 

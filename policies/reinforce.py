@@ -5,13 +5,14 @@ the EnvRunners (the measuring actors); the central learner minimises
 
     loss = -mean_t[ log pi(a_t | s_t) * A_t ] - entropy_coeff * mean_t[ H(pi(.|s_t)) ]
 
-with Adam, and the new weights go back to the EnvRunners. Rewards are per
+with Adam (the loss and what is kept between updates: :mod:`policies.reinforce_core`,
+which the in-process loops call too), and the new weights go back to the EnvRunners. Rewards are per
 placement, without discounting (each placement is measured on its own); ``log pi``
 and ``H`` are sums over the placement's independent group decisions. The
-advantages ``A_t`` (``advantages``) are centred ranks of the batch's rewards by
-default (``"rank"``: fitness shaping, so a failed placement's large penalty does
-not drown the differences between feasible ones), or ``"normalized"``
-(mean/std), ``"centered"`` (mean baseline) or ``"elite"`` (the cross-entropy
+advantages ``A_t`` (``advantages``) are the rewards less the batch mean by default
+(``"centered"``: a baseline), or ``"normalized"`` (mean/std), ``"rank"`` (centred
+ranks: fitness shaping, so a failed placement's large penalty does not drown the
+differences between feasible ones) or ``"elite"`` (the cross-entropy
 method's 1 for the best :data:`policies.advantages.ELITE_FRACTION`, 0 otherwise); all use a baseline
 independent of the action. Options: ``num_epochs`` passes over each batch;
 ``replay_episodes`` earlier episodes ranked with the new ones (``replay``:
@@ -27,11 +28,13 @@ Built like RLlib's own ``examples/algorithms/classes/vpg.py``: a config, an
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict
 
 import torch
-from policies.advantages import ADVANTAGES, REPLAYS, advantages
-from policies.reinforce_state import StallCount, due_to_soften, remember
+from policies.advantages import ADVANTAGES, advantages
+from policies.reinforce_config import ReinforceConfig
+from policies.reinforce_core import ReinforceCore
 from ray.rllib.algorithms import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.core.columns import Columns
@@ -47,78 +50,31 @@ from ray.rllib.utils.metrics import (ALL_MODULES, ENV_RUNNER_RESULTS, ENV_RUNNER
 __all__ = ["REINFORCEConfig", "REINFORCE", "REINFORCETorchLearner", "ADVANTAGES", "advantages"]
 
 class REINFORCEConfig(AlgorithmConfig):
-    """Settings of :class:`REINFORCE` (defaults: the paper's Adam, lr 1e-3;
-    rank advantages and a small entropy bonus, see the module docstring)."""
+    """Settings of :class:`REINFORCE`: those of
+    :class:`policies.reinforce_config.ReinforceConfig` (its defaults and checks), the
+    environment's ``steps_per_episode`` and RLlib's own."""
 
     def __init__(self, algo_class=None) -> None:
         super().__init__(algo_class=algo_class or REINFORCE)
-        self.lr = 1e-3
-        self.episodes_per_iteration = 1
-        self.entropy_coeff = 0.01
-        self.advantages = "rank"
-        self.steps_per_episode = 20
+        for name, value in dataclasses.asdict(ReinforceConfig()).items():
+            setattr(self, name, value)
+        self.steps_per_episode = self.episode_len
         self.batch_mode = "complete_episodes"
         self.num_env_runners = 0
-        self.replay_episodes = 0
-        self.replay = "elite"
-        self.num_epochs = 1  # AlgorithmConfig's setting: passes over each update's batch
-        self.stall_patience = 0
-        self.stall_entropy = 0.1
-        self.stall_shrink = 1.0
 
     @override(AlgorithmConfig)
-    def training(self, *, episodes_per_iteration=NotProvided, entropy_coeff=NotProvided,
-                 advantages=NotProvided, normalize_advantages=NotProvided,
-                 steps_per_episode=NotProvided, replay_episodes=NotProvided,
-                 replay=NotProvided, stall_patience=NotProvided, stall_entropy=NotProvided,
-                 stall_shrink=NotProvided, **kwargs) -> "REINFORCEConfig":
-        """``episodes_per_iteration``: complete episodes per update (over all
-        EnvRunners); ``steps_per_episode``: the environment's episode length
-        (its ``steps_per_episode``); ``entropy_coeff``: weight of the entropy bonus;
-        ``advantages``: ``"rank"``, ``"normalized"`` or ``"centered"``;
-        ``normalize_advantages`` (older switch): ``True`` = ``"normalized"``,
-        ``False`` = ``"centered"``; ``replay_episodes``: earlier episodes each
-        update also trains on, ``replay``: which (``"elite"`` or ``"recent"``);
-        RLlib's ``num_epochs``: passes over each update's batch; ``stall_patience``:
-        updates without a new best reward after which the entropy weight becomes
-        ``stall_entropy`` (until a new best; 0 = never) and, with ``stall_shrink``
-        below 1, the module's ``soften_policy(stall_shrink)`` is called (then the
-        count starts again)."""
+    def training(self, *, steps_per_episode=NotProvided, **kwargs) -> "REINFORCEConfig":
+        """Any field of :class:`~policies.reinforce_config.ReinforceConfig` (checked as it
+        checks them), ``steps_per_episode`` (the environment's episode length) and
+        RLlib's own settings (e.g. ``num_epochs``, ``learner_class``)."""
+        names = {f.name for f in dataclasses.fields(ReinforceConfig)}
+        mine = {k: kwargs.pop(k) for k in list(kwargs) if k in names and kwargs[k] is not NotProvided}
+        learn = ReinforceConfig.of(self, **mine)  # raises ValueError on a bad value
         super().training(**kwargs)
-        if stall_patience is not NotProvided:
-            if int(stall_patience) < 0:
-                raise ValueError(f"stall_patience must be 0 or more, got {stall_patience}")
-            self.stall_patience = int(stall_patience)
-        if stall_entropy is not NotProvided:
-            if float(stall_entropy) < 0:
-                raise ValueError(f"stall_entropy must be 0 or more, got {stall_entropy}")
-            self.stall_entropy = float(stall_entropy)
-        if stall_shrink is not NotProvided:
-            if not 0 < float(stall_shrink) <= 1:
-                raise ValueError(f"stall_shrink must be in (0, 1], got {stall_shrink}")
-            self.stall_shrink = float(stall_shrink)
-        if replay_episodes is not NotProvided:
-            if int(replay_episodes) < 0:
-                raise ValueError(f"replay_episodes must be 0 or more, got {replay_episodes}")
-            self.replay_episodes = int(replay_episodes)
-        if replay is not NotProvided:
-            if replay not in REPLAYS:
-                raise ValueError(f"unknown replay {replay!r}; choose one of {', '.join(REPLAYS)}")
-            self.replay = replay
-
-        if episodes_per_iteration is not NotProvided:
-            self.episodes_per_iteration = int(episodes_per_iteration)
-        if entropy_coeff is not NotProvided:
-            self.entropy_coeff = float(entropy_coeff)
+        for name in mine:
+            setattr(self, name, getattr(learn, name))
         if steps_per_episode is not NotProvided:
             self.steps_per_episode = int(steps_per_episode)
-        if normalize_advantages is not NotProvided:
-            self.advantages = "normalized" if normalize_advantages else "centered"
-        if advantages is not NotProvided:
-            if advantages not in ADVANTAGES:
-                raise ValueError(f"unknown advantages {advantages!r}; choose one of "
-                                 f"{', '.join(ADVANTAGES)}")
-            self.advantages = advantages
         return self
 
     @override(AlgorithmConfig)
@@ -132,35 +88,34 @@ class REINFORCEConfig(AlgorithmConfig):
         return REINFORCETorchLearner
 
 
-class REINFORCETorchLearner(StallCount, TorchLearner):
-    """The policy-gradient loss with batch advantages (:func:`advantages`).
+class REINFORCETorchLearner(TorchLearner):
+    """The policy-gradient loss of :mod:`policies.reinforce_core` with batch advantages
+    (:func:`advantages`).
 
     A method with advantages of its own (e.g. returns over an episode's steps
-    minus a per-step baseline) overrides :meth:`step_advantages`.
-
-    With ``stall_patience`` the learner counts the updates since a batch last
-    held a better reward than every earlier batch (the run's best placement);
-    from ``stall_patience`` such updates on, the entropy weight is
-    ``stall_entropy`` instead of ``entropy_coeff`` (see "Exploration when
-    stalled" in the module docstring).
+    minus a per-step baseline) overrides :meth:`step_advantages`. Its
+    :class:`~policies.reinforce_core.ReinforceCore` (``core``) counts stalled updates:
+    from ``stall_patience`` on, the entropy weight is ``stall_entropy`` and, with
+    ``stall_shrink`` below 1, every module's ``soften_policy`` spreads it (see
+    "Exploration when stalled" in the module docstring).
     """
+
+    @override(TorchLearner)
+    def build(self) -> None:
+        super().build()
+        self.core = ReinforceCore(self.config)
 
     @override(TorchLearner)
     def before_gradient_based_update(self, *, timesteps: Dict[str, Any]) -> None:
         super().before_gradient_based_update(timesteps=timesteps)
-        self.count_stall()
-        self.soften_if_stalled(self.config)
+        self.core.begin_update(self.soften_modules)
 
-    def soften_if_stalled(self, config: REINFORCEConfig) -> None:
-        """After ``stall_patience`` stalled updates, with ``stall_shrink`` below 1,
-        spreads every module's policy (its ``soften_policy``) and counts afresh."""
-        shrink = getattr(config, "stall_shrink", 1.0)
-        if due_to_soften(self._stalled_updates, config):
-            for module_id in list(self.module.keys()):
-                soften = getattr(self.module[module_id], "soften_policy", None)
-                if soften is not None:
-                    soften(shrink)
-            self._stalled_updates = 0
+    def soften_modules(self, shrink: float) -> None:
+        """Spreads every module's policy (its ``soften_policy(shrink)``)."""
+        for module_id in list(self.module.keys()):
+            soften = getattr(self.module[module_id], "soften_policy", None)
+            if soften is not None:
+                soften(shrink)
 
     def step_advantages(self, batch: Dict[str, Any], rewards: torch.Tensor, mask: torch.Tensor,
                         config: REINFORCEConfig) -> torch.Tensor:
@@ -184,12 +139,8 @@ class REINFORCETorchLearner(StallCount, TorchLearner):
         count = mask.sum().clamp_min(1.0)
         mean = (rewards * mask).sum() / count
         adv = self.step_advantages(batch, rewards, mask, config)
-        pg_loss = -(logp * adv * mask).sum() / count
-        entropy = (dist.entropy() * mask).sum() / count
-        if bool((mask > 0.5).any()):
-            self._batch_best = max(self._batch_best, float(rewards[mask > 0.5].max()))
-        weight = self.entropy_weight(config)
-        loss = pg_loss - weight * entropy
+        weight = self.core.entropy_weight(config)
+        loss, pg_loss, entropy = self.core.loss(logp, dist.entropy(), rewards, mask, adv, weight)
         self.metrics.log_dict({"policy_loss": pg_loss.detach(), "entropy": entropy.detach(),
                                "reward_mean": mean.detach(), "entropy_weight": weight},
                               key=module_id, window=1)
@@ -226,7 +177,7 @@ class REINFORCE(Algorithm):
         memory = self._replay_memory()
         with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
             learner_results = self.learner_group.update(
-                episodes=list(episodes) + [e for _, _, e in memory],
+                episodes=list(episodes) + memory,
                 num_epochs=cfg.num_epochs,
                 timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
                     (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME))})
@@ -239,17 +190,12 @@ class REINFORCE(Algorithm):
 
     # -- replay memory (see the module docstring) ----------------------------------
     def _replay_memory(self) -> list:
-        """``[(score, order, episode)]`` the next update replays."""
-        if not hasattr(self, "_memory"):
-            self._memory, self._remembered = [], 0
-        return list(self._memory)
+        """The episodes the next update replays (its :class:`ReinforceCore`'s memory)."""
+        if not hasattr(self, "_core"):
+            self._core = ReinforceCore(self.config)
+        return self._core.replayed()
 
     def _remember(self, memory: list, episodes: list) -> None:
         """Keep ``replay_episodes`` of the memory and the new episodes: the best
         by their best reward (``elite``; ties: the newer) or the newest."""
-        k = self.config.replay_episodes
-        if k <= 0:
-            return
-        scored = [(max(rewards), e) for e in episodes if len(rewards := e.get_rewards()) > 0]
-        self._memory, self._remembered = remember(memory, scored, k, self.config.replay,
-                                                  self._remembered)
+        self._core.remember((max(rewards), e) for e in episodes if len(rewards := e.get_rewards()) > 0)

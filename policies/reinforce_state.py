@@ -1,9 +1,9 @@
 """What REINFORCE keeps between updates, in plain Python: the stall count and the replay
 memory (described in :mod:`policies.reinforce`).
 
-The RLlib learner and algorithm (:mod:`policies.reinforce`) and the in-process HSDAG
-trainer (:mod:`policies.hsdag.local`) share these, so both respond to a stalled run and
-replay earlier episodes alike. ``config`` is anything with the settings as attributes
+:class:`policies.reinforce_core.ReinforceCore` keeps them for the RLlib learner and
+algorithm (:mod:`policies.reinforce`) and the in-process loops alike, so every loop
+responds to a stalled run and replays earlier episodes the same way. ``config`` is anything with the settings as attributes
 (``entropy_coeff``, ``stall_patience``, ``stall_entropy``, ``stall_shrink``).
 """
 from __future__ import annotations

@@ -6,6 +6,7 @@ learning tests (``-m slow``) check that each learns; this one checks that none i
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -49,3 +50,46 @@ def test_every_method_runs_through_train(method, devices, tmp_path, tiny_profile
     lat = [x for x in json.loads((run / "state.json").read_text())["latencies"] if x is not None]
     assert s["method_best_latency_s"] == pytest.approx(min(lat)) and min(lat) <= lat[0]
     assert s["baselines"]["optimum"] <= s["best_latency_s"] * (1 + 1e-9)
+
+
+#: what an in-process run needs beside the method's own settings (GDP trains with PPO as
+#: published; in-process runs train by REINFORCE)
+INPROCESS_SETTINGS = {"gdp": {"algo": "reinforce"}}
+#: learned methods in-process runs refuse, and why (docs/architecture.md, "In one process")
+NOT_INPROCESS = {"placeto": "acts in its own environment"}
+
+
+@pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].kind == "rl"))
+def test_every_learned_method_runs_in_process(method):
+    """Every learned method trains in this process on the simulator with a tiny budget
+    (its REINFORCE updates through policies.reinforce_core), or is refused in one
+    sentence naming the command that runs it."""
+    from envs.graph_backend import make_backend
+    from hsdag_core.device_profile import cost_graph
+    from hsdag_ray.inprocess import run_method
+    from test_inprocess import crossed_profile, layered_cnn
+
+    graph = layered_cnn(8, c=16, size=16)
+    prof = crossed_profile(graph, accelerator_memory=0.5)
+    backend = make_backend("simulator", graph, profile=prof)
+    costs = cost_graph(graph, prof, backend.devices)
+    settings = {"episode_len": 4, "hidden_dim": 16, **INPROCESS_SETTINGS.get(method, {})}
+
+    def run():
+        return run_method(method, graph, backend, costs, budget=8, seed=0, settings=settings,
+                          say=lambda _: None, progress=False)
+
+    if method in NOT_INPROCESS:
+        with pytest.raises(ValueError, match=NOT_INPROCESS[method]) as refused:
+            run()
+        message = str(refused.value)
+        assert f"python -m hsdag_ray.train --method {method}" in message and message.count(". ") == 0
+        return
+    r = run()
+    assert r["kind"] == "rl" and r["iterations"] >= 1 and r["measured"] == len(r["curve"]) <= 8
+    assert r["failures"] == 0 and r["latency_s"] == min(r["curve"])
+    assert math.isfinite(r["last_update"]["policy_loss"])
+    assert set(r["placement"]) <= set(range(len(backend.devices)))
+    if method in INPROCESS_SETTINGS:  # as published, refused with the setting that runs it
+        with pytest.raises(ValueError, match="settings=.*'algo': 'reinforce'"):
+            run_method(method, graph, backend, costs, budget=8, say=lambda _: None)

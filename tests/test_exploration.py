@@ -94,23 +94,20 @@ def test_without_the_option_nothing_changes():
 
 
 def test_the_entropy_bonus_grows_once_the_best_stops_improving():
-    from types import SimpleNamespace
-
-    from policies.reinforce import REINFORCEConfig, REINFORCETorchLearner as L
+    from policies.reinforce import REINFORCEConfig
+    from policies.reinforce_core import ReinforceCore
 
     config = REINFORCEConfig().training(entropy_coeff=0.01, stall_patience=2, stall_entropy=0.2)
-    learner = SimpleNamespace(_best_reward=-float("inf"), _stalled_updates=0,
-                              _batch_best=-float("inf"))
+    core = ReinforceCore(config)  # what the RLlib learner and the in-process loops keep
     weights = []
     for best in (1.0, 2.0, 1.5, 2.0, 0.5, 3.0, 1.0):  # each update's batch best reward
-        learner._batch_best = best
-        L.count_stall(learner)  # at the start of the next update
-        weights.append(L.entropy_weight(learner, config))
+        core._batch_best = best
+        weights.append(core.begin_update())  # at the start of the next update
     # new bests at 1.0, 2.0 and 3.0; two updates without one (1.5, 2.0) reach the patience
     assert weights == [0.01, 0.01, 0.01, 0.2, 0.2, 0.01, 0.01]
-    off = REINFORCEConfig().training(entropy_coeff=0.01)
-    learner._stalled_updates = 100
-    assert L.entropy_weight(learner, off) == 0.01
+    off = ReinforceCore(REINFORCEConfig().training(entropy_coeff=0.01))
+    off._stalled_updates = 100
+    assert off.entropy_weight(off.config) == 0.01
     with pytest.raises(ValueError, match="stall_patience"):
         REINFORCEConfig().training(stall_patience=-1)
 
@@ -119,6 +116,7 @@ def test_a_stalled_run_spreads_the_placement_distribution_again():
     from types import SimpleNamespace
 
     from policies.reinforce import REINFORCEConfig, REINFORCETorchLearner as L
+    from policies.reinforce_core import ReinforceCore
 
     torch.manual_seed(0)
     module = make_module()
@@ -127,15 +125,17 @@ def test_a_stalled_run_spreads_the_placement_distribution_again():
         for p in module.net.placer[-1].parameters():
             p.mul_(20.0)  # a nearly deterministic placer
         before = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
-    config = REINFORCEConfig().training(stall_patience=2, stall_shrink=0.25)
-    learner = SimpleNamespace(module={"default_policy": module}, _stalled_updates=1)
-    L.soften_if_stalled(learner, config)  # not stalled long enough: nothing changes
+    core = ReinforceCore(REINFORCEConfig().training(stall_patience=2, stall_shrink=0.25))
+    learner = SimpleNamespace(module={"default_policy": module})
+    soften = lambda shrink: L.soften_modules(learner, shrink)  # noqa: E731 - the learner's
+    core._stalled_updates = 1
+    core.begin_update(soften)  # not stalled long enough: nothing changes
     with torch.no_grad():
         same = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
     assert torch.equal(same, before)
-    learner._stalled_updates = 2
-    L.soften_if_stalled(learner, config)
-    assert learner._stalled_updates == 0
+    core._stalled_updates = 2
+    core.begin_update(soften)
+    assert core._stalled_updates == 0
     with torch.no_grad():
         after = module.forward_inference(obs)[Columns.ACTION_DIST_INPUTS][:, :20].reshape(2, 10, 2)
     gap_before, gap_after = before[..., 1] - before[..., 0], after[..., 1] - after[..., 0]

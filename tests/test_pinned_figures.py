@@ -2,7 +2,7 @@
 pinned to the figures recorded in ``tests/data/pinned_figures.json``.
 
 Every method is run where it runs: in this process (:func:`hsdag_ray.inprocess.run_method`:
-HSDAG, the searches and the solvers), through ``train`` (every registered method, its
+HSDAG, the RNN placer, GDP by REINFORCE, the searches and the solvers), through ``train`` (every registered method, its
 ``metrics.jsonl`` and every measurement's latency), and device-set fine-tuning
 (:func:`policies.gdp.device_training.finetune`). The runs measure on memory-limited
 devices, so the repair, the cache and the budget all decide what is measured. A change
@@ -82,7 +82,10 @@ def limited():
     return graph, backend, cost_graph(graph, prof, backend.devices)
 
 
-INPROCESS = ("hsdag", "random", "anneal", "refit", "exact", "heft", "m-topo", "m-etf", "m-sct")
+INPROCESS = ("hsdag", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft", "m-topo", "m-etf",
+             "m-sct")
+#: what an in-process run of a method needs (GDP trains by REINFORCE there)
+INPROCESS_SETTINGS = {"gdp": {"algo": "reinforce"}}
 
 
 @pytest.mark.parametrize("method", INPROCESS)
@@ -91,7 +94,7 @@ def test_an_inprocess_run_measures_what_it_measured_before(limited, method):
 
     graph, backend, costs = limited
     r = run_method(method, graph, backend, costs, budget=24, seed=1, say=lambda _: None,
-                   progress=False)
+                   progress=False, settings=INPROCESS_SETTINGS.get(method))
     pin(f"inprocess/{method}", {k: r[k] for k in ("latency_s", "placement", "measured", "proposed",
                                                    "failures", "curve", "reference_s")})
 

@@ -21,8 +21,10 @@ The method is the one ``python -m hsdag_ray.train --method hsdag`` trains throug
   episode, and the loss is REINFORCE's
   ``-mean_t[logp_t * A_t] - w * mean_t[H_t]`` with the batch advantages of
   :func:`policies.advantages.advantages`, minimised by Adam at ``lr`` (``num_epochs``
-  passes). The stall response (``stall_patience``) and the replay memory
-  (``replay_episodes``) are :mod:`policies.reinforce_state`'s, as the RLlib learner's.
+  passes). The loss, the stall response (``stall_patience``) and the replay memory
+  (``replay_episodes``) are :class:`policies.reinforce_core.ReinforceCore`'s, which the
+  RLlib learner calls too; the settings are one
+  :class:`policies.reinforce_config.ReinforceConfig`.
 * **Greedy placement** (:meth:`LocalHSDAG.greedy`): the grouping parsed without noise at
   an episode's first step, and each group's most likely device.
 
@@ -38,8 +40,7 @@ initial weights draw from torch's global generator).
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -49,49 +50,25 @@ from policies.advantages import advantages
 from policies.grouped_placement import GroupedPlacement
 from policies.hsdag.config import HSDAGConfig
 from policies.hsdag.policy import HSDAGNet, HSDAGOutput
-from policies.reinforce_state import StallCount, due_to_soften, remember
+from policies.reinforce_config import ReinforceConfig
+from policies.reinforce_core import LocalLearner, ReinforceCore
 
-__all__ = ["Reinforce", "Episode", "LocalHSDAG", "configs_from_settings"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Reinforce:
-    """REINFORCE's settings (the fields of :class:`hsdag_ray.config.TrainConfig` of the
-    same names; what each does is in :mod:`policies.reinforce`)."""
-
-    lr: float
-    entropy_coeff: float
-    advantages: str
-    episode_len: int
-    episodes_per_iteration: int
-    num_epochs: int
-    replay_episodes: int
-    replay: str
-    stall_patience: int
-    stall_entropy: float
-    stall_shrink: float
+__all__ = ["Episode", "LocalHSDAG", "configs_from_settings"]
 
 
-def configs_from_settings(cfg: Any) -> tuple[HSDAGConfig, Reinforce]:
+def configs_from_settings(cfg: Any) -> tuple[HSDAGConfig, ReinforceConfig]:
     """The network's and REINFORCE's settings of a run from its settings (a
     :class:`hsdag_ray.config.TrainConfig` as :func:`hsdag_ray.resolve.resolved` writes it
     out), read as the RLlib path reads them (the network's through the method's
-    ``model_config``, REINFORCE's through its ``learner_config``)."""
-    from policies.registry import get
+    ``model_config``, REINFORCE's through :func:`policies.registry.reinforce_config`)."""
+    from policies.registry import get, reinforce_config
 
     method = get("hsdag")
     model_config = method.model_config(cfg)
     if model_config.get("node_moves") or model_config.get("segment_moves"):
         raise ValueError("HSDAG's node and segment moves sample from RLlib action distributions; "
                          "train them with python -m hsdag_ray.train --node-moves")
-    learner = method.learner_config(cfg)
-    learning = cfg.learning
-    learn = Reinforce(lr=float(learning.lr), entropy_coeff=float(learning.entropy_coeff),
-                      episode_len=int(learning.episode_len),
-                      episodes_per_iteration=int(learning.episodes_per_iteration), **learner)
-    if min(learn.episode_len, learn.episodes_per_iteration, learn.num_epochs) < 1 or learn.lr <= 0:
-        raise ValueError("episode_len, episodes_per_iteration and num_epochs must be at least 1 "
-                         "and lr positive")
+    learn, _ = reinforce_config(method, cfg)
     return HSDAGConfig.from_model_config(model_config), learn
 
 
@@ -115,7 +92,7 @@ class Episode(NamedTuple):
     partner: Optional[Tensor]
 
 
-class LocalHSDAG(StallCount):
+class LocalHSDAG(LocalLearner):
     """The HSDAG network and its REINFORCE optimiser for one graph (module docstring).
 
     Args:
@@ -127,13 +104,13 @@ class LocalHSDAG(StallCount):
     """
 
     def __init__(self, num_features: int, num_devices: int, edge_index: Any, config: HSDAGConfig,
-                 learn: Reinforce) -> None:
+                 learn: ReinforceConfig) -> None:
         self.config, self.learn = config, learn
         self.net = HSDAGNet(num_features, num_devices, config)
         self.edge_index = torch.as_tensor(np.asarray(edge_index), dtype=torch.long).reshape(2, -1)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=learn.lr)
-        self._memory: list = []
-        self._remembered = 0
+        #: the update shared with the RLlib learner (:mod:`policies.reinforce_core`)
+        self.core = ReinforceCore(learn)
         #: updates made so far
         self.updates = 0
 
@@ -197,62 +174,16 @@ class LocalHSDAG(StallCount):
                 state = out.next_node_state
         return torch.stack(logps), torch.stack(entropies), torch.stack(groups)
 
-    # -- learning --------------------------------------------------------------------
-    def update(self, episodes: Sequence[Episode], rewards: Sequence[Sequence[float]]) -> dict[str, float]:
-        """One REINFORCE update on ``episodes`` (their ``rewards``, one per step) and the
-        replay memory's; returns the last pass's ``policy_loss``, ``entropy``,
-        ``num_groups`` (mean per placement) and ``entropy_weight``."""
-        if len(episodes) != len(rewards) or not episodes:
-            raise ValueError("update needs one list of rewards per episode, and an episode")
-        batch = list(zip(episodes, rewards)) + [item for _, _, item in self._memory]
-        r = torch.tensor([[float(v) for v in rw] for _, rw in batch], dtype=torch.float32)
-        if r.shape[1] != batch[0][0].actions.size(0):
-            raise ValueError(f"every episode needs one reward per placement ({r.shape[1]} given "
-                             f"for {batch[0][0].actions.size(0)})")
-        mask = torch.ones_like(r)
-        self.count_stall()
-        if due_to_soften(self._stalled_updates, self.learn):
-            self.net.soften(self.learn.stall_shrink)
-            self._stalled_updates = 0
-        weight = self.entropy_weight(self.learn)
-        count = mask.sum().clamp_min(1.0)
-        adv = advantages(r, mask, self.learn.advantages)
-        for _ in range(self.learn.num_epochs):
-            logp, entropy, groups = (torch.stack(v) for v in zip(*(self._score(ep) for ep, _ in batch)))
-            pg_loss = -(logp * adv * mask).sum() / count
-            mean_entropy = (entropy * mask).sum() / count
-            loss = pg_loss - weight * mean_entropy
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            self._batch_best = max(self._batch_best, float(r.max()))
-        self.updates += 1
-        if self.learn.replay_episodes > 0:
-            scored = [(max(rw), (ep, list(rw))) for ep, rw in zip(episodes, rewards)]
-            self._memory, self._remembered = remember(self._memory, scored, self.learn.replay_episodes,
-                                                      self.learn.replay, self._remembered)
-        return {"policy_loss": pg_loss.item(), "entropy": mean_entropy.item(),
-                "num_groups": float(groups.float().mean()), "entropy_weight": weight}
+    # -- learning (LocalLearner's update and iterate) ---------------------------------
+    def score(self, episodes: Sequence[Episode]) -> tuple[Tensor, Tensor, dict[str, float]]:
+        logp, entropy, groups = (torch.stack(v) for v in zip(*(self._score(ep) for ep in episodes)))
+        return logp, entropy, {"num_groups": float(groups.float().mean())}
 
-    def iterate(self, observe: Callable[[], Any],
-                reward: Callable[[np.ndarray], Optional[float]]) -> Optional[dict[str, float]]:
-        """One training iteration: ``episodes_per_iteration`` episodes, each sampled for the
-        observation ``observe()`` gives and rewarded placement by placement (``reward(p)``
-        for ``p`` a device index per node), then :meth:`update`. Returns the update's
-        metrics, or None without an update once ``reward`` returns None (the run's budget
-        is spent)."""
-        episodes, rewards = [], []
-        for _ in range(self.learn.episodes_per_iteration):
-            episode = self.sample_episode(observe())
-            values = []
-            for placement in episode.actions.numpy():
-                value = reward(placement)
-                if value is None:
-                    return None
-                values.append(float(value))
-            episodes.append(episode)
-            rewards.append(values)
-        return self.update(episodes, rewards)
+    def advantages(self, rewards: Tensor, mask: Tensor) -> Tensor:
+        return advantages(rewards, mask, self.learn.advantages)
+
+    def soften(self, shrink: float) -> None:
+        self.net.soften(shrink)
 
     @torch.no_grad()
     def greedy(self, x: Any) -> np.ndarray:

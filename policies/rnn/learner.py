@@ -11,7 +11,7 @@ fixed failing runtime, see :mod:`envs.placement_env`), and the policy follows
     \nabla J = \operatorname{mean}_a[(R(a) - B)\,\nabla \log \pi(a)],
 
 :math:`B` an exponential moving average of the rewards seen so far
-(:class:`EMABaseline`: each update's placements are scored against the
+(:class:`policies.rnn.baseline.EMABaseline`: each update's placements are scored against the
 average of the placements before them, then folded into it one by one with
 weight ``1 - decay``). Faster placements have a higher reward, so a placement
 faster than usual has a positive advantage and its probability rises: the
@@ -27,56 +27,17 @@ does not apply. The baseline is part of the learner's checkpoint.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
-import numpy as np
 import torch
 from ray.rllib.utils.annotations import override
 
 from policies.reinforce import REINFORCEConfig, REINFORCETorchLearner
+from policies.rnn.baseline import BASELINE_DECAY, EMAAdvantages, EMABaseline
 
 __all__ = ["EMABaseline", "RNNPlacerTorchLearner", "BASELINE_DECAY"]
 
-#: weight of the old average when a placement's reward is folded into the baseline
-BASELINE_DECAY = 0.95
 _STATE_KEY = "rnn_ema_baseline"
-
-
-class EMABaseline:
-    """An exponential moving average of rewards, used as a REINFORCE baseline.
-
-    ``advantages(rewards)`` returns ``rewards - B`` with ``B`` the average
-    before this call (the mean of ``rewards`` on the first call), then updates
-    ``B <- decay * B + (1 - decay) * r`` for each reward in order.
-    """
-
-    def __init__(self, decay: float = BASELINE_DECAY, value: Optional[float] = None) -> None:
-        if not 0.0 <= decay < 1.0:
-            raise ValueError("the baseline's decay must lie in [0, 1)")
-        self.decay = float(decay)
-        self.value = value
-
-    def advantages(self, rewards: np.ndarray) -> np.ndarray:
-        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        if r.size == 0:
-            return r
-        if self.value is None:
-            self.value = float(r.mean())
-        adv = r - self.value
-        b = self.value
-        for value in r:
-            b = self.decay * b + (1.0 - self.decay) * float(value)
-        self.value = b
-        return adv
-
-    def state_dict(self) -> dict:
-        return {"decay": self.decay, "value": self.value}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.decay = float(state["decay"])
-        v = state.get("value")
-        self.value = None if v is None or not math.isfinite(float(v)) else float(v)
 
 
 class RNNPlacerTorchLearner(REINFORCETorchLearner):
@@ -87,21 +48,16 @@ class RNNPlacerTorchLearner(REINFORCETorchLearner):
     def build(self) -> None:
         super().build()
         decay = float(self.config.learner_config_dict.get("baseline_decay", BASELINE_DECAY))
-        self.baseline = EMABaseline(decay)
+        self.rnn_advantages = EMAAdvantages(decay)
+        self.baseline = self.rnn_advantages.baseline
 
     @override(REINFORCETorchLearner)
     def step_advantages(self, batch: Dict[str, Any], rewards: torch.Tensor, mask: torch.Tensor,
                         config: REINFORCEConfig) -> torch.Tensor:
-        valid = mask > 0.5
-        adv = torch.zeros_like(rewards)
-        r = rewards[valid].detach().cpu().numpy()
-        if r.size == 0:
-            return adv
-        a = torch.as_tensor(self.baseline.advantages(r), dtype=rewards.dtype, device=rewards.device)
-        rms = torch.sqrt((a**2).mean())
-        adv[valid] = a / (rms + 1e-8) if float(rms) > 1e-12 else a
-        self.metrics.log_value("baseline", float(self.baseline.value), window=1)
-        return adv.detach()
+        adv = self.rnn_advantages(rewards, mask)
+        if self.baseline.value is not None:
+            self.metrics.log_value("baseline", float(self.baseline.value), window=1)
+        return adv
 
     @override(REINFORCETorchLearner)
     def get_state(self, components=None, *, not_components=None, **kwargs) -> Dict[str, Any]:
