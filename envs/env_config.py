@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping, Optional
 
+from envs.backends import BACKENDS, SIMULATOR
 from envs.base import TimingConfig
 from hsdag_core.features import FeatureConfig
 
@@ -75,7 +76,7 @@ class EnvConfig:
 
     model: str = "resnet50"
     coarsen: str = "colocation"
-    backend: str = "simulator"
+    backend: str = SIMULATOR
     devices: tuple[str, ...] = ()
     profile: Optional[dict] = None
     objective: str = "sequential"
@@ -118,8 +119,8 @@ class EnvConfig:
             raise ValueError(f"unknown reward {cfg.reward!r}; choose one of {', '.join(REWARDS)}")
         if cfg.episode_len < 1:
             raise ValueError("episode_len must be at least 1")
-        if cfg.sim_profile is not None and cfg.backend != "simulator":
-            raise ValueError("sim_profile is what the simulator backend measures with; "
+        if cfg.sim_profile is not None and getattr(BACKENDS.get(cfg.backend), "real", False):
+            raise ValueError("sim_profile is what a simulated backend measures with; "
                              f"the {cfg.backend} backend measures a real machine")
         if not 0 < cfg.incumbent_share <= 1:
             raise ValueError("incumbent_share must be above 0 and at most 1")

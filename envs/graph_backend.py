@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from envs.backends import BACKENDS, build
-from envs.base import Backend, Measurement, TimingConfig
+from envs.base import Backend, Measurement, OwnRun, TimingConfig
 from hsdag_core.compgraph import CompGraph, GraphError
 
 __all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "openvino_backend",
@@ -31,12 +31,31 @@ class OpenVINOGraphBackend(Backend):
                  timing: TimingConfig = TimingConfig()) -> None:
         from envs.openvino_backend import OpenVINOBackend
 
-        self.graph = graph
+        self.graph, self.model, self.specs, self.timing = graph, model, list(devices), timing
         self.ov = OpenVINOBackend(model, list(devices), mode=mode, timing=timing)  # type: ignore[arg-type]
         self.devices = self.ov.devices
         self.name = self.ov.name
 
     races = True
+
+    def own_baselines(self) -> dict[str, object]:
+        """OpenVINO's own ways to run the model over the devices: its AUTO device
+        (``openvino_auto``: the whole model on the device AUTO picks) and HETERO's own splits
+        (``hetero_auto``: its default per-op fallback in device order; ``hetero_pipeline``:
+        MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL)."""
+        from envs.openvino_backend import HETERO_MODES
+
+        return {"openvino_auto": OwnRun("OpenVINO AUTO"),
+                **{mode: OwnRun(f"OpenVINO HETERO {mode}") for mode in HETERO_MODES}}
+
+    def measure_own(self, name: str) -> Measurement:
+        from envs.openvino_backend import HETERO_MODES, measure_auto, measure_hetero_mode
+
+        if name == "openvino_auto":
+            return measure_auto(self.model, self.devices, self.timing)
+        if name in HETERO_MODES:  # the run's device specs (a virtual device's settings)
+            return measure_hetero_mode(self.model, self.specs, name, self.timing)
+        return super().measure_own(name)
 
     def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
         try:

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from envs.backends import get as get_backend
+from envs.backends import REAL_DEFAULT, SIMULATOR, get as get_backend
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.rundir import model_label
@@ -120,22 +120,21 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     backend, devices = cfg.env.backend, list(cfg.env.devices)
     doppler = is_doppler_spec(cfg.run.model)
     if doppler and backend == "default":
-        backend = "simulator"
+        backend = SIMULATOR
     if doppler and not get_backend(backend).simulated:
         raise UsageError(f"{cfg.run.model} is one of DOPPLER's compute graphs, which only the "
                          "simulator measures; use --backend simulator")
     if backend == "default":
-        import openvino as ov
-
-        real = [d for d in ov.Core().available_devices]
+        real = get_backend(REAL_DEFAULT).graph.available()
         if len(real) >= 2:
-            backend, devices = "auto", devices or real
+            backend, devices = REAL_DEFAULT, devices or real
             say(f"measuring on the real devices {', '.join(devices)}")
         else:
-            backend = "simulator"
+            backend = SIMULATOR
             say(f"only {', '.join(real) or 'no device'} here: using the simulator with the CPU "
                 f"profiled by OpenVINO and a modeled accelerator ({DEFAULT_ACCELERATOR}); pass "
-                "--backend auto --devices CPU,CPU_F32 to measure on two CPU configurations instead")
+                f"--backend {REAL_DEFAULT} --devices CPU,CPU_F32 to measure on two CPU "
+                "configurations instead")
     if get_backend(backend).simulated:
         if devices:  # refused before a profile is recorded for them
             check_two_devices(devices)

@@ -48,13 +48,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from envs.backends import BACKENDS
+from envs.backends import BACKENDS, SIMULATOR
 from hsdag_ray.cli import UsageError, read_yaml_mapping, run, writable_dir
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
 from hsdag_ray.rundir import model_label, slug
 
 #: the backend of a sweep's trials when it names none
-SWEEP_BACKEND = "simulator"
+SWEEP_BACKEND = SIMULATOR
 
 __all__ = ["SweepConfig", "PRESETS", "ABLATION_VARIANTS", "GUIDE_MODES", "trials", "run_trial", "run_sweep",
            "main"]

@@ -27,7 +27,7 @@ import torch
 from envs.base import TimingConfig
 from envs.graph_backend import make_backend, parse_placement
 from envs.pytorch.backend import TorchBackend
-from hsdag_core.coarsening import build_graph
+from envs.backends import build_graph
 from hsdag_core.compgraph import GraphError, parse_input_shapes
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
