@@ -66,8 +66,7 @@ def result_head(job: ApplyJob, placed: Measurement) -> dict[str, Any]:
             "timing": {"warmup": t.warmup, "repeats": t.repeats, "block": t.block,
                        "precision": t.precision, "precision_cap_s": t.precision_cap_s,
                        "threads": t.threads, "rounds": job.rounds}, "seed": job.seed,
-            "placed": row("placement", placed), "single": {}, "auto": None, "hetero": {}, "own": {},
-            "saved": None}
+            "placed": row("placement", placed), "single": {}, "own": {}, "saved": None}
 
 
 def output_error(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> tuple[float, float]:

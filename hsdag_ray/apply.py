@@ -173,10 +173,22 @@ def table(result: dict[str, Any]):
     return tab
 
 
+def _is_row(value: Any) -> bool:
+    return isinstance(value, dict) and "name" in value and "ok" in value
+
+
 def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The result's rows in table order: the placement, each device, AUTO, HETERO, own."""
-    return [result["placed"], *result["single"].values()] + ([result["auto"]] if result["auto"] else []) \
-        + list((result.get("hetero") or {}).values()) + list((result.get("own") or {}).values())
+    """The result's rows in table order: the placement, each device, then the graph source's
+    own rows in the order it wrote them (OpenVINO: AUTO, HETERO's splits; torch: Accelerate)."""
+    rows = [result["placed"], *result["single"].values()]
+    for key, value in result.items():
+        if key in ("placed", "single"):
+            continue
+        if _is_row(value):
+            rows.append(value)
+        elif isinstance(value, dict) and value and all(_is_row(v) for v in value.values()):
+            rows.extend(value.values())
+    return rows
 
 
 def _json_path(args: argparse.Namespace) -> Path:

@@ -168,7 +168,8 @@ class TrainConfig:
             (run.torch_threads >= 1, "torch_threads must be at least 1"),
             (env.sim_delay_s >= 0, "sim_delay_s must be 0 or more"),
             (0 < aids.incumbent_share <= 1, "incumbent_share must be above 0 and at most 1"),
-            (aids.exact_start in ("auto", "on", "off"), "exact_start must be auto, on or off"),
+            (aids.exact_start in ("auto", "on", "off"),  # not a backend name: exact_start's choice
+             "exact_start must be auto, on or off"),
             (env.remeasure_rounds >= 1 and env.solver_time_limit > 0,
              "remeasure_rounds must be at least 1 and solver_time_limit positive"),
             (t.repeats >= 1 and t.threads >= 0 and t.timeout_s > 0,
@@ -201,7 +202,7 @@ class TrainConfig:
 
     def starts_exact(self, backend: str) -> bool:
         """Whether ``exact_start`` is on for a run on ``backend`` (auto: with ``guide``)."""
-        if self.aids.exact_start == "auto":
+        if self.aids.exact_start == "auto":  # not a backend name: exact_start's choice
             return self.run.guide
         return self.aids.exact_start == "on"
 

@@ -85,7 +85,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unmeasured = objective_error(args.backend, args.objective)
     if unmeasured:
         raise UsageError(unmeasured)
-    auto = args.placement.lower() == "auto"
+    auto = args.placement.lower() == "auto"  # not a backend name: the placement keyword
     kind = get_backend(args.backend)
     if auto and not kind.auto_device:
         raise UsageError(f"--placement auto compiles the whole model on OpenVINO's AUTO device "

@@ -360,7 +360,7 @@ def test_apply_save_and_reload_in_a_fresh_process_without_openvino(tmp_path, tin
     result = json.loads((save / "apply.json").read_text())
     assert result["placed"]["ok"] and result["saved"]["ok"] and result["saved"]["stages"] == 2
     # no OpenVINO row is attempted on the torch backend
-    assert result["auto"] is None and result["hetero"] == {}
+    assert result.get("auto") is None and not result.get("hetero")  # no OpenVINO rows
     assert set(result["single"]) == set(DEVICES) and all(r["ok"] for r in result["single"].values())
     assert list(result["own"]) == ["accelerate_auto"] and result["own"]["accelerate_auto"]["ok"]
     # a fresh process loads and runs it, reading the manifest first: no OpenVINO, no Ray

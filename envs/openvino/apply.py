@@ -50,7 +50,8 @@ def apply_openvino(job: ApplyJob) -> dict[str, Any]:
     backend = OpenVINOBackend(model, specs, mode=job.backend, timing=timing, seed=job.seed)
     placed = backend.measure_ops(affinity)
     result = result_head(job, placed)
-    del result["own"]
+    result.pop("own"), result.pop("saved")
+    result.update(auto=None, hetero={}, saved=None)  # its own rows: AUTO, HETERO's splits
     if not placed.ok:
         result["error"] = f"the placement failed at {placed.stage}: {placed.error}"
         return result
