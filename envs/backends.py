@@ -1,10 +1,13 @@
 """Every measuring backend, by name: what ``--backend`` chooses.
 
-A backend is a class behind :class:`envs.base.Backend`; its kind is registered here once
-with a factory that builds it for a graph, so the command line, the run's checks and the
-environment read one list. Adding a backend is its own module plus one :func:`register`
-call below. Factories are named as ``"package.module:function"`` and imported only when
-a backend is built, so listing the backends imports nothing heavy.
+A backend is a class behind :class:`envs.base.Backend` in its own package, which also owns
+its graph source (:class:`envs.source.GraphSource`: building the graph, checking and
+describing its devices, recording a profile, applying a placement, loading a placed model).
+Its kind is registered here once with a factory that builds it for a graph and the source it
+reads, so the command line, the run's checks and the environment read one list and call the
+source's hooks. Adding a backend is its own package plus one :func:`register` call below.
+Factories and sources are named as ``"package.module:attribute"`` and imported only when
+used, so listing the backends imports nothing heavy.
 
 A factory is called as ``factory(graph, model=..., devices=..., timing=..., profile=...,
 objective=..., sim_delay_s=...)`` and returns an :class:`envs.base.Backend`.
@@ -170,12 +173,12 @@ OPENVINO_DEVICES = ("CPU", "CPU_F32")
 SIMULATOR = "simulator"
 #: a run that names no backend, on a machine with two real devices
 REAL_DEFAULT = "auto"
-register(BackendKind("auto", "envs.graph_backend:openvino_backend", True,
+register(BackendKind("auto", "envs.openvino.node_backend:openvino_backend", True,
                      "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails",
                      default_devices=OPENVINO_DEVICES, auto_device=True))
-register(BackendKind("hetero", "envs.graph_backend:openvino_backend", True,
+register(BackendKind("hetero", "envs.openvino.node_backend:openvino_backend", True,
                      "OpenVINO HETERO with an affinity on every op", default_devices=OPENVINO_DEVICES))
-register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
+register(BackendKind("pipeline", "envs.openvino.node_backend:openvino_backend", True,
                      "OpenVINO: the model split into stages compiled per device",
                      default_devices=OPENVINO_DEVICES))
 register(BackendKind(SIMULATOR, "envs.graph_backend:simulator_backend", False,

@@ -31,9 +31,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="coarsening to report (default: colocation)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model, "
                     "e.g. 1,3,224,224 or input_ids:1,128;attention_mask:1,128")
+    sources: dict[str, list[str]] = {}  # the graph each backend places, as its source says
+    for kind in backends.BACKENDS.values():
+        sources.setdefault(kind.graph.description, []).append(kind.name)
     ap.add_argument("--backend", choices=tuple(backends.BACKENDS), default="auto",
                     help="the graph the backend places: "
-                    + "; ".join(f"{k.graph.description} ({k.name})" for k in backends.BACKENDS.values())
+                    + "; ".join(f"{what} ({', '.join(names)})" for what, names in sources.items())
                     + " (default auto)")
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--out", help="write the coarsened graph as JSON to this file")

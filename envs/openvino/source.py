@@ -41,7 +41,7 @@ class OpenVINOSource(GraphSource):
         return list(ov.Core().available_devices)
 
     def record_ops(self, profile, fine, model, devices: Sequence[str], timing):
-        from envs.graph_backend import OpenVINOGraphBackend
+        from envs.openvino.node_backend import OpenVINOGraphBackend
 
         backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
         for line, name in zip(backend.ov.device_set.describe(), backend.devices):
