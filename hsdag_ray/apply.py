@@ -1,6 +1,9 @@
 """Deploy a placement: ``python -m hsdag_ray.apply``.
 
-Compiles the model with a placement on real devices, checks its outputs
+Reads the placement onto the graph of the ``--backend``'s graph source and hands it to that
+source (:meth:`envs.source.GraphSource.apply`: :mod:`envs.openvino.apply`,
+:mod:`envs.pytorch.apply`), which, on an OpenVINO backend,
+compiles the model with a placement on real devices, checks its outputs
 against the unsplit model, times it next to every single device,
 OpenVINO's AUTO device and OpenVINO's own HETERO splits over the devices (``hetero_auto``:
 HETERO's default, each op on the first device in ``--devices`` order that supports it;
@@ -72,8 +75,10 @@ from hsdag_core.models import MODEL_HELP
 
 __all__ = ["main", "apply"]
 
-#: the backends a placement is applied with: each applies through its graph source
-MODES = tuple(name for name, kind in BACKENDS.items() if kind.deploys)
+def modes() -> tuple[str, ...]:
+    """The backends a placement is applied with (each through its graph source), as
+    registered now."""
+    return tuple(name for name, kind in BACKENDS.items() if kind.deploys)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -86,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--devices", default=None,
                     help="comma-separated device specs the placement uses (default CPU,CPU_F32; "
                          "with --backend torch cpu,cpu:bf16)")
-    ap.add_argument("--backend", choices=[n for n, k in BACKENDS.items() if k.deploys], default="auto",
+    ap.add_argument("--backend", choices=modes(), default="auto",
                     help="how a split placement runs: auto (HETERO, the stage pipeline if HETERO "
                          "fails), hetero, pipeline, torch (the torch.export program split into "
                          "torch stages) (default auto)")
