@@ -163,8 +163,7 @@ def build(name: str, graph, **kwargs: Any):
     error = objective_error(name, kwargs.get("objective", "sequential"))
     if error:
         raise GraphError(error)
-    mod, _, attr = get(name).factory.partition(":")
-    return getattr(importlib.import_module(mod), attr)(graph, **kwargs)
+    return load_ref(get(name).factory)(graph, **kwargs)
 
 
 #: a run on OpenVINO that names no devices: two configurations of the CPU plugin
