@@ -41,7 +41,7 @@ from scipy.stats import spearmanr
 from envs.base import TimingConfig
 from envs.graph_backend import OpenVINOGraphBackend
 from envs.simulator import Simulator
-from hsdag_core.coarsening import build_graph
+from envs.backends import build_graph
 from envs.profiling import calibrate_compute, fit_link_costs, uncalibrated
 from hsdag_core.device_profile import Profile, cost_graph, split_placements
 
@@ -77,7 +77,7 @@ def main() -> None:
     on_torch = args.backend == "torch"
     args.devices = args.devices or ("cpu,cpu:bf16" if on_torch else "CPU,CPU_F32")
     devices = args.devices.split(",")
-    model, fine, _, _ = build_graph(args.model, "none", None, "torch" if on_torch else "openvino")
+    model, fine, _, _ = build_graph(args.model, "none", None, "torch" if on_torch else "auto")
     timing = TimingConfig(repeats=args.repeats, threads=1)
     profile = Profile(model=fine.name, devices={}, op_time_s={}, source="torch" if on_torch else "openvino")
     if on_torch:

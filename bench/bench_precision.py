@@ -46,9 +46,8 @@ PAIRS = {"torch": ("torch", ["cpu", "cpu:bf16"]), "openvino": ("auto", ["CPU", "
 def graph_of(model: str, pair: str):
     """The model (program or OpenVINO model) and graph of ``model`` for ``pair``."""
     from envs.backends import graph_source
-    from hsdag_core.coarsening import build_graph
 
-    program, _, graph, _ = build_graph(model, "none", None, graph_source(PAIRS[pair][0]))
+    program, _, graph, _ = graph_source(PAIRS[pair][0]).build(model, "none", None)
     return program, graph
 
 

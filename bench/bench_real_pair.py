@@ -149,7 +149,6 @@ def run_backend(folder: Path, block: int):
     timing; racing off, ``block`` runs per timed block): ``(backend, devices)``."""
     from envs.backends import graph_source
     from envs.graph_backend import make_backend
-    from hsdag_core.coarsening import build_graph
     from hsdag_core.compgraph import parse_input_shapes
     from hsdag_core.device_profile import Profile
 
@@ -160,8 +159,8 @@ def run_backend(folder: Path, block: int):
                              "race": False, "block": block})
     profile = Profile.load(env["profile"]) if env.get("profile") else None
     source = graph_source(env["backend"], profile.source if profile else "")
-    model, _, graph, _ = build_graph(run["model"], env["coarsen"],
-                                     parse_input_shapes(run.get("input_shape", "")), source)
+    model, _, graph, _ = source.build(run["model"], env["coarsen"],
+                                      parse_input_shapes(run.get("input_shape", "")))
     devices = list(env["devices"]) or (profile.device_names if profile else [])
     backend = make_backend(env["backend"], graph, model, devices, timing, profile, env["objective"])
     return backend, list(backend.devices)

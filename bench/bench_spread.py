@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     import torch
 
     from envs.pytorch.backend import TorchBackend
-    from hsdag_core.coarsening import build_graph
+    from envs.backends import build_graph
 
     program, _, graph, _ = build_graph(args.model, "colocation", None, "torch")
     devices = args.devices.split(",")

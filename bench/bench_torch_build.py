@@ -28,7 +28,7 @@ def main(argv=None) -> None:
     from envs.base import TimingConfig
     from envs.pytorch.devices import check_devices
     from envs.pytorch.stages import StageCache, TensorCache, build_placed
-    from hsdag_core.coarsening import build_graph
+    from envs.backends import build_graph
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tv:resnet50,hf:distilbert,tv:convnext_tiny")

@@ -1,10 +1,13 @@
 """Every measuring backend, by name: what ``--backend`` chooses.
 
-A backend is a class behind :class:`envs.base.Backend`; its kind is registered here once
-with a factory that builds it for a graph, so the command line, the run's checks and the
-environment read one list. Adding a backend is its own module plus one :func:`register`
-call below. Factories are named as ``"package.module:function"`` and imported only when
-a backend is built, so listing the backends imports nothing heavy.
+A backend is a class behind :class:`envs.base.Backend` in its own package, which also owns
+its graph source (:class:`envs.source.GraphSource`: building the graph, checking and
+describing its devices, recording a profile, applying a placement, loading a placed model).
+Its kind is registered here once with a factory that builds it for a graph and the source it
+reads, so the command line, the run's checks and the environment read one list and call the
+source's hooks. Adding a backend is its own package plus one :func:`register` call below.
+Factories and sources are named as ``"package.module:attribute"`` and imported only when
+used, so listing the backends imports nothing heavy.
 
 A factory is called as ``factory(graph, model=..., devices=..., timing=..., profile=...,
 objective=..., sim_delay_s=...)`` and returns an :class:`envs.base.Backend`.
@@ -13,10 +16,13 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["BackendKind", "BACKENDS", "register", "get", "is_real", "build", "graph_source",
-           "objective_error"]
+           "source_named", "load_ref", "objective_error", "SIMULATOR", "REAL_DEFAULT", "build_graph"]
+
+#: the OpenVINO graph source (:mod:`envs.openvino.source`): a backend's unless it names another
+OPENVINO_SOURCE = "envs.openvino.source:SOURCE"
 
 
 @dataclass(frozen=True)
@@ -30,9 +36,11 @@ class BackendKind:
             its measuring actors there and re-measures its figures at the end); False:
             a cost model computes the latency.
         description: one line for ``--help`` and errors.
-        source: where its graph comes from: ``openvino`` (an ``openvino.Model``,
-            :func:`hsdag_core.compgraph.from_ov_model`) or ``torch`` (``torch.export``,
-            :mod:`hsdag_core.torch_graph`); the simulator's follows its profile.
+        source: ``"pkg.mod:attribute"``, the backend package's
+            :class:`envs.source.GraphSource`: where its graph comes from, how its devices
+            are checked and described, how a profile is recorded, a placement applied and
+            a placed model loaded. A simulated backend's graph follows its profile's
+            source (:func:`graph_source`); this one when the profile names none.
         objectives: the objectives it measures (``sequential``: the latency of one
             inference; ``throughput``: a pipeline's time per sample; ``parallel``:
             independent stages of one inference concurrently).
@@ -40,16 +48,19 @@ class BackendKind:
             come from its profile: none here).
         auto_device: ``measure --placement auto`` compiles the whole model on OpenVINO's
             AUTO device over its devices (the device OpenVINO itself would choose).
+        applies: ``python -m hsdag_ray.apply`` takes it (its source's
+            :meth:`~envs.source.GraphSource.apply`); by default a real backend does.
     """
 
     name: str
     factory: str
     real: bool
     description: str
-    source: str = "openvino"
+    source: str = OPENVINO_SOURCE
     objectives: tuple[str, ...] = ("sequential",)
     default_devices: tuple[str, ...] = ()
     auto_device: bool = False
+    applies: Optional[bool] = None
 
     @property
     def simulated(self) -> bool:
@@ -57,53 +68,31 @@ class BackendKind:
         must have (recorded, or given with ``--profile``)."""
         return not self.real
 
+    @property
+    def graph(self):
+        """Its graph source (:class:`envs.source.GraphSource`), imported on first use."""
+        return load_ref(self.source)
+
+    @property
+    def deploys(self) -> bool:
+        """``python -m hsdag_ray.apply`` takes it (:attr:`applies`)."""
+        return self.real if self.applies is None else self.applies
+
     def check_devices(self, specs: list[str], threads: int = 0, here: bool = True) -> list[str]:
         """The names of the device ``specs`` this backend measures on, each checked to be
         one it can drive on this machine (``here=False``, a run measured on other machines:
         read only); ``ValueError`` with one sentence on a bad one."""
-        return _DEVICE_FAMILIES[self.source].check(list(specs), threads, here)
+        return self.graph.check_devices(list(specs), threads, here)
 
     def describe_devices(self, specs: list[str], threads: int = 0) -> list[str]:
         """One line per device spec: what it is (for a run's or a table's header)."""
-        return _DEVICE_FAMILIES[self.source].describe(list(specs), threads)
+        return self.graph.describe_devices(list(specs), threads)
 
 
-class _OpenVINODevices:
-    """OpenVINO's real and virtual devices (``CPU``, ``CPU_F32``, ``GPU.1``...)."""
-
-    @staticmethod
-    def check(specs: list[str], threads: int, here: bool) -> list[str]:
-        from envs.openvino_backend import check_devices
-
-        return [i.name for i in check_devices(specs, default_threads=threads)]
-
-    @staticmethod
-    def describe(specs: list[str], threads: int) -> list[str]:
-        from envs.openvino_backend import DeviceSet
-
-        return DeviceSet(specs, default_threads=threads).describe()
-
-
-class _TorchDevices:
-    """PyTorch devices (``cpu``, ``cpu:bf16``, ``cuda:N[:mem=SIZE]``)."""
-
-    @staticmethod
-    def check(specs: list[str], threads: int, here: bool) -> list[str]:
-        from envs.pytorch.devices import check_devices, parse_device
-
-        if not here:
-            return [parse_device(s).name for s in specs]
-        return [d.name for d in check_devices(specs)]
-
-    @staticmethod
-    def describe(specs: list[str], threads: int) -> list[str]:
-        from envs.pytorch.devices import parse_device
-
-        return [parse_device(s).describe() for s in specs]
-
-
-#: the devices of each graph source, checked and described
-_DEVICE_FAMILIES = {"openvino": _OpenVINODevices, "torch": _TorchDevices}
+def load_ref(ref: str):
+    """The object a ``"pkg.mod:attribute"`` reference names, imported on first use."""
+    mod, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(mod), attr)
 
 
 BACKENDS: dict[str, BackendKind] = {}
@@ -128,14 +117,32 @@ def is_real(name: str) -> bool:
     return get(name).real
 
 
-def graph_source(name: str, profile_source: str = "") -> str:
-    """Where the graph of a run on backend ``name`` comes from: the backend's own source, or
-    for the simulator the source its profile was recorded from (``profile_source``,
-    :attr:`hsdag_core.device_profile.Profile.source`; OpenVINO when none is given)."""
+def graph_source(name: str, profile_source: str = ""):
+    """The graph source (:class:`envs.source.GraphSource`) of a run on backend ``name``: the
+    backend's own, or for a simulated backend the source its profile was recorded from
+    (``profile_source``, :attr:`hsdag_core.device_profile.Profile.source`) when a registered
+    backend has it."""
     kind = get(name)
-    if not kind.real and profile_source:
-        return profile_source
-    return kind.source
+    if kind.simulated and profile_source:
+        return source_named(profile_source) or kind.graph
+    return kind.graph
+
+
+def source_named(source: str):
+    """The registered graph source called ``source`` (a profile's or a placed model's
+    record of it), or None."""
+    for ref in dict.fromkeys(k.source for k in BACKENDS.values()):
+        found = load_ref(ref)
+        if found.name == source:
+            return found
+    return None
+
+
+def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None, backend: str = "auto",
+                profile_source: str = ""):
+    """``(model, fine graph, coarse graph, fine node -> coarse node)`` of ``model_spec`` as
+    backend ``backend`` places it (:func:`graph_source`)."""
+    return graph_source(backend, profile_source).build(model_spec, coarsening, input_shapes)
 
 
 def objective_error(name: str, objective: str) -> str:
@@ -156,25 +163,28 @@ def build(name: str, graph, **kwargs: Any):
     error = objective_error(name, kwargs.get("objective", "sequential"))
     if error:
         raise GraphError(error)
-    mod, _, attr = get(name).factory.partition(":")
-    return getattr(importlib.import_module(mod), attr)(graph, **kwargs)
+    return load_ref(get(name).factory)(graph, **kwargs)
 
 
 #: a run on OpenVINO that names no devices: two configurations of the CPU plugin
 OPENVINO_DEVICES = ("CPU", "CPU_F32")
-register(BackendKind("auto", "envs.graph_backend:openvino_backend", True,
+#: the cost model a run falls back to, and a sweep's backend when it names none
+SIMULATOR = "simulator"
+#: a run that names no backend, on a machine with two real devices
+REAL_DEFAULT = "auto"
+register(BackendKind("auto", "envs.openvino.node_backend:openvino_backend", True,
                      "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails",
                      default_devices=OPENVINO_DEVICES, auto_device=True))
-register(BackendKind("hetero", "envs.graph_backend:openvino_backend", True,
+register(BackendKind("hetero", "envs.openvino.node_backend:openvino_backend", True,
                      "OpenVINO HETERO with an affinity on every op", default_devices=OPENVINO_DEVICES))
-register(BackendKind("pipeline", "envs.graph_backend:openvino_backend", True,
+register(BackendKind("pipeline", "envs.openvino.node_backend:openvino_backend", True,
                      "OpenVINO: the model split into stages compiled per device",
                      default_devices=OPENVINO_DEVICES))
-register(BackendKind("simulator", "envs.graph_backend:simulator_backend", False,
+register(BackendKind(SIMULATOR, "envs.graph_backend:simulator_backend", False,
                      "the cost model of a profile (sequential, parallel, throughput or latency "
                      "objective)", objectives=("sequential", "parallel", "throughput", "latency")))
 register(BackendKind("torch", "envs.pytorch:torch_backend", True,
                      "PyTorch: the model exported with torch.export, split into stages per device "
                      "(cpu, cpu:bf16, cuda:N; :mem=SIZE caps a device); sequential or pipelined "
-                     "(throughput objective)", source="torch", objectives=("sequential", "throughput"),
+                     "(throughput objective)", source="envs.pytorch.source:SOURCE", objectives=("sequential", "throughput"),
                      default_devices=("cpu", "cpu:bf16")))

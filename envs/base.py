@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["Measurement", "Backend", "TimingConfig", "summarize_times"]
+__all__ = ["Measurement", "Backend", "OwnRun", "TimingConfig", "summarize_times"]
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,15 @@ def summarize_times(samples_s: list[float]) -> tuple[float, float]:
     return med, float((q3 - q1) / med) if med > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class OwnRun:
+    """An own baseline that is no placement of the graph's nodes: the backend runs the whole
+    model its own way (OpenVINO's AUTO device, HETERO's own splits), timed by
+    :meth:`Backend.measure_own`; ``label`` names it in a run's log."""
+
+    label: str
+
+
 class Backend(ABC):
     """What a placement environment measures with: node placements of one graph turned
     into :class:`Measurement` s, never an exception for a placement that cannot run.
@@ -176,7 +185,8 @@ class Backend(ABC):
     * ``sim``: a simulated backend's cost model (:class:`envs.simulator.Simulator`), which
       others read for schedules and feasibility; None for a real backend;
     * :meth:`own_baselines`: the split its users would otherwise take (the torch
-      backend: Accelerate's ``device_map="auto"``), empty when it has none.
+      backend: Accelerate's ``device_map="auto"``; OpenVINO's: its AUTO device and
+      HETERO's own splits), empty when it has none.
 
     Kinds are registered by name in :mod:`envs.backends`.
     """
@@ -189,8 +199,14 @@ class Backend(ABC):
 
     def own_baselines(self) -> dict[str, object]:
         """The backend's own idea of a split, by name: a placement (device index per node),
+        an :class:`OwnRun` (the backend runs the whole model its own way: :meth:`measure_own`),
         or the sentence why it cannot be made. None here."""
         return {}
+
+    def measure_own(self, name: str) -> Measurement:
+        """One timing of the own baseline ``name`` that :meth:`own_baselines` gives as an
+        :class:`OwnRun`."""
+        raise ValueError(f"the {self.name} backend has no own baseline {name!r}")
 
     @abstractmethod
     def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:

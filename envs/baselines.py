@@ -28,8 +28,9 @@ class Baselines:
     Attributes:
         latency_s: name (``<DEVICE>_only``, ``accelerate_auto``, ``openvino_auto``, ``hetero_auto``,
             ``hetero_pipeline``, ``optimum``, or ``heft`` for the parallel objective) -> seconds (``inf`` when it did not run).
-        candidates: name -> the placement (device index per node) or ``"auto"``
-            it was measured with, for re-measurement.
+        candidates: name -> the placement (device index per node) it was measured with,
+            or the name of a backend's own baseline it runs whole
+            (:class:`envs.base.OwnRun`), for re-measurement.
         optimum: ``method``, ``proven``, ``gap`` and ``profile_value_s`` (the
             solver's value on the profile) of the exact placement; empty when
             no exact solver applies.

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Mapping, Union, get_args
 
+from envs.backends import BACKENDS, SIMULATOR
 from envs.base import TimingConfig
 from envs.simulator import Objective
 from hsdag_core.coarsening import Coarsening
@@ -29,8 +30,6 @@ MEMORY_PENALTIES: tuple[str, ...] = get_args(MemoryPenalty)
 def backend_choices() -> tuple[str, ...]:
     """``--backend``'s choices: ``default`` (a training run picks one) and every registered
     backend (:data:`envs.backends.BACKENDS`)."""
-    from envs.backends import BACKENDS
-
     return ("default",) + tuple(BACKENDS)
 
 
@@ -65,7 +64,7 @@ class EnvConfig:
             a placement of the run, never screened; off, the store is not asked.
     """
 
-    backend: str = field(default="simulator", metadata={"choices": backend_choices})
+    backend: str = field(default=SIMULATOR, metadata={"choices": backend_choices})
     """``default`` (real OpenVINO devices when the machine has two, else the simulator) or a
     registered backend: ``simulator``, ``auto``, ``hetero``, ``pipeline`` (OpenVINO) or
     ``torch`` (PyTorch devices, NVIDIA GPUs among them)."""
@@ -164,8 +163,8 @@ class EnvConfig:
         if not why and cfg.memory_penalty not in MEMORY_PENALTIES:
             why = (f"unknown memory_penalty {cfg.memory_penalty!r}; choose one of "
                    f"{', '.join(MEMORY_PENALTIES)}")
-        if not why and cfg.sim_profile is not None and cfg.backend != "simulator":
-            why = ("sim_profile is what the simulator backend measures with; "
+        if not why and cfg.sim_profile is not None and getattr(BACKENDS.get(cfg.backend), "real", False):
+            why = ("sim_profile is what a simulated backend measures with; "
                    f"the {cfg.backend} backend measures a real machine")
         if why:
             raise ValueError(why)

@@ -2,52 +2,23 @@
 
 A placement here maps every *node* of a :class:`~hsdag_core.compgraph.CompGraph`
 to a device. :func:`make_backend` returns a :class:`~envs.base.Backend` that
-takes such placements and measures them with real OpenVINO (HETERO, stage
-pipeline, or HETERO with the pipeline as fallback) or with the simulator on a
-profile; the caller never needs to know which.
+takes such placements and measures them with the backend registered under that name (real
+OpenVINO, :mod:`envs.openvino.node_backend`; PyTorch; the simulator on a profile); the caller
+never needs to know which.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from envs.backends import BACKENDS, build
-from envs.base import Backend, Measurement, TimingConfig
+from envs.base import Backend, TimingConfig
+from envs.openvino.node_backend import OpenVINOGraphBackend, openvino_backend  # noqa: F401 - their home
 from hsdag_core.compgraph import CompGraph, GraphError
 
 __all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "openvino_backend",
            "simulator_backend", "parse_placement"]
-
-
-class OpenVINOGraphBackend(Backend):
-    """Node placements of ``graph`` measured on real devices by OpenVINO.
-
-    The node placement is expanded to an affinity for every op of the model
-    by friendly name (:meth:`CompGraph.expand_placement`).
-    """
-
-    def __init__(self, graph: CompGraph, model, devices: Sequence[str], mode: str = "auto",
-                 timing: TimingConfig = TimingConfig()) -> None:
-        from envs.openvino_backend import OpenVINOBackend
-
-        self.graph = graph
-        self.ov = OpenVINOBackend(model, list(devices), mode=mode, timing=timing)  # type: ignore[arg-type]
-        self.devices = self.ov.devices
-        self.name = self.ov.name
-
-    races = True
-
-    def measure(self, placement: Mapping[str, str], race: bool = False) -> Measurement:
-        try:
-            affinity = self.graph.expand_placement(placement)
-        except GraphError as e:
-            return Measurement.failure(self.name, "validate", str(e))
-        return self.ov.measure_ops(affinity, race)
-
-    def measure_array(self, placement: np.ndarray, race: bool = False) -> Measurement:
-        return self.measure({nm: self.devices[int(d)] for nm, d in zip(self.graph.names, placement)},
-                            race=race)
 
 
 def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),
@@ -78,14 +49,6 @@ def simulator_backend(graph: CompGraph, *, profile=None, devices: Sequence[str] 
     if sim_delay_s > 0:
         return TimedSimulatorBackend(cg, objective, sim_delay_s)
     return SimulatorBackend(cg, objective)
-
-
-def openvino_backend(graph: CompGraph, *, model=None, devices: Sequence[str] = (),
-                     timing: TimingConfig = TimingConfig(), kind: str = "auto", **_) -> Backend:
-    """Real OpenVINO devices (registered as ``auto``, ``hetero`` and ``pipeline``, the mode)."""
-    if model is None:
-        raise GraphError(f"the {kind} backend measures a real model; name one with --model")
-    return OpenVINOGraphBackend(graph, model, devices, kind, timing)
 
 
 def parse_placement(text: str, graph: CompGraph, devices: Sequence[str]) -> dict[str, str]:

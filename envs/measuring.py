@@ -2,7 +2,7 @@
 
 A run's placements are timed by its EnvRunners on the machines that advertise
 a measuring slot. The figures they are compared with must be timed the same
-way: single devices, OpenVINO AUTO, the exact solver's placement, and at the
+way: single devices, the backend's own baselines (OpenVINO AUTO), the exact solver's placement, and at the
 end the best placements again. :class:`MeasuringService` holds a placement
 environment's measuring half (the graph and the backend, no store); with a
 real backend :func:`measuring_service` starts it as a Ray actor that takes a
@@ -35,15 +35,7 @@ import numpy as np
 from envs.base import summarize_times
 from envs.intervals import half_width, interval_fields
 
-__all__ = ["MeasuringService", "measuring_service", "remeasure", "AUTO", "HETERO_AUTO", "HETERO_PIPELINE"]
-
-#: the candidate name that stands for "the whole model on OpenVINO's AUTO device"
-AUTO = "auto"
-#: the candidate names that stand for "the whole model on HETERO over the run's devices,
-#: split by OpenVINO": its default per-op fallback, and MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL
-#: (:func:`envs.openvino.auto.measure_hetero_mode`)
-HETERO_AUTO = "hetero_auto"
-HETERO_PIPELINE = "hetero_pipeline"
+__all__ = ["MeasuringService", "measuring_service", "remeasure"]
 
 Candidate = Union[Sequence[int], str]
 
@@ -97,26 +89,20 @@ class MeasuringService:
 
     def own_baselines(self) -> dict[str, Any]:
         """The backend's own idea of a split, by name (the torch backend: Hugging Face
-        Accelerate's ``device_map="auto"``): a placement (device index per node), or the
-        sentence why it cannot be made. Empty for a backend without one."""
-        return {k: (v if isinstance(v, str) else [int(d) for d in v])
+        Accelerate's ``device_map="auto"``; OpenVINO's: its AUTO device and HETERO's own
+        splits): a placement (device index per node), an :class:`envs.base.OwnRun` the
+        backend times itself by name, or the sentence why it cannot be made. Empty for a
+        backend without one."""
+        from envs.base import OwnRun
+
+        return {k: (v if isinstance(v, (str, OwnRun)) else [int(d) for d in v])
                 for k, v in self.env.backend.own_baselines().items()}
 
     def measure(self, candidate: Candidate) -> dict[str, Any]:
-        """One timing of a placement (device index per node), of :data:`AUTO`, or of one
-        of OpenVINO's own HETERO splits (:data:`HETERO_AUTO`, :data:`HETERO_PIPELINE`)."""
+        """One timing of a placement (device index per node), or of the backend's own
+        baseline of that name (:meth:`envs.base.Backend.measure_own`)."""
         if isinstance(candidate, str):
-            if candidate not in (AUTO, HETERO_AUTO, HETERO_PIPELINE):
-                raise ValueError(f"unknown candidate {candidate!r}; a placement, {AUTO!r}, "
-                                 f"{HETERO_AUTO!r} or {HETERO_PIPELINE!r}")
-            from envs.openvino_backend import measure_auto, measure_hetero_mode
-
-            if candidate == AUTO:
-                m = measure_auto(self.env.model, self.env.devices, self.env.config.timing)
-            else:
-                # the run's device specs (a virtual device's settings), else its names
-                specs = list(self.env.config.devices) or list(self.env.devices)
-                m = measure_hetero_mode(self.env.model, specs, candidate, self.env.config.timing)
+            m = self.env.backend.measure_own(candidate)
         else:
             m = self.env.measure_untracked(np.asarray(candidate, dtype=np.int64))
         return m.to_dict() | {"node": _node_id()}

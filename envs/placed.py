@@ -4,21 +4,15 @@ A placed model is a folder with a ``placed.json`` manifest (format
 ``hsdag_ray.placed/1``) and the files its backend wrote: OpenVINO IR
 (:mod:`envs.openvino.placed`) or a ``torch.export`` program
 (:mod:`envs.pytorch.placed`). :func:`load_placed` reads the manifest and hands the
-folder to that backend's loader, importing only that backend (a process that runs a
-torch save never imports OpenVINO).
+folder to the graph source it names (:meth:`envs.source.GraphSource.load_placed`),
+importing only that backend (a process that runs a torch save never imports OpenVINO).
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Optional, Union
 
-__all__ = ["LOADERS", "load_placed"]
-
-#: the manifest's ``backend`` -> ``"module:function"`` that loads such a folder as
-#: ``function(folder, manifest, threads)``; a save without one is OpenVINO's
-LOADERS = {"openvino": "envs.openvino.placed:load_openvino",
-           "torch": "envs.pytorch.placed:load_torch"}
+__all__ = ["load_placed"]
 
 
 def load_placed(directory: Union[str, Path], threads: Optional[int] = None):
@@ -37,13 +31,17 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None):
         ValueError: one sentence when the folder is not a placed model, its backend is
             unknown, a device is missing here, or a part cannot be built.
     """
+    from envs.backends import BACKENDS, OPENVINO_SOURCE, load_ref, source_named
     from envs.pytorch.placed import read_manifest
 
     folder = Path(directory)
     manifest = read_manifest(folder)
-    backend = manifest.get("backend", "openvino")
-    if backend not in LOADERS:
-        raise ValueError(f"{folder} holds a placed model of the {backend!r} backend, which "
-                         f"this version cannot load (it loads {', '.join(LOADERS)})")
-    module, _, function = LOADERS[backend].partition(":")
-    return getattr(importlib.import_module(module), function)(folder, manifest, threads)
+    if "backend" not in manifest:  # a save without one is OpenVINO's
+        source = load_ref(OPENVINO_SOURCE)
+    else:
+        source = source_named(manifest["backend"])
+    if source is None:
+        known = ", ".join(dict.fromkeys(k.graph.name for k in BACKENDS.values()))
+        raise ValueError(f"{folder} holds a placed model of the {manifest['backend']!r} backend, "
+                         f"which this version cannot load (it loads {known})")
+    return source.load_placed(folder, manifest, threads)

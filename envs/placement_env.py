@@ -92,7 +92,6 @@ class PlacementEnv(gym.Env):
 
     def _setup(self, cfg: EnvConfig) -> None:
         from envs.graph_backend import make_backend
-        from hsdag_core.coarsening import build_graph
         from hsdag_core.compgraph import parse_input_shapes
         from hsdag_core.features import node_features
         from hsdag_core.device_profile import Profile, cost_graph
@@ -102,8 +101,7 @@ class PlacementEnv(gym.Env):
 
         profile = Profile.from_json(cfg.profile) if cfg.profile else None
         source = graph_source(cfg.backend, profile.source if profile else "")
-        model, _, graph, _ = build_graph(cfg.model, cfg.coarsen, parse_input_shapes(cfg.input_shape),
-                                         source)
+        model, _, graph, _ = source.build(cfg.model, cfg.coarsen, parse_input_shapes(cfg.input_shape))
         self.model, self.graph = model, graph
         devices = list(cfg.devices) or (profile.device_names if profile else ["CPU"])
         measured = Profile.from_json(cfg.sim_profile) if cfg.sim_profile else profile

@@ -125,37 +125,27 @@ def busy_note(threshold: float = 0.5) -> Optional[str]:
 def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (), fit: int = 12,
            timing=None, input_shapes=None, progress: bool = True, backend: str = "auto",
            built=None) -> Profile:
-    """Record a profile: per-op times on every real device (OpenVINO's profiling, or with
-    ``backend="torch"`` per-node times of the ``torch.export`` graph on PyTorch devices,
-    :mod:`envs.pytorch.profile_ops`), modeled devices from their specs, and (with two or
+    """Record a profile: per-op times on every real device of ``backend``'s graph source
+    (:meth:`envs.source.GraphSource.record_ops`: OpenVINO's profiling, or per-node times of
+    the ``torch.export`` graph on PyTorch devices, :mod:`envs.pytorch.profile_ops`), modeled devices from their specs, and (with two or
     more real devices) link and boundary costs fitted to ``fit`` real split placements.
     ``built``: the ``(model, fine graph)`` of ``model_spec`` when the caller has built them
     already (:func:`hsdag_core.coarsening.build_graph` with ``"none"``)."""
     from rich.progress import track
 
-    from envs.backends import get
+    from envs.backends import graph_source
     from envs.base import TimingConfig
-    from hsdag_core.coarsening import build_graph
 
-    source = get(backend).source
-    model, fine = built if built is not None else build_graph(model_spec, "none", input_shapes, source)[:2]
+    source = graph_source(backend)
+    model, fine = built if built is not None else source.build(model_spec, "none", input_shapes)[:2]
     timing = timing or TimingConfig()
-    profile = Profile(model=fine.name, devices={}, op_time_s={}, source=source)
+    profile = Profile(model=fine.name, devices={}, op_time_s={}, source=source.name)
     measure = None
     if devices:
         busy = busy_note()
         if busy:
             print(f"warning: {busy}", file=sys.stderr)
-        if source == "torch":
-            measure = _record_torch(profile, fine, model, devices, timing)
-        else:
-            from envs.graph_backend import OpenVINOGraphBackend
-
-            ov_backend = OpenVINOGraphBackend(fine, model, list(devices), "auto", timing)
-            for line, name in zip(ov_backend.ov.device_set.describe(), ov_backend.devices):
-                profile.devices[name] = {"kind": "measured", "description": line}
-                profile.op_time_s[name] = ov_backend.ov.profile_ops(name)
-            measure = ov_backend.measure
+        measure = source.record_ops(profile, fine, model, devices, timing)
         if busy:
             for info in profile.devices.values():
                 info["note"] = busy
@@ -181,33 +171,3 @@ def record(model_spec: str, devices: Sequence[str], modeled: Sequence[str] = (),
             fit_link_costs(fine, profile, kept, measured)
             profile.fit["devices"] = real[:2]
     return profile
-
-
-def _record_torch(profile: Profile, fine: CompGraph, program, devices: Sequence[str], timing):
-    """Per-node times of ``program`` on each torch device into ``profile`` (memory caps
-    become ``mem_capacity``); returns the measuring function of the link fit."""
-    from dataclasses import replace
-
-    from envs.pytorch.backend import TorchBackend
-    from envs.pytorch.profile_ops import profile_ops
-    from envs.pytorch.stages import TensorCache
-
-    backend = TorchBackend(fine, program, list(devices), timing)
-    # op times do not depend on a memory cap (the cap is the profile's mem_capacity), and a
-    # capped GPU may not hold the largest weight: time every op without the caps
-    backend.apply_caps(False)
-    for dev, line in zip(backend.torch_devices, backend.describe()):
-        profile.devices[dev.name] = {"kind": "measured", "description": line}
-        cache = backend.cache if dev.mem_bytes is None else TensorCache()
-        profile.op_time_s[dev.name] = profile_ops(program, replace(dev, mem_bytes=None),
-                                                  runs=max(3, timing.repeats),
-                                                  warmup=max(1, timing.warmup), cache=cache)
-        if dev.mem_bytes is not None:  # the weights it may hold (the fit check's budget)
-            profile.mem_capacity[dev.name] = backend.weight_budget[dev.name]
-            cache.clear()
-    backend.apply_caps(True)
-    if backend.cuda:
-        import torch
-
-        torch.cuda.empty_cache()
-    return backend.measure

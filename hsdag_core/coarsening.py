@@ -17,7 +17,8 @@ import numpy as np
 from hsdag_core.errors import GraphError
 from hsdag_core.compgraph import CompGraph, Edge, Node, from_ov_model
 
-__all__ = ["COARSENINGS", "contract", "coarsen_colocation", "coarsen_openvino", "coarsen", "build_graph"]
+__all__ = ["COARSENINGS", "FUSED", "contract", "coarsen_colocation", "coarsen_openvino", "coarsen",
+           "load_openvino", "build_graph"]
 
 #: graph coarsenings before learning
 Coarsening = Literal["none", "colocation", "openvino"]
@@ -138,26 +139,43 @@ def coarsen_openvino(graph: CompGraph, model, device: str = "CPU") -> tuple[Comp
                          "use --coarsen colocation") from None
 
 
-def coarsen(graph: CompGraph, how: str, model=None) -> tuple[CompGraph, np.ndarray]:
-    """Apply one of :data:`COARSENINGS`; ``none`` returns the graph itself."""
+#: the coarsening that groups the ops the graph source fuses into one runtime node
+FUSED = COARSENINGS[2]
+
+
+def coarsen(graph: CompGraph, how: str, fuse=None) -> tuple[CompGraph, np.ndarray]:
+    """Apply one of :data:`COARSENINGS`; ``none`` returns the graph itself. ``fuse(graph)``:
+    the graph source's own groups (:data:`FUSED`), None where the source fuses nothing."""
     if how == "none":
         return graph, np.arange(graph.num_nodes)
     if how == "colocation":
         return coarsen_colocation(graph)
-    if how == "openvino":
-        if model is None:
-            raise GraphError("OpenVINO-fusion coarsening needs the model")
-        return coarsen_openvino(graph, model)
+    if how == FUSED:
+        if fuse is None:
+            raise GraphError(f"--coarsen {FUSED} groups the ops OpenVINO fuses; this graph has "
+                             "none, use --coarsen colocation or none")
+        return fuse(graph)
     raise GraphError(f"unknown coarsening {how!r}; choose one of {', '.join(COARSENINGS)}")
 
 
-def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None, source: str = "openvino"):
+def load_openvino(model_spec: str, input_shapes=None):
+    """``(openvino.Model, fine graph, fuse)`` of ``model_spec``: the OpenVINO graph
+    (:mod:`hsdag_core.models`), whose fused groups :func:`coarsen_openvino` finds."""
+    from hsdag_core.models import load_model
+
+    model = load_model(model_spec, input_shapes)
+    fine = from_ov_model(model, name=Path(model_spec).stem if model_spec.endswith((".xml", ".onnx"))
+                         else model_spec)
+    return model, fine, lambda graph: coarsen_openvino(graph, model)
+
+
+def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None, load=None):
     """Load a model and build its placement graph.
 
-    ``source``: ``openvino`` (an ``openvino.Model``, :mod:`hsdag_core.models`) or ``torch``
-    (a :class:`~hsdag_core.torch_graph.TorchProgram` exported with ``torch.export``).
-    Returns ``(model, fine graph, coarse graph, fine node -> coarse node)``, the model
-    being the ``openvino.Model`` or the ``TorchProgram``.
+    ``load(model_spec, input_shapes)`` gives ``(model, fine graph, fuse)``: the graph
+    source's loader (:meth:`envs.source.GraphSource.load`); by default
+    :func:`load_openvino`. A DOPPLER compute graph is its own graph whatever the source.
+    Returns ``(model, fine graph, coarse graph, fine node -> coarse node)``.
     """
     from hsdag_core.doppler import doppler_model, is_doppler_spec
 
@@ -167,22 +185,6 @@ def build_graph(model_spec: str, coarsening: str = "none", input_shapes=None, so
         except ValueError as e:
             raise GraphError(str(e)) from None
         return None, graph, graph, np.arange(graph.num_nodes)
-    if source == "torch":
-        from hsdag_core.torch_graph import from_torch_program, load_program
-
-        if coarsening == "openvino":
-            raise GraphError("--coarsen openvino groups the ops OpenVINO fuses; a PyTorch graph "
-                             "has none, use --coarsen colocation or none")
-        program = load_program(model_spec, input_shapes)
-        fine = from_torch_program(program)
-        coarse, mapping = coarsen(fine, coarsening)
-        return program, fine, coarse, mapping
-    if source != "openvino":
-        raise GraphError(f"unknown graph source {source!r}; choose openvino or torch")
-    from hsdag_core.models import load_model
-
-    model = load_model(model_spec, input_shapes)
-    fine = from_ov_model(model, name=Path(model_spec).stem if model_spec.endswith((".xml", ".onnx"))
-                         else model_spec)
-    coarse, mapping = coarsen(fine, coarsening, model)
+    model, fine, fuse = (load or load_openvino)(model_spec, input_shapes)
+    coarse, mapping = coarsen(fine, coarsening, fuse)
     return model, fine, coarse, mapping

@@ -1,6 +1,6 @@
 """Measuring the figures a run is compared with (:class:`envs.baselines.Baselines`): single
-devices, the backend's own splits, OpenVINO AUTO and HETERO's own splits (default and
-pipeline-parallel), the exact optimum (or, where no exact solver applies, a heuristic's
+devices, the backend's own baselines (OpenVINO's: AUTO and HETERO's own splits, default
+and pipeline-parallel; the torch backend's: Accelerate's map), the exact optimum (or, where no exact solver applies, a heuristic's
 placement on the profile).
 
 They are measured by a :class:`~envs.measuring.MeasuringService`, on a
@@ -15,25 +15,24 @@ from __future__ import annotations
 
 import math
 
-from envs.backends import graph_source, is_real
+from envs.base import OwnRun
 from envs.baselines import Baselines, profile_costs
 
 __all__ = ["compute_baselines"]
 
 
 def compute_baselines(service, env, objective: str, say, time_limit: float = 120.0) -> Baselines:
-    """Single-device latencies; the backend's own split (the torch backend: Accelerate's
-    ``device_map="auto"`` as ``accelerate_auto``); with a real OpenVINO backend, OpenVINO AUTO's
-    (``openvino_auto``: the whole model on the device AUTO picks) and HETERO's own splits
-    over the run's devices (``hetero_auto``: its default per-op fallback in device order;
-    ``hetero_pipeline``: MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL; ``inf`` with the
-    reason in ``failed`` where one cannot run there); and, where an
+    """Single-device latencies; the backend's own baselines
+    (:meth:`envs.base.Backend.own_baselines`: the torch backend's Accelerate
+    ``device_map="auto"`` as ``accelerate_auto``; a real OpenVINO backend's AUTO device as
+    ``openvino_auto`` and HETERO's own splits as ``hetero_auto`` and ``hetero_pipeline``;
+    ``inf`` with the reason in ``failed`` where one cannot run there); and, where an
     exact solver applies to the profile, its placement's latency (``optimum``),
     or, where none applies but a heuristic does (HEFT for ``parallel``), the heuristic's
     placement's (named after it), all measured by ``service`` (the run's backend on a
     measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
-    from envs.measuring import AUTO, HETERO_AUTO, HETERO_PIPELINE, call
+    from envs.measuring import call
     from policies.solvers.exact import exact_method, solve
 
     n = env.graph.num_nodes
@@ -41,35 +40,20 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     for k, (name, t) in enumerate(call(service, "single_devices").items()):
         b.latency_s[f"{name}_only"] = t
         b.candidates[f"{name}_only"] = [k] * n
-    for name, placement in call(service, "own_baselines").items():
-        if isinstance(placement, str):  # it could not be made
-            b.latency_s[name], b.failed[name] = math.inf, placement
-            say(f"{name}: cannot be made: {placement}")
+    for name, own in call(service, "own_baselines").items():
+        if isinstance(own, str):  # it could not be made
+            b.latency_s[name], b.failed[name] = math.inf, own
+            say(f"{name}: cannot be made: {own}")
             continue
-        m = call(service, "measure", placement)
+        whole = isinstance(own, OwnRun)  # the backend runs the whole model its own way
+        b.candidates[name] = name if whole else own
+        m = call(service, "measure", b.candidates[name])
         b.latency_s[name] = m["latency_s"] if m["ok"] else math.inf
-        b.candidates[name] = placement
         if not m["ok"]:
             b.failed[name] = f"{m['stage']}: {m['error']}"
-        say(f"{name}: " + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
-    if is_real(env.config.backend) and graph_source(env.config.backend) == "openvino":
-        m = call(service, "measure", AUTO)
-        b.latency_s["openvino_auto"] = m["latency_s"] if m["ok"] else math.inf
-        b.candidates["openvino_auto"] = AUTO
-        if not m["ok"]:
-            b.failed["openvino_auto"] = f"{m['stage']}: {m['error']}"
-        ran_on = ",".join(m["info"].get("execution_devices") or []) or "?"
-        say(f"OpenVINO AUTO ({m['info'].get('auto_device', 'AUTO')}, ran on {ran_on}): "
+        ran_on = ",".join(m["info"].get("execution_devices") or []) if whole else ""
+        say(f"{own.label if whole else name}" + (f" (ran on {ran_on})" if ran_on else "") + ": "
             + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
-        for mode in (HETERO_AUTO, HETERO_PIPELINE):
-            m = call(service, "measure", mode)
-            b.latency_s[mode] = m["latency_s"] if m["ok"] else math.inf
-            b.candidates[mode] = mode
-            if not m["ok"]:
-                b.failed[mode] = f"{m['stage']}: {m['error']}"
-            ran_on = ",".join(m["info"].get("execution_devices") or []) or "?"
-            say(f"OpenVINO {m['info'].get('hetero_device', 'HETERO')} {mode} (ran on {ran_on}): "
-                + (f"{m['latency_s'] * 1e3:.3f} ms" if m["ok"] else f"failed: {m['error']}"))
     cg = profile_costs(env)
     if cg is None:
         return b

@@ -187,7 +187,7 @@ class TrainConfig:
 
     def starts_exact(self, backend: str) -> bool:
         """Whether ``exact_start`` is on for a run on ``backend`` (auto: with ``guide``)."""
-        if self.aids.exact_start == "auto":
+        if self.aids.exact_start == "auto":  # not a backend name: exact_start's choice
             return self.run.guide
         return self.aids.exact_start == "on"
 

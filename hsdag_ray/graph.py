@@ -15,18 +15,11 @@ from typing import Optional, Sequence
 
 from envs import backends
 from hsdag_ray.cli import UsageError, run
-from hsdag_core.coarsening import COARSENINGS, build_graph
+from hsdag_core.coarsening import COARSENINGS
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
 
 __all__ = ["main"]
-
-
-def source_size(model, source: str) -> str:
-    """How many ops the model has in the graph ``source`` gives (``openvino`` or ``torch``)."""
-    if source == "torch":
-        return f"{len(model.gm.graph.nodes)} torch.export (ATen) graph nodes"
-    return f"{len(model.get_ordered_ops())} OpenVINO ops"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -38,20 +31,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="coarsening to report (default: colocation)")
     ap.add_argument("--input-shape", help="static input shape(s) for a dynamic file model, "
                     "e.g. 1,3,224,224 or input_ids:1,128;attention_mask:1,128")
+    sources: dict[str, list[str]] = {}  # the graph each backend places, as its source says
+    for kind in backends.BACKENDS.values():
+        sources.setdefault(kind.graph.description, []).append(kind.name)
     ap.add_argument("--backend", choices=tuple(backends.BACKENDS), default="auto",
-                    help="the graph the backend places: OpenVINO's (auto, hetero, pipeline, "
-                    "simulator; default) or torch.export's (torch)")
+                    help="the graph the backend places: "
+                    + "; ".join(f"{what} ({', '.join(names)})" for what, names in sources.items())
+                    + " (default auto)")
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--out", help="write the coarsened graph as JSON to this file")
     ap.add_argument("--top", type=int, default=15, help="op types to list (default 15)")
     args = ap.parse_args(argv)
     if args.source is not None:
-        raise UsageError(f"--source is now --backend: use --backend "
-                         f"{'torch' if args.source == 'torch' else 'auto'} for the {args.source} graph")
+        fits = [k.name for k in backends.BACKENDS.values() if k.real and k.graph.name == args.source]
+        raise UsageError(f"--source is now --backend: use --backend {(fits or ['auto'])[0]} for the "
+                         f"{args.source} graph")
     source = backends.graph_source(args.backend)
-    model, fine, coarse, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape),
-                                         source)
-    print(f"model {fine.name}: {source_size(model, source)}")
+    model, fine, coarse, _ = source.build(args.model, args.coarsen, parse_input_shapes(args.input_shape))
+    print(f"model {fine.name}: {source.size(model)}")
     print(f"  placeable graph: {fine.num_nodes} nodes, {len(fine.edges)} edges")
     print(f"  after {args.coarsen} coarsening: {coarse.num_nodes} nodes, {len(coarse.edges)} edges")
     print("  op types (placeable graph):")

@@ -44,7 +44,7 @@ from envs.timing import precision_words
 from hsdag_ray.cli import UsageError, describe_devices, resolve_devices, run
 from hsdag_ray.flags import Parser, add_timing_args, timing_from_args
 from hsdag_ray.resolve import default_devices
-from hsdag_core.coarsening import COARSENINGS, build_graph
+from hsdag_core.coarsening import COARSENINGS
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
 
@@ -86,7 +86,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unmeasured = objective_error(args.backend, args.objective)
     if unmeasured:
         raise UsageError(unmeasured)
-    auto = args.placement.lower() == "auto"
+    auto = args.placement.lower() == "auto"  # not a backend name: the placement keyword
     kind = get_backend(args.backend)
     if auto and not kind.auto_device:
         raise UsageError(f"--placement auto compiles the whole model on OpenVINO's AUTO device "
@@ -115,8 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         names = resolve_devices(specs, timing.threads, args.backend)
         described = describe_devices(specs, timing.threads, args.backend)
     source = graph_source(args.backend, profile.source if profile is not None else "")
-    model, _, graph, _ = build_graph(args.model, args.coarsen, parse_input_shapes(args.input_shape),
-                                     source)
+    model, _, graph, _ = source.build(args.model, args.coarsen, parse_input_shapes(args.input_shape))
     if auto:
         from envs.openvino_backend import AUTO_BACKEND, measure_auto
 

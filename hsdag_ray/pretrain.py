@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from envs.backends import SIMULATOR
 from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run, writable_dir
 from hsdag_ray.arguments import build_parser, given_settings
@@ -105,7 +106,7 @@ def graph_configs(cfg: TrainConfig, graphs, folder: Optional[Path], say=lambda s
             path.parent.mkdir(parents=True, exist_ok=True)
             prof.save(path)
         c = cfg.replace(model=g.spec)
-        out.append(env_config(c, "simulator", family_devices(accelerator), prof.to_json(), store=""))
+        out.append(env_config(c, SIMULATOR, family_devices(accelerator), prof.to_json(), store=""))
         say(f"  {g.spec} ({g.group}): {graph.num_nodes} nodes ({time.time() - t0:.1f} s)")
     return out
 
@@ -283,7 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = cfg.replace(budget=default_budget(cfg.run.method, imitate_steps))
     if cfg.run.budget == 0 and not imitate_steps:
         raise UsageError("--budget 0 pre-trains nothing without --imitate-steps; give one or both")
-    cfg = cfg.replace(backend="simulator", wandb="disabled")
+    cfg = cfg.replace(backend=SIMULATOR, wandb="disabled")
     # a budget of 0 after imitation is pre-training's own (imitation only), not train's zero-shot
     cfg.replace(budget=cfg.run.budget or 1).validate()
     out = Path(cfg.run.out or "runs").resolve() / (cfg.run.name or f"{args.family}-{cfg.run.method}-pretrain")

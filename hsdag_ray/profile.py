@@ -17,7 +17,7 @@ import time
 from typing import Optional, Sequence
 
 from envs.profiling import record
-from envs.backends import get as get_backend
+from envs.backends import BACKENDS, get as get_backend
 from hsdag_ray.cli import UsageError, resolve_devices, run, writable_file
 from hsdag_ray.flags import Parser, add_timing_args, timing_from_args
 from hsdag_core.compgraph import parse_input_shapes
@@ -34,8 +34,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--devices", default=None,
                     help="real or virtual devices to profile, comma-separated (default CPU; with "
                          "--backend torch: cpu)")
-    ap.add_argument("--backend", choices=("auto", "torch"), default="auto",
-                    help="auto: OpenVINO devices and graph; torch: PyTorch devices (cpu, cpu:bf16, "
+    ap.add_argument("--backend", choices=[n for n, k in BACKENDS.items() if k.real], default="auto",
+                    help="whose devices and graph are profiled: auto, hetero or pipeline: OpenVINO "
+                         "devices and graph; torch: PyTorch devices (cpu, cpu:bf16, "
                          "cuda:N[:mem=SIZE]) and the torch.export graph (default auto)")
     ap.add_argument("--modeled", default="",
                     help=f"modeled devices to add, comma-separated ({', '.join(MODELED_DEVICES)})")

@@ -2,30 +2,24 @@
 
 :func:`resolve_backend` turns the settings into a backend kind, device names
 and (for the simulator, or to compute the exact optimum) a profile;
-:func:`default_profile` records the implicit one (the local CPU profiled by
-OpenVINO plus a modeled accelerator) once and caches it; :func:`env_config`
+:func:`default_profile` (:mod:`hsdag_ray.implicit_profile`) records the implicit one (the
+local CPU profiled by OpenVINO plus a modeled accelerator) once and caches it; :func:`env_config`
 is the environment configuration every measuring actor builds its
 environment from.
 """
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from envs.backends import get as get_backend
+from envs.backends import REAL_DEFAULT, SIMULATOR, get as get_backend
 from hsdag_ray.cli import UsageError
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.rundir import model_label
+from hsdag_ray.implicit_profile import DEFAULT_ACCELERATOR, default_profile
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_devices", "default_profile", "resolve_backend", "reads_incumbent",
            "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_of",
            "guided_by", "unmet_needs", "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
-
-
-#: the modeled accelerator of a simulator run that names no devices: 64 MB of memory,
-#: so ResNet-50 (98 MB of weights) must be split and the optimum is a real split
-DEFAULT_ACCELERATOR = "GPU_SMALLMEM"
 
 
 def default_devices(backend: str) -> list[str]:
@@ -33,80 +27,6 @@ def default_devices(backend: str) -> list[str]:
     (its :attr:`envs.backends.BackendKind.default_devices`: two configurations of the CPU,
     the torch backend's ``cpu`` and ``cpu:bf16``, OpenVINO's ``CPU`` and ``CPU_F32``)."""
     return list(get_backend(backend).default_devices)
-
-
-#: bumped when implicit profiles are recorded differently (2: modeled devices
-#: scaled to the host), so older cached ones are recorded again
-PROFILE_FORMAT = 2
-
-
-def _content_tag(model: str) -> str:
-    """``""`` for a zoo model; for a file, a short hash of its content, so two
-    different files of the same name never share a cached profile."""
-    import hashlib
-
-    path = Path(model)
-    if not path.is_file():
-        return ""
-    h = hashlib.blake2b(path.read_bytes(), digest_size=6)
-    weights = path.with_suffix(".bin")
-    if weights.is_file():
-        h.update(str(weights.stat().st_size).encode())
-    return "-" + h.hexdigest()
-
-
-def default_profile(model: str, devices: Sequence[str], input_shape: str, threads: int,
-                    say) -> tuple[Any, Path]:
-    """The implicit profile of a simulator run, recorded once and cached.
-
-    ``devices`` are the run's devices: modeled ones (``GPU_MODEL``,
-    ``GPU_SMALLMEM``, ``CPU_MODEL``) come from their specs, the others are
-    profiled with OpenVINO here (default: the local CPU plus
-    :data:`DEFAULT_ACCELERATOR`). A profile recorded while the machine was
-    busy (which inflates some ops' times unevenly) is used for that run but
-    recorded again by the first run that finds the machine idle.
-    """
-    from envs.profiling import busy_note, record
-    from hsdag_core.compgraph import parse_input_shapes
-    from hsdag_core.models import cache_dir, load_model
-    from hsdag_core.device_profile import MODELED_DEVICES, Profile, default_boundary_s
-
-    devices = list(devices) or ["CPU", DEFAULT_ACCELERATOR]
-    modeled = [d for d in devices if d in MODELED_DEVICES]
-    measured = [d for d in devices if d not in MODELED_DEVICES]
-    if measured:
-        from hsdag_ray.cli import resolve_devices
-
-        measured = resolve_devices(measured, threads)
-    shape = "-" + input_shape.replace(",", "x").replace(":", "_").replace(";", "_") if input_shape else ""
-    path = (cache_dir().parent / "profiles"
-            / f"{model_label(model)}{_content_tag(model)}{shape}-{'-'.join(measured + modeled)}"
-               f"-p{PROFILE_FORMAT}.json")
-    if path.is_file():
-        prof = Profile.load(path)
-        busy_then = any("note" in d for d in prof.devices.values())
-        if not (busy_then and measured and busy_note() is None):
-            if busy_then:
-                say(f"the cached profile {path.name} was recorded on a busy machine; it is "
-                    "recorded again by the first run on an idle machine")
-            return prof, path
-        say(f"the cached profile {path.name} was recorded on a busy machine; recording it again "
-            "now that the machine is idle")
-    if Path(model).suffix.lower() in (".xml", ".onnx"):  # a user's file: say what is wrong first
-        load_model(model, parse_input_shapes(input_shape))
-    what = ", ".join(measured) if measured else "no device"
-    say(f"profiling {model} on {what} with OpenVINO"
-        + (f", modeling {', '.join(modeled)}" if modeled else "")
-        + f" (once; cached in {path.parent})")
-    fit = 12 if len(measured) >= 2 else 0
-    prof = record(model, measured, modeled, fit=fit, input_shapes=parse_input_shapes(input_shape),
-                  progress=False)
-    if not prof.fit:
-        # without a boundary cost fine-grained placements look free
-        prof.boundary_s = default_boundary_s(prof)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    prof.save(path)
-    return prof, path
 
 
 def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dict]]:
@@ -118,22 +38,21 @@ def resolve_backend(cfg: TrainConfig, say) -> tuple[str, list[str], Optional[dic
     backend, devices = cfg.env.backend, list(cfg.env.devices)
     doppler = is_doppler_spec(cfg.run.model)
     if doppler and backend == "default":
-        backend = "simulator"
+        backend = SIMULATOR
     if doppler and not get_backend(backend).simulated:
         raise UsageError(f"{cfg.run.model} is one of DOPPLER's compute graphs, which only the "
                          "simulator measures; use --backend simulator")
     if backend == "default":
-        import openvino as ov
-
-        real = [d for d in ov.Core().available_devices]
+        real = get_backend(REAL_DEFAULT).graph.available()
         if len(real) >= 2:
-            backend, devices = "auto", devices or real
+            backend, devices = REAL_DEFAULT, devices or real
             say(f"measuring on the real devices {', '.join(devices)}")
         else:
-            backend = "simulator"
+            backend = SIMULATOR
             say(f"only {', '.join(real) or 'no device'} here: using the simulator with the CPU "
                 f"profiled by OpenVINO and a modeled accelerator ({DEFAULT_ACCELERATOR}); pass "
-                "--backend auto --devices CPU,CPU_F32 to measure on two CPU configurations instead")
+                f"--backend {REAL_DEFAULT} --devices CPU,CPU_F32 to measure on two CPU "
+                "configurations instead")
     if get_backend(backend).simulated:
         if devices:  # refused before a profile is recorded for them
             check_two_devices(devices)

@@ -50,6 +50,7 @@ import numpy as np
 
 from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
+from hsdag_core.coarsening import COARSENINGS
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.dnnpart import load_dnnpart
 from hsdag_core.doppler import load_doppler
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", help=f"or a model, with --profile (none for doppler:FILE.txt, "
                     f"whose file holds its costs): {MODEL_HELP}")
     ap.add_argument("--profile", help="with --model: the profile JSON its costs come from")
-    ap.add_argument("--coarsen", default="colocation", choices=("none", "colocation", "openvino"),
+    ap.add_argument("--coarsen", default="colocation", choices=COARSENINGS,
                     help="with --model: the graph placed (default colocation)")
     ap.add_argument("--objective", choices=OBJECTIVES, help="objective to minimise")
     ap.add_argument("--method", help="method name (see --list)")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from envs.backends import get as get_backend
 from envs.baselines import Baselines, single_devices
 from hsdag_ray.config import TrainConfig
 from hsdag_ray.resolve import guide_of
@@ -96,7 +97,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         else:
             method_best = None
     best, source = choose_best(method_best, single_devices(figures), env.graph.num_nodes, env.devices)
-    simulated = env.backend.name.startswith("simulator")
+    simulated = get_backend(env.config.backend).simulated  # a cost model gave the latencies
     summary: dict[str, Any] = {
         "model": cfg.run.model, "method": cfg.run.method, "algo": cfg.learning.algo, "backend": env.backend.name,
         # a real backend's sequential figure is its measured latency ("measured"); its
@@ -116,7 +117,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "reference_s": baselines.reference_s, "reference_kind": baselines.reference_kind,
         "exact_start": bool(state.get("exact_start")),
         "etf_start": bool(state.get("etf_start")),
-        "profile_measured": cfg.profile_measured("simulator" if simulated else env.backend.name)}
+        "profile_measured": cfg.profile_measured(env.config.backend)}
     failed = dict(baselines.failed)
     if remeasured is not None:
         failed.update({k: remeasured["candidates"][k]["error"] for k in baselines.latency_s

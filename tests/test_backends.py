@@ -30,12 +30,14 @@ def half_backend(graph, **kwargs):
 
 
 def test_the_registry_is_the_one_list_of_backends():
-    from hsdag_ray.apply import MODES
+    from hsdag_ray.apply import modes
 
     assert set(BACKENDS) == {"auto", "hetero", "pipeline", "simulator", "torch"}
-    assert graph_source("torch") == "torch" and graph_source("auto") == "openvino"
-    assert graph_source("simulator", "torch") == "torch" and graph_source("simulator") == "openvino"
-    assert [n for n in BACKENDS if is_real(n)] == list(MODES)
+    assert graph_source("torch").name == "torch" and graph_source("auto").name == "openvino"
+    assert graph_source("simulator", "torch").name == "torch"
+    assert graph_source("simulator").name == "openvino"
+    assert graph_source("simulator", "doppler").name == "openvino"  # a source no backend has
+    assert [n for n in BACKENDS if is_real(n)] == list(modes())
     assert not is_real("simulator")
     with pytest.raises(ValueError, match="registered twice"):
         register(BackendKind("simulator", "x:y", False, ""))

@@ -21,7 +21,7 @@ from envs.graph_backend import make_backend, parse_placement
 from envs.pytorch.devices import parse_device
 from envs.pytorch.pipelined import PipelinedRunner, in_flight_for
 from envs.pytorch.stages import OnDevice
-from hsdag_core.coarsening import build_graph
+from envs.backends import build_graph
 
 
 class _Busy(nn.Module):

@@ -60,7 +60,8 @@ _BUILT: dict[str, tuple] = {}
 
 def graphs(spec: str):
     """The program, fine and coarse (colocation) graphs of ``spec``, exported once per run."""
-    from hsdag_core.coarsening import build_graph, coarsen
+    from envs.backends import build_graph
+    from hsdag_core.coarsening import coarsen
 
     if spec not in _BUILT:
         program, fine, _, _ = build_graph(spec, "none", None, "torch")

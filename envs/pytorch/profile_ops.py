@@ -9,7 +9,7 @@ the median over ``runs`` runs after ``warmup`` untimed ones.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ import torch
 from envs.pytorch.devices import TorchDevice
 from envs.pytorch.stages import TensorCache, retarget
 
-__all__ = ["profile_ops"]
+__all__ = ["profile_ops", "record_torch"]
 
 
 class _Timed(torch.fx.Interpreter):
@@ -60,3 +60,32 @@ def profile_ops(program, device: TorchDevice, runs: int = 5, warmup: int = 2,
                 for k, v in interp.times.items():
                     samples.setdefault(k, []).append(v)
     return {k: float(np.median(v)) for k, v in samples.items()}
+
+
+def record_torch(profile, fine, program, devices: Sequence[str], timing):
+    """Per-node times of ``program`` on each torch device into ``profile`` (memory caps
+    become ``mem_capacity``); returns the measuring function of the link fit."""
+    from dataclasses import replace
+
+    from envs.pytorch.backend import TorchBackend
+    from envs.pytorch.stages import TensorCache
+
+    backend = TorchBackend(fine, program, list(devices), timing)
+    # op times do not depend on a memory cap (the cap is the profile's mem_capacity), and a
+    # capped GPU may not hold the largest weight: time every op without the caps
+    backend.apply_caps(False)
+    for dev, line in zip(backend.torch_devices, backend.describe()):
+        profile.devices[dev.name] = {"kind": "measured", "description": line}
+        cache = backend.cache if dev.mem_bytes is None else TensorCache()
+        profile.op_time_s[dev.name] = profile_ops(program, replace(dev, mem_bytes=None),
+                                                  runs=max(3, timing.repeats),
+                                                  warmup=max(1, timing.warmup), cache=cache)
+        if dev.mem_bytes is not None:  # the weights it may hold (the fit check's budget)
+            profile.mem_capacity[dev.name] = backend.weight_budget[dev.name]
+            cache.clear()
+    backend.apply_caps(True)
+    if backend.cuda:
+        import torch
+
+        torch.cuda.empty_cache()
+    return backend.measure
