@@ -186,7 +186,8 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
     if start is not None:
         start = _canonical(g, _merge_redundant(g, start, unused), unused)
     floor = -np.inf
-    if (time_limit is None or time_limit >= PATH_BOUND_FROM_S) and np.isfinite(g.mem_capacity).any():
+    long = time_limit is None or time_limit >= PATH_BOUND_FROM_S
+    if long and np.isfinite(g.mem_capacity).any():
         floor = info["path_bound_s"] = max(lower_bound(g, objective), sequential_bound(g))
     return _solve_from(m, g, objective, x, start, t0, time_limit, rel_gap, threads, info,
                        floor=floor)
