@@ -10,6 +10,10 @@ profile's transfer time of ``p``, ``boundaries(p)`` its stage boundaries and
 ``c`` a constant (a backend's fixed overhead). The prior is independent
 Gaussians around the profile: ``t[i, d] ~ N(t0[i, d], (sigma t0[i, d])^2)``,
 ``a ~ N(1, sigma^2)``, ``b`` around the profile's boundary cost, ``c`` around 0;
+with ``device_scale`` each device's times also share one factor,
+``t[i, d] = t0[i, d] (1 + s_d) + e[i, d]`` with ``s_d ~ N(0, device_scale^2)`` (a device
+the profile finds uniformly too fast or slow: one measurement of it, such as the device
+alone, moves all its nodes' times in proportion);
 each measurement is the linear function plus Gaussian noise, a share of its
 size picked by marginal likelihood once there are measurements to tell (a
 simulator is deterministic; a machine is not). The posterior is Bayesian
@@ -71,10 +75,12 @@ class LatencyModel:
         noise: a measurement's noise, relative to its latency, until the model fits
             its own from :data:`NOISE_FIT_AFTER` measurements on.
         objective: one of :data:`MODELED_OBJECTIVES`, what the measurements are.
+        device_scale: the prior spread of each device's shared factor of its times (0:
+            none; the module docstring).
     """
 
     def __init__(self, costs: CostGraph, sigma: float = 0.5, noise: float = 0.02,
-                 objective: str = "sequential") -> None:
+                 objective: str = "sequential", device_scale: float = 0.0) -> None:
         if objective not in MODELED_OBJECTIVES:
             raise ValueError(f"the latency model predicts the {' and '.join(MODELED_OBJECTIVES)} "
                              f"objectives, not {objective!r}")
@@ -90,6 +96,11 @@ class LatencyModel:
         self.mu0 = np.concatenate([self.t0.ravel(), [1.0, b0, 0.0]])
         self.var0 = np.concatenate([(sigma * self.t0.ravel()) ** 2,
                                     [sigma ** 2, max(b0, 1e-6) ** 2, (0.05 * scale) ** 2]])
+        self.scaled = device_scale > 0  # the devices' shared factors follow (t, a, b, c)
+        if self.scaled:
+            D = costs.num_devices
+            self.mu0 = np.concatenate([self.mu0, np.zeros(D)])
+            self.var0 = np.concatenate([self.var0, np.full(D, device_scale ** 2)])
         self.placements: list[np.ndarray] = []
         self.rows: list[np.ndarray] = []  # each measured placement's features
         self.latencies: list[float] = []
@@ -119,10 +130,12 @@ class LatencyModel:
                 device = int(np.argmax(rows @ theta))  # each device's load (plus c)
             return rows[device]
         n, D = self.costs.num_nodes, self.costs.num_devices
-        x = np.zeros(n * D + 3)
+        x = np.zeros(self.mu0.size)
         x[np.arange(n) * D + p] = 1.0
         br = self.sim.sequential(p).breakdown
-        x[n * D:] = (br["transfer_s"], br["stages"] - 1.0, 1.0)
+        x[n * D:n * D + 3] = (br["transfer_s"], br["stages"] - 1.0, 1.0)
+        if self.scaled:  # each device's profile time of its nodes
+            x[n * D + 3:] = np.bincount(p, self.t0[np.arange(n), p], minlength=D)
         return x
 
     def device_rows(self, p: np.ndarray) -> np.ndarray:
@@ -130,11 +143,14 @@ class LatencyModel:
         load (its nodes there, its transfers sent and received, no boundaries, 1)."""
         n, D = self.costs.num_nodes, self.costs.num_devices
         comm = self.sim.device_transfers(p)
-        rows = np.zeros((D, n * D + 3))
+        rows = np.zeros((D, self.mu0.size))
         nodes = np.arange(n)
         rows[p, nodes * D + p] = 1.0
         rows[:, n * D] = comm
         rows[:, n * D + 2] = 1.0
+        if self.scaled:
+            own = np.bincount(p, self.t0[nodes, p], minlength=D)
+            rows[np.arange(D), n * D + 3 + np.arange(D)] = own
         return rows
 
     def bottlenecks(self) -> list[int]:
@@ -302,7 +318,10 @@ class LatencyModel:
     def refitted(self, theta: np.ndarray) -> CostGraph:
         """The profile with its costs replaced by ``theta`` (negative ones clipped)."""
         n, D = self.costs.num_nodes, self.costs.num_devices
-        t = np.maximum(theta[: n * D].reshape(n, D), 0.0)
+        t = theta[: n * D].reshape(n, D)
+        if self.scaled:
+            t = t + self.t0 * theta[n * D + 3:]
+        t = np.maximum(t, 0.0)
         a, b = max(float(theta[n * D]), 0.0), max(float(theta[n * D + 1]), 0.0)
         g = self.costs
         change: dict[str, Any] = {"compute_s": np.where(self.free, t, np.inf), "boundary_s": b}

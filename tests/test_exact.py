@@ -227,7 +227,8 @@ def test_milp_never_returns_worse_than_its_start(objective):
     """Stopped before it improves on its start (a time limit HiGHS cannot even presolve
     in) the MILP returns the start; given time, it returns the optimum, never worse; and
     its bound is a bound: value >= bound, gap = (value - bound) / value."""
-    from policies.solvers.milp import solve_milp_sequential, solve_milp_throughput
+    from policies.solvers.milp import solve_milp_throughput
+    from policies.solvers.milp_sequential import solve_milp_sequential
 
     milp = solve_milp_sequential if objective == "sequential" else solve_milp_throughput
     n, D = (40, 4) if objective == "sequential" else (14, 3)

@@ -2,6 +2,8 @@
 first, then, once it is measured, the posterior sample of most expected improvement."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -39,3 +41,27 @@ def test_first_proposals_are_the_refitted_optimum_then_new_promising_samples():
         search.observe(p, machine.sequential(p).value)
     assert search.proposals["mean"] >= 1 and search.proposals["sample"] >= 1
 
+
+
+def test_a_single_device_teaches_the_shared_scale_of_its_times():
+    """A machine whose third device is uniformly 1.6x slower than the profile says: with a
+    shared factor per device in the prior, measuring that device alone scales all its
+    nodes' times alike, where the independent prior puts most of the correction on the
+    nodes of the largest times (its variance is proportional to their squares)."""
+    from envs.latency_model import LatencyModel
+    from hsdag_core.synthetic import random_cost_graph
+
+    known = random_cost_graph(30, devices=3, seed=4)
+    truth = dataclasses.replace(known, compute_s=known.compute_s * np.array([1.0, 1.0, 1.6]))
+    machine = Simulator(truth)
+    ratios = {}
+    for scale in (0.0, 0.5):
+        model = LatencyModel(known, device_scale=scale)
+        for d in range(3):
+            p = np.full(30, d)
+            model.add(p, machine.sequential(p).value)
+        ratios[scale] = model.refitted(model.posterior_mean()).compute_s[:, 2] / known.compute_s[:, 2]
+    assert np.allclose(ratios[0.5], 1.6, rtol=0.1)  # every node's time scaled about alike
+    assert np.std(ratios[0.5]) < 0.25 * np.std(ratios[0.0])
+    search = ProfileThompson(30, 3, 10, costs=known, device_scale=0.5)
+    assert search.model.scaled and not ProfileThompson(30, 3, 10, costs=known).model.scaled

@@ -29,7 +29,8 @@ are drawn again with a wider spread, and a change of the best measured placement
 node, then more) is proposed when every draw does. Memory is known exactly, so every proposal fits.
 
 Where the exact solver is the MILP, a proposal's planning is bounded by ``time_limit``
-(1 s by default): each solve starts from the incumbent (the best, under the solve's
+(1 s by default): the first proposal's one solve takes all of it, each later one's
+solves share it; each solve starts from the incumbent (the best, under the solve's
 costs, of the last solve's placement and the measured ones) and keeps it when HiGHS
 finds nothing better in its share of the time.
 """
@@ -68,6 +69,9 @@ INCUMBENT_CANDIDATES = 10
 #: seconds of planning per proposal where the exact solver is the MILP, when the search is
 #: not given ``time_limit`` (``bench/bench_first_ten.py --refit-plan-s`` varies it)
 PLAN_SECONDS = 1.0
+#: the prior spread of each device's shared factor of its times
+#: (:class:`envs.latency_model.LatencyModel`'s ``device_scale``; 0: none)
+DEVICE_SCALE = 0.0
 
 
 def expected_improvement(mean: float, std: float, best: float) -> float:
@@ -100,19 +104,21 @@ class ProfileThompson:
             its own from :data:`NOISE_FIT_AFTER` measurements on.
         time_limit: seconds of planning per proposal where the exact solver is the MILP
             (memory limits, or the throughput objective; :data:`PLAN_SECONDS` when None):
-            the first solve may take half
-            of :data:`PLAN_SHARE` of them, each further one half of what is left, and no
+            the first proposal's one solve may take :data:`PLAN_SHARE` of them, a later
+            proposal's first solve half of that, each further one half of what is left, and no
             further posterior sample is solved once too little is left. Each MILP starts from the
             incumbent, the best under the solve's costs of the last solve's placement and
             the measured ones, and returns it when it finds none better in its time.
         retries: posterior samples drawn per proposal before changing the best measured placement instead.
+        device_scale: the prior spread of a factor shared by each device's times
+            (:data:`DEVICE_SCALE` when None; :class:`envs.latency_model.LatencyModel`).
     """
 
     def __init__(self, num_nodes: int, num_devices: int, budget: int, seed: int = 0,
                  start: Optional[np.ndarray] = None, *, costs: CostGraph,
                  objective: str = "sequential", sigma: float = 0.5, noise: float = 0.02,
                  time_limit: Optional[float] = None, retries: int = 4,
-                 candidates: int = CANDIDATES) -> None:
+                 candidates: int = CANDIDATES, device_scale: Optional[float] = None) -> None:
         from policies.solvers.exact import exact_method
 
         if objective not in MODELED_OBJECTIVES:
@@ -123,7 +129,9 @@ class ProfileThompson:
                              f"devices, the run {num_nodes} on {num_devices}")
         self.costs, self.objective = costs, objective
         self.solver = exact_method(costs, objective)
-        self.model = LatencyModel(costs, sigma=sigma, noise=noise, objective=objective)
+        scale = DEVICE_SCALE if device_scale is None else device_scale
+        self.model = LatencyModel(costs, sigma=sigma, noise=noise, objective=objective,
+                                  device_scale=scale)
         self.sim, self.free = self.model.sim, self.model.free
         self.rng = np.random.default_rng(seed)
         self.time_limit = PLAN_SECONDS if time_limit is None else time_limit
@@ -146,14 +154,14 @@ class ProfileThompson:
         """The measurements' relative noise the model fitted (:meth:`LatencyModel.noise_level`)."""
         return self.model.noise_level()
 
-    def _placement(self, theta: np.ndarray) -> Optional[np.ndarray]:
+    def _placement(self, theta: np.ndarray, share: float = 0.5) -> Optional[np.ndarray]:
         from policies.solvers.exact import solve
 
         costs = self.model.refitted(theta)
         options: dict[str, Any] = {}
         limit = None
         if self.solver == "milp":
-            limit = max(0.5 * (self._deadline - time.perf_counter()), MIN_SOLVE_S)
+            limit = max(share * (self._deadline - time.perf_counter()), MIN_SOLVE_S)
             options["start"] = self._incumbent(costs)
         res = solve(costs, self.objective, self.solver, time_limit=limit, **options)
         if not res.feasible:
@@ -183,7 +191,9 @@ class ProfileThompson:
     # --------------------------------------------------------------- protocol
     def propose(self) -> np.ndarray:
         self._deadline = time.perf_counter() + PLAN_SHARE * self.time_limit
-        p = self._placement(self.model.posterior_mean())
+        # the first proposal is the model's optimum after the single devices: its whole time
+        first = not any(self.proposals.values())
+        p = self._placement(self.model.posterior_mean(), 1.0 if first else 0.5)
         kind = "mean"
         spread = self.spread
         if not self._new(p) and self.candidates > 1:

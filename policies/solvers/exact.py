@@ -61,7 +61,8 @@ from policies.solvers.ideals import solve_dp
 from policies.solvers.latency import solve_latency_greedy, solve_latency_search
 from policies.solvers.latency_ip import solve_latency_ip
 from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
-from policies.solvers.milp import solve_milp_parallel, solve_milp_sequential, solve_milp_throughput
+from policies.solvers.milp import solve_milp_parallel, solve_milp_throughput
+from policies.solvers.milp_sequential import solve_milp_sequential
 from policies.solvers.result import SolveResult
 
 __all__ = ["Solver", "SOLVERS", "EXACT_SOLVERS", "SolveResult", "solve", "methods_for",

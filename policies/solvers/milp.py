@@ -1,4 +1,5 @@
-"""Mixed-integer programs (HiGHS, :mod:`policies.solvers.highs_model`) for the three objectives.
+"""Mixed-integer programs (HiGHS, :mod:`policies.solvers.highs_model`): their shared rows, and
+the throughput and parallel objectives.
 
 Common variables: ``x[i, d] in {0, 1}`` (node ``i`` on device ``d``; fixed to 0
 where ``compute_s[i, d] = inf``) with ``sum_d x[i, d] = 1``, memory rows
@@ -13,19 +14,8 @@ devices, ``w[t, a, d] >= x[u, a] + y[t, d] - 1`` is the indicator of "sent
 from ``a`` to ``d``". Every such variable only appears with non-negative cost,
 so relaxing the indicators to lower bounds is exact.
 
-``sequential`` (:func:`solve_milp_sequential`)::
-
-    min sum c[i,d] x[i,d] + sum tr[t,a,d] w[t,a,d] + beta sum_i sum_d b[i,d],
-    b[i, d] >= x[i, d] - x[i+1, d]             (sum_d b[i, d] = [p_i != p_{i+1}])
-
-Its bound is at least :func:`policies.solvers.bounds.sequential_bound` (the transfers a
-split of a path into memory-sized segments must pay), given ``PATH_BOUND_FROM_S`` seconds.
-Interchangeable devices of unlimited memory (e.g. the benchmark's CPU cores)
-are all but one left empty, which loses nothing for this objective
-(:func:`policies.solvers.result.redundant_for_sequential`).
-Interchangeable devices with a memory limit (the benchmark's accelerators) are used in
-the order of their first node (:func:`_order_identical`), so the branch and bound does
-not explore relabellings of one placement; the MIP start is relabelled to match.
+``sequential``: :mod:`policies.solvers.milp_sequential` (from the rows here, with the
+transfers of a pair-dependent link in their own, tighter form).
 
 ``throughput`` (:func:`solve_milp_throughput`)::
 
@@ -58,26 +48,16 @@ import numpy as np
 
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
-from policies.solvers.bounds import lower_bound, sequential_bound
+from policies.solvers.bounds import lower_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.ideals import contiguity
 from policies.solvers.result import (SolveResult, colocation_groups, device_classes, finish,
-                             redundant_for_sequential, uniform_transfer)
+                                    uniform_transfer)
 
-__all__ = ["solve_milp_sequential", "sequential_start", "solve_milp_throughput", "solve_milp_parallel",
-           "PARALLEL_MAX_NODES"]
-
-ORDER_IDENTICAL = True
-"""Add :func:`_order_identical`'s rows to the sequential MILP (symmetry breaking)."""
+__all__ = ["solve_milp_throughput", "solve_milp_parallel", "PARALLEL_MAX_NODES"]
 
 PARALLEL_MAX_NODES = 40
 """Largest graph the disjunctive parallel MILP accepts."""
-
-PATH_BOUND_FROM_S = 10.0
-"""The sequential MILP adds :func:`policies.solvers.bounds.sequential_bound` to its bound
-when given at least this many seconds (or no limit) on a graph with a memory limit; the
-short solves of refit's proposals skip it."""
-
 
 def _placement_vars(m: Model, graph: CostGraph, unused: Sequence[int] = ()) -> np.ndarray:
     """``x`` with assignment, support, memory and co-location rows; devices
@@ -150,121 +130,13 @@ def _result(graph, objective, method, res, x, t0, scope="all", info=None) -> Sol
                   objective != "parallel", status=status, scope=scope, info=info)
 
 
-def _order_identical(m: Model, g: CostGraph, x: np.ndarray, unused: Sequence[int]) -> None:
-    """Symmetry breaking among interchangeable devices (one class of
-    :func:`policies.solvers.result.device_classes`, transfers independent of the pair):
-    device ``k`` of a class holds node ``i`` only if device ``k - 1`` holds a node before
-    ``i``, so the class's devices are used in the order of their first node. Relabelling
-    such devices changes no objective, so one optimum always satisfies it."""
-    if uniform_transfer(g) is None:
-        return
-    n = g.num_nodes
-    for cls in device_classes(g):
-        cls = [d for d in cls if d not in unused]
-        if len(cls) < 2:
-            continue
-        K = len(cls)
-        s = m.var((n, K), ub=1.0)   # s[i, k] = nodes 0..i on device cls[k] (at most 1 needed)
-        m.rows(np.stack([s[0], x[0, cls]], axis=1), [1.0, -1.0], ub=0.0)
-        for k, d in enumerate(cls):
-            m.rows(np.stack([s[1:, k], s[:-1, k], x[1:, d]], axis=1), [1.0, -1.0, -1.0], ub=0.0)
-            if k:
-                m.rows(np.stack([x[0:1, d], ], axis=1), [1.0], ub=0.0)
-                m.rows(np.stack([x[1:, d], s[:-1, k - 1]], axis=1), [1.0, -1.0], ub=0.0)
-
-
-def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Optional[np.ndarray]:
-    """The best placement of the heuristics, by simulator value: alpha-expansion (within
-    ``time_limit``), Baechi's m-TOPO and m-ETF, and the best single device; None when none fits."""
-    from policies.solvers.baechi import solve_m_etf, solve_m_topo
-    from policies.solvers.mincut import solve_alpha_expansion
-    from policies.solvers.simple import solve_single
-
-    best = None
-    cands = [solve_alpha_expansion(graph, "sequential", time_limit=time_limit),
-             solve_m_topo(graph, "sequential"), solve_m_etf(graph, "sequential")]
-    cands.append(solve_single(graph, "sequential"))
-    for r in cands:
-        if r.feasible and (best is None or r.value < best.value):
-            best = r
-    return None if best is None else best.placement
-
-
-def _canonical(g: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
-    """``p`` with each class of interchangeable devices relabelled in the order of their
-    first node (:func:`_order_identical`), so it satisfies the ordering rows."""
-    if not ORDER_IDENTICAL or uniform_transfer(g) is None:
-        return p
-    q = p.copy()
-    for cls in device_classes(g):
-        cls = [d for d in cls if d not in unused]
-        used = sorted((d for d in cls if (p == d).any()), key=lambda d: int(np.argmax(p == d)))
-        for new, old in zip(cls, used + [d for d in cls if d not in used]):
-            q[p == old] = new
-    return q
-
-
-def _merge_redundant(graph: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
-    """``p`` with the nodes of each device of ``unused`` moved to the first device of its
-    class (:func:`policies.solvers.result.redundant_for_sequential`: never worse)."""
-    q = np.asarray(p, dtype=np.int64).copy()
-    for cls in device_classes(graph):
-        for d in cls[1:]:
-            if d in unused:
-                q[q == d] = cls[0]
-    return q
-
-
-def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
-                          time_limit: Optional[float] = 60.0, rel_gap: float = 1e-7,
-                          start: Optional[np.ndarray] = None, start_share: float = 0.25,
-                          threads: Optional[int] = None) -> SolveResult:
-    """Exact sequential optimum with memory, support and co-location (module docstring).
-
-    Args:
-        start: the MIP start, a placement (the incumbent); None: the best of the
-            heuristics (:func:`sequential_start`, given ``start_share`` of ``time_limit``).
-            The result is never worse than the start: HiGHS begins from it, and should
-            its own placement measure worse on the simulator the start is returned.
-        threads: HiGHS's threads (None: its default).
-    """
-    t0 = time.perf_counter()
-    if objective != "sequential":
-        raise ValueError(f"solve_milp_sequential solves the sequential objective, not {objective!r}")
-    g = graph
-    if start is None:
-        start = sequential_start(g, None if time_limit is None else start_share * time_limit)
-    m = Model()
-    unused = redundant_for_sequential(g)
-    x = _placement_vars(m, g, unused)
-    m.cost[0] = np.where(np.isinf(g.compute_s), 0.0, g.compute_s).ravel()
-    y = _receipt(m, g, x)
-    uni = uniform_transfer(g)
-    if uni is not None:
-        m.cost[-1] = np.repeat(uni, g.num_devices)
-    else:
-        tr = g.transfer_s()
-        w, ts, pairs = _sent(m, g, x, y, tr)
-        m.cost[-1] = np.stack([tr[ts, a, b] for a, b in pairs], axis=1).ravel()
-    if g.boundary_s > 0 and g.num_nodes > 1:
-        b = m.var((g.num_nodes - 1, g.num_devices), cost=g.boundary_s)
-        for d in range(g.num_devices):
-            m.rows(np.stack([b[:, d], x[:-1, d], x[1:, d]], axis=1), [1.0, -1.0, 1.0], lb=0.0)
-    info: dict = {"devices_left_empty": len(unused)}
-    if ORDER_IDENTICAL:
-        _order_identical(m, g, x, unused)
-    if start is not None:
-        start = _canonical(g, _merge_redundant(g, start, unused), unused)
-    return _solve_from(m, g, objective, x, start, t0, time_limit, rel_gap, threads, info)
-
-
 def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
                 start: Optional[np.ndarray], t0: float, time_limit: Optional[float],
                 rel_gap: float, threads: Optional[int], info: dict, method: str = "milp",
-                scope: str = "all") -> SolveResult:
+                scope: str = "all", floor: float = -np.inf) -> SolveResult:
     """Solve ``m`` from the placement ``start`` (ignored when it breaks a limit) within
     what is left of ``time_limit``; never worse than the start, and the bound at least
-    :func:`policies.solvers.bounds.lower_bound`."""
+    :func:`policies.solvers.bounds.lower_bound` and ``floor``."""
     mip_start, sim = None, Simulator(g)
     if start is not None and sim.check(start) is None:
         start = np.asarray(start, dtype=np.int64)
@@ -274,11 +146,8 @@ def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
         mip_start = (x.ravel(), onehot.ravel())
     else:
         start = None
-    scale = floor = lower_bound(g, objective)      # the objective's magnitude for HiGHS
-    if objective == "sequential" and (time_limit is None or time_limit >= PATH_BOUND_FROM_S) \
-            and np.isfinite(g.mem_capacity).any():
-        floor = max(floor, sequential_bound(g))
-        info["path_bound_s"] = floor
+    scale = lower_bound(g, objective)      # the objective's magnitude for HiGHS
+    floor = max(scale, floor)
     spent = time.perf_counter() - t0
     res = m.solve(None if time_limit is None else max(time_limit - spent, 0.01), rel_gap,
                   scale, start=mip_start, threads=threads)
