@@ -32,8 +32,11 @@ def slug(text: str) -> str:
 
 
 def model_label(model: str) -> str:
-    """A model spec as a run-name part: a file's stem, else the spec slugged
-    (``tv:convnext_tiny`` -> ``tv_convnext_tiny``: no ``:`` that scp or rsync would read as a host)."""
+    """A model spec as a run-name part: a file's stem (``doppler_`` and the stem for a
+    ``doppler:FILE.txt``), else the spec slugged (``tv:convnext_tiny`` -> ``tv_convnext_tiny``:
+    no ``:`` that scp or rsync would read as a host)."""
+    if model.startswith("doppler:"):
+        return slug("doppler_" + Path(model[len("doppler:"):]).stem)
     return slug(Path(model).stem if Path(model).suffix in (".xml", ".onnx") else model)
 
 

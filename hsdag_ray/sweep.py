@@ -25,6 +25,8 @@ Examples::
     python -m hsdag_ray.sweep --config sweep.yaml
     python -m hsdag_ray.sweep --preset ablation --seeds 0,1,2
     python -m hsdag_ray.sweep --config sweep.yaml --address auto     # on a running cluster
+    python -m hsdag_ray.sweep --models doppler:gdp_ffnn_192nodes.txt --methods hsdag,m-etf,exact \\
+        --objective parallel --seeds 0 --budget 100               # a DOPPLER graph, its scoring
 
 A sweep file names any of the flags (without dashes) and ``train:``, a mapping
 of training settings every trial shares (the long options of
@@ -261,6 +263,8 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
             check_model_spec(model)
         except GraphError as e:
             raise UsageError(f"{e} (in --models)") from None
+    # a trial runs in its own folder: a model file is named by its absolute path
+    sc.models = [absolute_model(m) for m in sc.models]
     if sc.guide not in GUIDE_MODES:
         raise UsageError(f"unknown guide {sc.guide!r}; choose {', '.join(GUIDE_MODES)}")
     if sc.budget < 1 or sc.max_concurrent < 0:
@@ -283,6 +287,19 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
         raise UsageError("a sweep needs an explicit backend (train: {backend: simulator} or auto, "
                          "hetero, pipeline) so every trial measures the same way")
     return grid
+
+
+def absolute_model(spec: str) -> str:
+    """``spec`` with a model file's path (``doppler:FILE.txt``, ``.xml``, ``.onnx``) made
+    absolute; any other spec unchanged."""
+    from hsdag_core.doppler import DOPPLER_PREFIX, is_doppler_spec
+    from hsdag_ray.rundir import absolute
+
+    if is_doppler_spec(spec):
+        return DOPPLER_PREFIX + str(absolute(spec[len(DOPPLER_PREFIX):]))
+    if Path(spec).suffix.lower() in (".xml", ".onnx"):
+        return str(absolute(spec))
+    return spec
 
 
 class SweepInterrupted(Exception):
@@ -438,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", help="training backend of every trial (default simulator)")
     ap.add_argument("--wandb", choices=("offline", "online", "disabled"),
                     help="W&B mode of every trial (default offline)")
+    ap.add_argument("--objective", help="objective of every trial (train --objective; default "
+                    "sequential; parallel is DOPPLER's, latency Tarnawski et al.'s)")
     return ap
 
 
@@ -468,7 +487,7 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
     for key in ("budget", "out", "name", "address", "max_concurrent", "guide"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
-    for key in ("backend", "wandb"):
+    for key in ("backend", "wandb", "objective"):
         if getattr(args, key) is not None:
             values["train"] = {**values["train"], key: getattr(args, key)}
     for key in ("models", "methods"):

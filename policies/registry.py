@@ -66,6 +66,7 @@ class Method:
         costs: ``search`` and ``solver``: it reads the run's profile, as a cost graph of
             the run's graph (``costs=``, with ``objective=``), so it needs a profile of
             every device.
+        objectives: the objectives it handles (empty: every one).
         departures: ``rl``: where the implementation departs from the paper, one line
             each saying why (defects of the published method or its reference code).
     """
@@ -87,6 +88,7 @@ class Method:
     incumbent_prior: bool = False
     starts: bool = False
     costs: bool = False
+    objectives: tuple[str, ...] = ()
     departures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -200,6 +202,7 @@ register(Method(
 
 register(Method(
     name="refit", kind="search", run="policies.search.refit:ProfileThompson", costs=True,
+    objectives=("sequential", "throughput"),  # envs.latency_model.MODELED_OBJECTIVES
     description="the exact solver on the run's profile, refitted to every measurement "
                 "(Bayesian linear regression) and sampled (Thompson sampling); sequential or "
                 "throughput objective"))
