@@ -237,7 +237,8 @@ register(Method(
     name="exact", kind="solver", run="policies.solvers.methods:exact_placement", costs=True,
     description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
                 "else MILP; for the latency objective the latency IP; Tarnawski et al., "
-                "NeurIPS 2020), measured"))
+                "NeurIPS 2020; for the parallel objective CP-SAT, its best schedule within "
+                "the time limit), measured"))
 
 register(Method(
     name="heft", kind="solver", run="policies.solvers.methods:heft_placement", costs=True,
