@@ -53,7 +53,7 @@ from typing import Any, Optional, Sequence
 from envs.backends import BACKENDS
 from hsdag_ray.cli import UsageError, read_yaml_mapping, run, writable_dir
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.rundir import model_label, slug
+from hsdag_ray.rundir import absolute_model, model_label, slug
 
 #: the backend of a sweep's trials when it names none
 SWEEP_BACKEND = "simulator"
@@ -287,19 +287,6 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
         raise UsageError("a sweep needs an explicit backend (train: {backend: simulator} or auto, "
                          "hetero, pipeline) so every trial measures the same way")
     return grid
-
-
-def absolute_model(spec: str) -> str:
-    """``spec`` with a model file's path (``doppler:FILE.txt``, ``.xml``, ``.onnx``) made
-    absolute; any other spec unchanged."""
-    from hsdag_core.doppler import DOPPLER_PREFIX, is_doppler_spec
-    from hsdag_ray.rundir import absolute
-
-    if is_doppler_spec(spec):
-        return DOPPLER_PREFIX + str(absolute(spec[len(DOPPLER_PREFIX):]))
-    if Path(spec).suffix.lower() in (".xml", ".onnx"):
-        return str(absolute(spec))
-    return spec
 
 
 class SweepInterrupted(Exception):
