@@ -17,8 +17,9 @@ measured once). The references: DOPPLER's critical path, best of ``--episodes`` 
 in its intended and its coded version (:mod:`policies.solvers.critical_path`), and a lower
 bound (the larger of total work / devices, the critical path without transfers, and
 CP-SAT's bound). Prints one row per graph and budget (values in DOPPLER's units, its
-simulator's seconds), the best method over the critical path's best, and writes every
-figure to ``--json``.
+simulator's seconds; the median over the seeds, their number in brackets where more
+than one), the best method over the critical path's best, and writes every figure to
+``--json``.
 """
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ def main() -> None:
         costs = load_doppler(args.folder / f"{name}.txt")
         graph = doppler_compgraph(costs)
         sim = Simulator(costs)
-        row = {"graph": name, "nodes": costs.num_nodes, "devices": costs.num_devices, "methods": {}}
+        row = {"graph": name, "nodes": costs.num_nodes, "devices": costs.num_devices, "methods": {},
+               "seeds": {}}
         for version in ("intended", "coded"):
             r = solve_critical_path(costs, "parallel", episodes=args.episodes, version=version)
             row[f"cp_{version}"] = r.value
@@ -140,6 +142,7 @@ def main() -> None:
             else:
                 curves = [run_learned(method, graph, costs, budgets[-1], s) for s in seeds]
                 row["methods"][method] = {str(b): [at(c, b) for c in curves] for b in budgets}
+            row["seeds"][method] = [0] if method == "exact" else seeds
             print(f"{name} {method}: " + ", ".join(
                 f"{b}: {statistics.median(row['methods'][method][str(b)]):.4f}" for b in budgets)
                 + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -152,15 +155,24 @@ def main() -> None:
 
 def merge(runs: list[list[dict]]) -> list[dict]:
     """One row per graph with the methods of every run (the first run's references; the
-    largest of their bounds)."""
+    largest of their bounds); a method's runs with other seeds join its values (a file
+    without ``seeds`` ran seed 0)."""
     by: dict[str, dict] = {}
     for rows in runs:
         for r in rows:
+            seeds = r.get("seeds") or {m: [0] for m in r["methods"]}
             if r["graph"] not in by:
-                by[r["graph"]] = dict(r, methods=dict(r["methods"]))
-            else:
-                by[r["graph"]]["methods"].update(r["methods"])
-                by[r["graph"]]["bound"] = max(by[r["graph"]]["bound"], r["bound"])
+                by[r["graph"]] = dict(r, methods={}, seeds={})
+            row = by[r["graph"]]
+            row["bound"] = max(row["bound"], r["bound"])
+            for m, by_budget in r["methods"].items():
+                have = row["seeds"].setdefault(m, [])
+                new = [k for k, s in enumerate(seeds[m]) if s not in have]
+                if m == "exact" and have:
+                    continue  # one placement, the same at every seed
+                have += [seeds[m][k] for k in new]
+                for b, vals in by_budget.items():
+                    row["methods"].setdefault(m, {}).setdefault(b, []).extend(vals[k] for k in new)
     return list(by.values())
 
 
@@ -176,8 +188,10 @@ def print_table(rows: list[dict], methods: list[str], budgets: list[int]) -> Non
                     if str(b) in row["methods"].get(m, {})}
             best = min(vals.values())
             ratios[b].append(best / cp)
-            cells = ["-" if m not in vals else f"**{vals[m]:.2f}**" if vals[m] == best
-                     else f"{vals[m]:.2f}" for m in methods]
+            runs = {m: len(row["methods"][m][str(b)]) for m in vals}
+            cells = ["-" if m not in vals else (f"**{vals[m]:.2f}**" if vals[m] == best
+                     else f"{vals[m]:.2f}") + (f" ({runs[m]})" if runs[m] > 1 else "")
+                     for m in methods]
             print(f"| {row['graph']} | {row['devices']} | {b} | " + " | ".join(cells)
                   + f" | {row['cp_intended']:.2f} | {row['cp_coded']:.2f} | {row['bound']:.2f} "
                   f"| {best / cp:.3f} |")

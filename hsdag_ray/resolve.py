@@ -100,12 +100,11 @@ def unmet_needs(cfg: TrainConfig, devices: Optional[Sequence[str]] = None,
     known to lack one (the simulator always has one)."""
     from policies.registry import get
 
-    if not get(cfg.run.method).costs:
+    method = get(cfg.run.method)
+    if not method.costs:
         return ""
-    from envs.latency_model import MODELED_OBJECTIVES
-
-    if cfg.env.objective not in MODELED_OBJECTIVES:
-        return (f"--method {cfg.run.method} models the {' and '.join(MODELED_OBJECTIVES)} "
+    if method.objectives and cfg.env.objective not in method.objectives:
+        return (f"--method {cfg.run.method} models the {' and '.join(method.objectives)} "
                 f"objectives; use one of them, or another method for the {cfg.env.objective} objective")
     if devices is None:
         known_real = cfg.env.backend != "default" and get_backend(cfg.env.backend).real

@@ -31,9 +31,22 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
 
 
+def absolute_model(spec: str) -> str:
+    """``spec`` with a model file's path (``doppler:FILE.txt``, ``.xml``, ``.onnx``) made
+    absolute; any other spec unchanged."""
+    if spec.startswith("doppler:"):
+        return "doppler:" + str(absolute(spec[len("doppler:"):]))
+    if Path(spec).suffix.lower() in (".xml", ".onnx"):
+        return str(absolute(spec))
+    return spec
+
+
 def model_label(model: str) -> str:
-    """A model spec as a run-name part: a file's stem, else the spec slugged
-    (``tv:convnext_tiny`` -> ``tv_convnext_tiny``: no ``:`` that scp or rsync would read as a host)."""
+    """A model spec as a run-name part: a file's stem (``doppler_`` and the stem for a
+    ``doppler:FILE.txt``), else the spec slugged (``tv:convnext_tiny`` -> ``tv_convnext_tiny``:
+    no ``:`` that scp or rsync would read as a host)."""
+    if model.startswith("doppler:"):
+        return slug("doppler_" + Path(model[len("doppler:"):]).stem)
     return slug(Path(model).stem if Path(model).suffix in (".xml", ".onnx") else model)
 
 

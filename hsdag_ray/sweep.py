@@ -25,6 +25,8 @@ Examples::
     python -m hsdag_ray.sweep --config sweep.yaml
     python -m hsdag_ray.sweep --preset ablation --seeds 0,1,2
     python -m hsdag_ray.sweep --config sweep.yaml --address auto     # on a running cluster
+    python -m hsdag_ray.sweep --models doppler:gdp_ffnn_192nodes.txt --methods hsdag,m-etf,exact \\
+        --objective parallel --seeds 0 --budget 100               # a DOPPLER graph, its scoring
 
 A sweep file names any of the flags (without dashes) and ``train:``, a mapping
 of training settings every trial shares (the long options of
@@ -51,7 +53,7 @@ from typing import Any, Optional, Sequence
 from envs.backends import BACKENDS, SIMULATOR
 from hsdag_ray.cli import UsageError, read_yaml_mapping, run, writable_dir
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.rundir import model_label, slug
+from hsdag_ray.rundir import absolute_model, model_label, slug
 from hsdag_ray.sweep_trials import (SweepInterrupted, _check_resources, _measures, _resources,
                                    _Signals)
 
@@ -195,6 +197,8 @@ def _check(sc: SweepConfig) -> list[dict[str, Any]]:
             check_model_spec(model)
         except GraphError as e:
             raise UsageError(f"{e} (in --models)") from None
+    # a trial runs in its own folder: a model file is named by its absolute path
+    sc.models = [absolute_model(m) for m in sc.models]
     if sc.guide not in GUIDE_MODES:
         raise UsageError(f"unknown guide {sc.guide!r}; choose {', '.join(GUIDE_MODES)}")
     if sc.budget < 1 or sc.max_concurrent < 0:
@@ -327,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", help="training backend of every trial (default simulator)")
     ap.add_argument("--wandb", choices=("offline", "online", "disabled"),
                     help="W&B mode of every trial (default offline)")
+    ap.add_argument("--objective", help="objective of every trial (train --objective; default "
+                    "sequential; parallel is DOPPLER's, latency Tarnawski et al.'s)")
     return ap
 
 
@@ -357,7 +363,7 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
     for key in ("budget", "out", "name", "address", "max_concurrent", "guide"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
-    for key in ("backend", "wandb"):
+    for key in ("backend", "wandb", "objective"):
         if getattr(args, key) is not None:
             values["train"] = {**values["train"], key: getattr(args, key)}
     for key in ("models", "methods"):

@@ -70,6 +70,7 @@ class Method:
         costs: ``search`` and ``solver``: it reads the run's profile, as a cost graph of
             the run's graph (``costs=``, with ``objective=``), so it needs a profile of
             every device.
+        objectives: the objectives it handles (empty: every one).
         departures: ``rl``: where the implementation departs from the paper, one line
             each saying why (defects of the published method or its reference code).
     """
@@ -92,6 +93,7 @@ class Method:
     incumbent_prior: bool = False
     starts: bool = False
     costs: bool = False
+    objectives: tuple[str, ...] = ()
     departures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -224,6 +226,7 @@ register(Method(
 
 register(Method(
     name="refit", kind="search", run="policies.search.refit:ProfileThompson", costs=True,
+    objectives=("sequential", "throughput"),  # envs.latency_model.MODELED_OBJECTIVES
     description="the exact solver on the run's profile, refitted to every measurement "
                 "(Bayesian linear regression) and sampled (Thompson sampling); sequential or "
                 "throughput objective"))
@@ -258,7 +261,8 @@ register(Method(
     name="exact", kind="solver", run="policies.solvers.methods:exact_placement", costs=True,
     description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
                 "else MILP; for the latency objective the latency IP; Tarnawski et al., "
-                "NeurIPS 2020), measured"))
+                "NeurIPS 2020; for the parallel objective CP-SAT, its best schedule within "
+                "the time limit), measured"))
 
 register(Method(
     name="heft", kind="solver", run="policies.solvers.methods:heft_placement", costs=True,

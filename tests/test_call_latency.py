@@ -45,6 +45,16 @@ def test_human_expert_splits_match_the_authors(benchmarks_dir, name):
     assert _same(res.value, EXPERT[name]), res.value
 
 
+def test_no_placement_within_memory_beats_the_resnet50_expert(benchmarks_dir):
+    """The path bound counts what a call sends to the branches beside the path (the
+    shortcut convolutions): on the resnet50 layer graph it rises above the human expert's
+    split, which holds 3.5x an accelerator's memory, so no placement within memory beats it."""
+    from policies.solvers.latency_bound import path_bound
+
+    g = load_dnnpart(benchmarks_dir / "latency-inputs" / "LayerGraphs" / "resnet50_inference.json")
+    assert path_bound(g) * 1e3 > EXPERT["resnet50"]
+
+
 def _chain() -> CostGraph:
     """a -> b -> c -> d; b and d fit one accelerator together, not with c."""
     nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0, "fpgaLatency": 1.0,

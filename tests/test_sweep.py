@@ -96,6 +96,8 @@ def test_ablation_preset_switches_each_feature_group_off():
     (["--backend", "auto", "--methods", "hsdag,refit"], "--profile FILE"),
     (["--models", "resnet50,no_such_model"], "unknown model 'no_such_model'"),
     (["--models", "missing.onnx"], "does not exist"),
+    (["--methods", "refit", "--objective", "parallel"], "models the sequential and throughput"),
+    (["--objective", "fastest"], "unknown objective"),
 ])
 def test_bad_sweep_input_is_one_sentence(argv, words, tmp_path):
     p = subprocess.run([sys.executable, "-m", "hsdag_ray.sweep", *argv, "--out", str(tmp_path)],
@@ -186,11 +188,47 @@ def test_the_ablation_preset_writes_its_own_table(tmp_path):
     assert feats["no structural"]["fractal"] is False and feats["full"]["fractal"] is True
 
 
+DOPPLER = ROOT.parent / "shared" / "benchmarks" / "doppler"
+
+
+def test_a_sweep_on_a_doppler_graph_scores_it_in_dopplers_simulator(tmp_path, monkeypatch):
+    """``--models doppler:FILE`` with a path relative to where the sweep starts (each trial
+    runs in a folder of its own), the parallel objective: HEFT and the exact solver
+    (CP-SAT, started from HEFT's placement among others) each get a row, valued as
+    DOPPLER's simulator values their best placement."""
+    src = DOPPLER / "gdp_chain_mm_112nodes.txt"
+    if not src.is_file():
+        pytest.skip("DOPPLER's compute graphs (../shared/benchmarks/doppler) are not beside the project")
+    from envs.simulator import Simulator
+    from hsdag_core.doppler import load_doppler
+
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "chain.txt").write_text(src.read_text())
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "sweep.yaml"
+    config.write_text("train: {wandb: disabled, solver_time_limit: 2}\n")
+    assert main(["--config", str(config), "--models", "doppler:g/chain.txt",
+                 "--methods", "heft,exact", "--objective", "parallel", "--seeds", "0",
+                 "--budget", "3", "--out", "sweeps", "--name", "d"]) == 0
+    runs = {r["method"]: r for r in read_csv(tmp_path / "sweeps" / "d" / "results.csv")
+            if r["kind"] == "run"}
+    assert set(runs) == {"heft", "exact"}
+    costs = load_doppler(src)
+    sim = Simulator(costs)
+    for method, r in runs.items():
+        assert Path(r["run_dir"]).name == f"doppler_chain-{method}-s0"
+        placed = json.loads((Path(r["run_dir"]) / "best_placement.json").read_text())
+        best = [costs.devices.index(placed[nm]) for nm in costs.names]
+        assert r["best_latency_s"] == pytest.approx(sim.evaluate(best, "parallel").value, rel=1e-9)
+    assert runs["exact"]["best_latency_s"] <= runs["heft"]["best_latency_s"] * (1 + 1e-9)
+
+
 @pytest.mark.parametrize("model,label", [
     ("tv:convnext_tiny", "tv_convnext_tiny"),
     ("gen:layered:n=30:c=32:w=3:seed=100", "gen_layered_n_30_c_32_w_3_seed_100"),
     ("hf:gpt2:layer_norm_epsilon=0.5", "hf_gpt2_layer_norm_epsilon_0.5"),  # not cut at the '.'
-    ("models/net.onnx", "net"), ("resnet50", "resnet50")])
+    ("models/net.onnx", "net"), ("resnet50", "resnet50"),
+    ("doppler:graphs/8gpu_full_transformer.txt", "doppler_8gpu_full_transformer")])
 def test_run_folders_are_named_without_characters_a_shell_or_scp_reads(model, label, tmp_path):
     """A train run's folder and a sweep trial's name (and a cached profile's) start with the
     same label: a file's stem, else the spec with ':' and '=' replaced (scp and rsync read

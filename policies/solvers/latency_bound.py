@@ -14,7 +14,11 @@ their memory. Each node outside those that feeds them is either in the call too 
 compute and memory count) or sends its tensor in (its transfer counts): the cheapest
 such choice within the call's memory, relaxed to a fractional knapsack, adds to the
 call's time (a node of the path outside the segment always sends); so does the transfer
-of each other tensor the call sends to a node of the path after the segment. The least such sum, over every cut of the path into segments that respect
+of each other tensor the call sends to a node of the path after the segment. A tensor the
+call sends only to nodes off the path (a branch beside it, such as a shortcut) is sent,
+or its consumers join the call and what they produce is sent further on, up to where the
+branch rejoins the path after the segment: the call pays at least the cheapest tensor of
+that branch (:func:`_escapes`). The least such sum, over every cut of the path into segments that respect
 memory, support and the number of accelerators, is a dynamic program over the path, and
 it bounds the latency of every placement from below. :func:`path_bound` takes the best
 of a few paths: the longest by CPU time, by accelerator time, by memory and by transfer
@@ -134,6 +138,7 @@ def _side_inputs(g: CostGraph, P: np.ndarray, desc: np.ndarray, anc: np.ndarray,
     on_edge = {(u, v): t for u, v, t in zip(g.edge_src.tolist(), g.edge_dst.tolist(),
                                             g.edge_tensor.tolist())}
     path_t = np.array([on_edge[(int(P[k]), int(P[k + 1]))] for k in range(L - 1)] + [-1])
+    esc_t, esc, cons_off, n_off, comps = _escapes(g, on_path, cost)
     extra = np.full((L, L), np.inf)
     for i in range(L):
         rows = i + np.flatnonzero(mem[i, i:] <= cap * (1 + 1e-12))
@@ -162,8 +167,81 @@ def _side_inputs(g: CostGraph, P: np.ndarray, desc: np.ndarray, anc: np.ndarray,
         own = path_t[rows] >= 0
         later[np.flatnonzero(own), path_t[rows][own]] = 0.0          # counted as the path's output
         sent = (inside[:, g.tensor_src] * later).sum(axis=1)
-        extra[i, rows] = fixed - got + sent
+        gone = 0.0
+        if esc_t.size:  # tensors leaving the call for nodes off the path only
+            leave = (inside[:, g.tensor_src[esc_t]] > 0) & (later[:, esc_t] == 0)
+            leave &= np.asarray(cons_off.T @ inside.T).T < n_off[None, :]  # a consumer outside
+            leave[:, esc_t == (path_t[i - 1] if i else -1)] = False       # the path's input
+            leave &= esc_t[None, :] != path_t[rows][:, None]               # the path's output
+            if leave.any():
+                e = np.where(leave, esc[None, :], 0.0)
+                gone = sum(e[:, cols].max(axis=1) for cols in comps)
+        extra[i, rows] = fixed - got + sent + gone
     return extra
+
+
+def _escapes(g: CostGraph, on_path: np.ndarray, cost: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """What a call pays for a tensor it sends to nodes off the path only: the tensor's
+    transfer, or, where its consumers join the call, the least that leaves further on
+    (``out[w]``: the largest over ``w``'s tensors of that tensor's cost and the largest
+    ``out`` of its consumers, infinite where it reaches the path, which lies after the
+    call, and 0 at a sink; joining nodes' compute and memory are left out). Returns the
+    tensors with a consumer off the path (``esc_t``), their least cost (``esc``), their
+    off-path consumers (``cons_off``, sparse ``[n, len(esc_t)]``) and count (``n_off``), and the
+    tensors grouped by the part of the off-path nodes their consumers lie in (connected by
+    edges between off-path nodes and by sharing a tensor): tensors of different parts
+    share no tensor further on, so their costs add, and within a part only the largest
+    counts."""
+    n, T = g.num_nodes, g.num_tensors
+    out = np.zeros(n)
+    cons: list[list[int]] = [[] for _ in range(T)]
+    for v, t in zip(g.edge_dst.tolist(), g.edge_tensor.tolist()):
+        cons[t].append(v)
+    made: list[list[int]] = [[] for _ in range(n)]
+    for t, u in enumerate(g.tensor_src.tolist()):
+        made[u].append(t)
+    for w in range(n - 1, -1, -1):                       # nodes are topologically indexed
+        if on_path[w]:
+            continue
+        worst = 0.0
+        for t in made[w]:
+            join = np.inf if any(on_path[x] for x in cons[t]) else max((out[x] for x in cons[t]), default=0.0)
+            worst = max(worst, min(cost[t], join))
+        out[w] = worst
+    cons_off = np.zeros((n, T))
+    esc = np.zeros(T)
+    for t in range(T):
+        off = [x for x in cons[t] if not on_path[x]]
+        cons_off[off, t] = 1.0
+        esc[t] = min(cost[t], min((out[x] for x in off), default=np.inf))
+    n_off = cons_off.sum(axis=0)
+    esc_ok = n_off > 0
+    esc_t = np.flatnonzero(esc_ok)
+    part = np.full(n, -1, dtype=np.int64)               # weakly connected parts of the off-path nodes
+    adj: list[list[int]] = [[] for _ in range(n)]
+    for u, v in zip(g.edge_src.tolist(), g.edge_dst.tolist()):
+        if not on_path[u] and not on_path[v]:
+            adj[u].append(v)
+            adj[v].append(u)
+    for t in range(T):                                  # one tensor's consumers: one part
+        off = [x for x in cons[t] if not on_path[x]]
+        for x in off[1:]:
+            adj[off[0]].append(x)
+            adj[x].append(off[0])
+    for s in np.flatnonzero(~on_path).tolist():
+        if part[s] < 0:
+            part[s], stack = s, [s]
+            while stack:
+                for y in adj[stack.pop()]:
+                    if part[y] < 0:
+                        part[y] = s
+                        stack.append(y)
+    key = np.array([part[next(x for x in cons[t] if not on_path[x])] if esc_ok[t] else -1
+                    for t in range(T)], dtype=np.int64)
+    key = key[esc_t]
+    comps = [np.flatnonzero(key == k) for k in np.unique(key)]
+    return esc_t, esc[esc_t], sp.csr_matrix(cons_off[:, esc_t]), n_off[esc_t], comps
 
 
 def path_bound(graph: CostGraph, paths: Iterable[list[int]] = ()) -> float:

@@ -21,15 +21,13 @@ __all__ = ["exact_placement", "heft_placement", "m_topo_placement", "m_etf_place
 
 def exact_placement(costs: CostGraph, objective: str,
                     time_limit: Optional[float] = 120.0) -> Optional[np.ndarray]:
-    """The exact optimum of ``objective`` on ``costs`` (s-t minimum cut for two devices
-    without memory limits, else the MILP; :func:`policies.solvers.exact.exact_method`), or None
-    where no exact solver applies (``parallel``) or none is feasible."""
-    from policies.solvers.exact import exact_method, solve
+    """The placement of ``solve --method exact`` for ``objective`` on ``costs``: the
+    objective's exact solver (:data:`policies.solvers.exact.EXACT_SOLVERS`: s-t minimum cut
+    for two devices without memory limits, else the MILP; the latency IP; CP-SAT for
+    ``parallel``) within ``time_limit``, or None where none is feasible."""
+    from policies.solvers.exact import solve
 
-    method = exact_method(costs, objective)
-    if method is None:
-        return None
-    res = solve(costs, objective, method, time_limit=time_limit)
+    res = solve(costs, objective, "exact", time_limit=time_limit)
     return np.asarray(res.placement, dtype=np.int64) if res.feasible else None
 
 
