@@ -27,11 +27,11 @@ def test_a_budget_of_measurements_counts_new_placements_only(tmp_path):
 
 
 def test_a_policy_that_proposes_nothing_new_stops_at_the_proposal_cap(tmp_path):
-    # three nodes the coarsening joins into one: two placements exist, 12 can never be measured
-    s = _run(tmp_path, "cap", model="gen:layered:n=3:c=16:w=1:seed=0", budget=12,
-             budget_unit="measurements")
+    # three nodes the coarsening joins into one: two placements exist, 6 can never be measured
+    s = _run(tmp_path, "cap", model="gen:layered:n=3:c=16:w=1:seed=0", budget=6,
+             budget_unit="measurements", episode_len=10)
     # the cap counts the policy's proposals (as published, nothing is measured before them)
-    assert s["measurements"] <= 4 and s["placements"] == 12 * PROPOSAL_CAP
+    assert s["measurements"] <= 4 and s["placements"] == 6 * PROPOSAL_CAP
 
 
 def test_budget_unit_is_checked():

@@ -15,6 +15,23 @@ def cli(*args, cwd=None):
     return r.returncode, r.stdout, r.stderr
 
 
+def cli_here(capsys, module: str, *args):
+    """``python -m module args`` called in this process, as its ``__main__`` calls it:
+    (exit code, stdout, stderr). Each command also runs in a process of its own in
+    test_missing_model_file and test_measure_and_graph_commands_work."""
+    import importlib
+
+    from hsdag_ray.cli import run
+
+    capsys.readouterr()
+    try:
+        code = run(importlib.import_module(module).main, list(args), prog=module)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def assert_user_error(code, err, *words):
     assert code == 2, err
     assert "Traceback" not in err
@@ -31,37 +48,37 @@ def test_missing_model_file(tmp_path):
     assert_user_error(code, err, "unknown model")
 
 
-def test_corrupt_ir(tmp_path):
+def test_corrupt_ir(tmp_path, capsys):
     xml = tmp_path / "broken.xml"
     xml.write_text("<net name='x'><layers><layer id='0' type='Parameter'")
     (tmp_path / "broken.bin").write_bytes(b"\0" * 16)
-    code, _, err = cli("hsdag_ray.graph", str(xml))
+    code, _, err = cli_here(capsys, "hsdag_ray.graph", str(xml))
     assert_user_error(code, err, "not a valid OpenVINO IR")
     xml.write_text("<net name='x' version='11'><layers><layer id='0' type='Nonsense' "
                    "version='opset1'/></layers><edges/></net>")
-    code, _, err = cli("hsdag_ray.graph", str(xml))
+    code, _, err = cli_here(capsys, "hsdag_ray.graph", str(xml))
     assert_user_error(code, err, "cannot read")
     onnx = tmp_path / "broken.onnx"
     onnx.write_bytes(b"not a protobuf")
-    code, _, err = cli("hsdag_ray.graph", str(onnx))
+    code, _, err = cli_here(capsys, "hsdag_ray.graph", str(onnx))
     assert_user_error(code, err, "cannot read")
 
 
-def test_unknown_device():
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,NPU9")
+def test_unknown_device(capsys):
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,NPU9")
     assert_user_error(code, err, "NPU9")
 
 
-def test_placement_for_another_model(tmp_path):
+def test_placement_for_another_model(tmp_path, capsys):
     _, _, g, _ = build_graph("tiny_cnn", "none")
     other = {f"resnet_op_{i}": "CPU" for i in range(5)}
     f = tmp_path / "p.json"
     f.write_text(json.dumps(other))
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", str(f))
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", str(f))
     assert_user_error(code, err, "another model")
     # a placement naming a device that is not in --devices
     f.write_text(json.dumps(g.expand_placement({n: "GPU" for n in g.names})))
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", str(f))
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", str(f))
     assert_user_error(code, err, "GPU")
 
 
@@ -80,29 +97,29 @@ def test_measure_and_graph_commands_work(tmp_path):
     assert any("virtual" in d for d in res["devices"])
 
 
-def test_measure_openvino_auto_device():
-    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,CPU_F32",
+def test_measure_openvino_auto_device(capsys):
+    code, text, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--devices", "CPU,CPU_F32",
                           "--placement", "auto", "--repeats", "3", "--precision", "0")
     assert code == 0, err
     assert "placement: the whole model on AUTO:CPU" in text
     latency = re.search(r"latency ([0-9.]+) ms .* via openvino-auto-device \[AUTO:CPU executed on CPU\]", text)
     assert latency and float(latency.group(1)) > 0, text
-    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+    code, text, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
                           "--repeats", "3", "--precision", "0", "--json")
     assert code == 0, err
     res = json.loads(text)["measurement"]
     assert res["ok"] and res["latency_s"] > 0 and res["info"]["execution_devices"] == ["CPU"]
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
                        "--backend", "simulator")
     assert_user_error(code, err, "AUTO", "simulator")
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
                        "--backend", "hetero")
     assert_user_error(code, err, "AUTO", "--backend hetero")
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", "auto",
                        "--devices", "CPU,NPU9")
     assert_user_error(code, err, "NPU9")
 
-def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path):
+def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path, capsys):
     from hsdag_core.device_profile import Profile, add_modeled_device
 
     _, fine, _, _ = build_graph("tiny_cnn", "none")
@@ -111,25 +128,25 @@ def test_solve_a_model_with_a_profile_then_measure_the_placement(tmp_path):
     add_modeled_device(prof, fine, "GPU_MODEL")
     prof.save(tmp_path / "p.json")
     out = tmp_path / "opt.json"
-    code, text, err = cli("hsdag_ray.solve", "--model", "tiny_cnn", "--profile", str(tmp_path / "p.json"),
+    code, text, err = cli_here(capsys, "hsdag_ray.solve", "--model", "tiny_cnn", "--profile", str(tmp_path / "p.json"),
                           "--objective", "sequential", "--method", "mincut", "--out", str(out))
     assert code == 0, err
     assert "optimal" in text
     placement = json.loads(out.read_text())["placement"]
     assert set(placement) == {op for n in fine.nodes for op in n.ops}
-    code, text, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--backend", "simulator",
+    code, text, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--backend", "simulator",
                           "--profile", str(tmp_path / "p.json"), "--placement", str(out), "--json")
     assert code == 0, err
     solved = json.loads(out.read_text())["value_s"]
     assert json.loads(text)["measurement"]["latency_s"] == pytest.approx(solved)
-    code, _, err = cli("hsdag_ray.solve", "--model", "tiny_cnn", "--objective", "sequential",
+    code, _, err = cli_here(capsys, "hsdag_ray.solve", "--model", "tiny_cnn", "--objective", "sequential",
                        "--method", "mincut")
     assert_user_error(code, err, "--profile")
 
 
 @pytest.mark.parametrize("frac", ["7", "0", "1", "-0.5", "1.0"])
-def test_measure_split_outside_zero_one_is_refused(frac):
-    code, _, err = cli("hsdag_ray.measure", "--model", "tiny_cnn", "--placement", f"split:{frac}")
+def test_measure_split_outside_zero_one_is_refused(frac, capsys):
+    code, _, err = cli_here(capsys, "hsdag_ray.measure", "--model", "tiny_cnn", "--placement", f"split:{frac}")
     assert_user_error(code, err, f"split:{frac}", "between 0 and 1")
 
 

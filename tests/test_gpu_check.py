@@ -1,9 +1,10 @@
-"""The prepared GPU check runs end to end without a GPU, the CPU's bfloat16 device standing in.
+"""The prepared GPU check runs end to end without a GPU, the CPU in float32 on one thread
+standing in.
 
 ``bench/gpu_check.sh`` is what a machine with an NVIDIA GPU runs (docs/results/gpu-check.md);
-here it runs verbatim as documented, ``--gpu cpu:threads=1`` (the models scaled down), and must
-write every section's figures as JSON and markdown, end with a verdict per section, and
-import neither OpenVINO nor Ray.
+here it runs verbatim as documented, ``--gpu cpu:threads=1 --size tiny`` (every section and
+method once on the smallest models), and must write every section's figures as JSON and
+markdown, end with a verdict per section, and import neither OpenVINO nor Ray.
 """
 from __future__ import annotations
 
@@ -41,15 +42,17 @@ def test_speed_ups_over_accelerate_are_called_only_beyond_the_noise():
 
 
 def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
-    """``bash bench/gpu_check.sh OUT --gpu cpu:threads=1`` as docs/results/gpu-check.md gives
-    it: every section measures and ends in a verdict. The stand-in computes in float32, so
-    the check costs about the same whether or not the CPU has native bfloat16."""
+    """``bash bench/gpu_check.sh OUT --gpu cpu:threads=1 --size tiny`` as
+    docs/results/gpu-check.md gives it: every section measures and ends in a verdict. The
+    stand-in computes in float32, so the check costs about the same whether or not the CPU
+    has native bfloat16."""
     out = tmp_path / "figures"
-    proc = subprocess.run(["bash", "bench/gpu_check.sh", str(out), "--gpu", "cpu:threads=1"],
+    proc = subprocess.run(["bash", "bench/gpu_check.sh", str(out), "--gpu", "cpu:threads=1",
+                           "--size", "tiny"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((out / "gpu_check.json").read_text())
-    assert data["size"] == "small"
+    assert data["size"] == "tiny"
     for f in data["sections"]["offload"]:
         assert [c["share"] for c in f["caps"]] == [0.4, 0.6, 0.8]
         for c in f["caps"]:

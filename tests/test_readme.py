@@ -70,6 +70,22 @@ def test_main_command_verbatim_writes_every_output(default_run):
     s = json.loads((run / "summary.json").read_text())
     assert s["best_latency_s"] > 0 and s["placements"] >= 500
     assert Path(s["run_dir"]).is_absolute() and Path(s["run_dir"]) == run.resolve()
+    for k in ("model", "method", "backend", "objective", "devices", "best_latency_s", "baselines",
+              "speedup_vs_cpu", "measurements", "wall_s"):
+        assert k in s, k
+    # the best is never worse than CPU-only, and the speed-up is read off the two
+    assert s["best_latency_s"] <= s["baselines"]["CPU_only"]
+    assert s["speedup_vs_cpu"] == pytest.approx(1 - s["best_latency_s"] / s["baselines"]["CPU_only"])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
+    assert s["measurements"] == rows[-1]["measurements"]
+    assert all(r["num_groups"] and r["num_groups"] >= 1 for r in rows)
+    # the best placement names every op of the model, on the run's devices
+    from hsdag_core.models import load_model
+
+    ops = {op.get_friendly_name() for op in load_model(s["model"]).get_ordered_ops()}
+    best = json.loads((run / "best_placement.json").read_text())
+    assert set(best) == ops and set(best.values()) <= set(s["devices"])
 
 
 def test_main_command_console_reads_like_a_tool(default_run):

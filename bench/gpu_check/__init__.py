@@ -22,7 +22,8 @@ Every timing is a median with its 95% interval over interleaved rounds
 CUDA device) is the issue's sizes (GPT-2 medium with all 24 layers, a 1.5 GB Llama-style
 decoder, ResNet-152); ``small`` (the default with a CPU device standing in for the GPU on
 a machine without one) scales them down so the check runs in minutes on two CPU cores,
-and the output says so. The stand-in is ``cpu:threads=1`` (the CPU in float32 on one
+and the output says so; ``tiny`` (what CI runs) times every section and method once on a
+two-layer GPT-2 and ``tiny_cnn``: the machinery, not the aims. The stand-in is ``cpu:threads=1`` (the CPU in float32 on one
 thread while its stages run): its cost does not hang on whether the CPU computes
 bfloat16 natively (where it does not, ``cpu:bf16`` runs tens of times slower than float32,
 and the check would take that much longer).
