@@ -88,6 +88,16 @@ INPROCESS = ("hsdag", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft"
 INPROCESS_SETTINGS = {"gdp": {"algo": "reinforce"}}
 
 
+@pytest.fixture(autouse=True)
+def unhurried_refit(monkeypatch):
+    """Refit plans each proposal for a wall-clock time (``PLAN_SECONDS``): on a busy
+    machine its solves stop earlier and propose other placements. The pins give it time
+    enough that every solve ends on its own, so they do not depend on the machine's load."""
+    from policies.search import refit
+
+    monkeypatch.setattr(refit, "PLAN_SECONDS", 60.0)
+
+
 @pytest.mark.parametrize("method", INPROCESS)
 def test_an_inprocess_run_measures_what_it_measured_before(limited, method):
     from hsdag_ray.inprocess import run_method
