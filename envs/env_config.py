@@ -164,7 +164,7 @@ class EnvConfig:
             why = (f"unknown memory_penalty {cfg.memory_penalty!r}; choose one of "
                    f"{', '.join(MEMORY_PENALTIES)}")
         if not why and cfg.sim_profile is not None and getattr(BACKENDS.get(cfg.backend), "real", False):
-            why = ("sim_profile is what a simulated backend measures with; "
+            why = ("sim_profile is what a simulated backend (the simulator) measures with; "
                    f"the {cfg.backend} backend measures a real machine")
         if why:
             raise ValueError(why)
