@@ -160,10 +160,10 @@ def test_replay_memory_keeps_the_best_or_the_newest_episodes(kind, kept):
     assert memory == []
     for rewards in ([1.0, 3.0], [5.0, 0.5], [0.1, 0.2], [2.0, 1.0]):
         REINFORCE._remember(algo, REINFORCE._replay_memory(algo), [episode(rewards)])
-    assert [max(e.get_rewards()) for _, _, e in algo._memory] == kept
+    assert [max(e.get_rewards()) for e in REINFORCE._replay_memory(algo)] == kept
     off = SimpleNamespace(config=REINFORCEConfig())
     REINFORCE._remember(off, REINFORCE._replay_memory(off), [episode([1.0])])
-    assert off._memory == []
+    assert REINFORCE._replay_memory(off) == []
 
 
 def test_replay_settings_are_checked():
