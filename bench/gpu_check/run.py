@@ -46,7 +46,7 @@ PLANS = {
               "precision": 0.0},
     # every section and method on the smallest models, a transformer and a CNN (CI): the
     # machinery, not the aims
-    "tiny": {"offload": [_GPT2_TINY, "tiny_cnn"], "shares": (0.4, 0.6, 0.8), "budget": 4,
+    "tiny": {"offload": [_GPT2_TINY, "tiny_cnn"], "shares": (0.4, 0.8), "budget": 4,
              "fidelity": ["tiny_cnn", _GPT2_TINY], "placements": 10, "fit": 3,
              "speed": [("tiny_cnn", 8, 0.5), (_GPT2_TINY, 8, 0.9)],
              "precision": 0.0},
