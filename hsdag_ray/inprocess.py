@@ -35,7 +35,9 @@ graded by how far it is over a memory limit. The budget counts placements measur
 its budget in proposals (a settled policy proposes few new placements). A learned method
 runs with torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
 against each other on small graphs) and its own seeded random generator, both restored
-afterwards. The search aids
+afterwards. The run is resolved once (:func:`hsdag_ray.resolved_run.resolve_run`, with
+``backend`` as what measures it), and its measurer, node features and learner read that
+:class:`~hsdag_ray.resolved_run.ResolvedRun`. The search aids
 (``--guide`` and the settings it turns on) are off here: every method runs as published.
 """
 from __future__ import annotations

@@ -126,7 +126,8 @@ def resolve_run(cfg: TrainConfig, say: Callable[[str], Any] = print, *, store: s
             resolve.check_method_inputs(cfg, devices, profile)
         real = is_real(backend) or cfg.env.sim_delay_s > 0
     else:
-        backend, devices, profile = measured_by.name, list(measured_by.devices), None
+        backend = getattr(measured_by, "name", type(measured_by).__name__)
+        devices, profile = list(measured_by.devices), None
         real = not measured_by.simulated
     settings = resolve.resolved(cfg)
     algo = cfg.learning.algo or method.algo
