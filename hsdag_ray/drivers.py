@@ -6,7 +6,9 @@ method: ``iterate()`` proposes and measures one iteration's placements (they
 land in the run's measurement store) and returns the method's own metrics;
 ``save(folder)`` / ``restore(folder)`` checkpoint it; ``stop()`` releases it;
 ``handle`` is what ``on_iteration`` callbacks receive; ``done`` says the method has
-nothing more to propose (a solver after its one placement).
+nothing more to propose (a solver after its one placement). Each is built from the run
+resolved once (:class:`hsdag_ray.resolved_run.ResolvedRun`: its settings, method, backend,
+environment settings and measuring resources) and the driver's copy of the environment.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import numpy as np
 
 from hsdag_ray.algos import algo_config
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from policies.registry import Method, load
+from hsdag_ray.resolved_run import ResolvedRun
+from policies.registry import load
 
 __all__ = ["RLDriver", "SearchDriver", "SolverDriver", "make_driver"]
 
@@ -36,20 +39,20 @@ class RLDriver:
     #: whether the method has nothing more to propose (the run then stops)
     done = False
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
-                 singles: Optional[dict] = None, resources: Optional[dict] = None) -> None:
+    def __init__(self, run: ResolvedRun, env, singles: Optional[dict] = None) -> None:
+        cfg, method = run.cfg, run.method
         prior = -1
         if cfg.learning.start == "best_single" and singles:
             lat = [singles.get(d, float("inf")) for d in env.devices]
             if min(lat) < float("inf"):
                 prior = int(np.argmin(lat))
-        self.algo = algo_config(cfg, method, env_cfg, real, env.steps_per_episode,
-                                prior_device=prior, resources=resources).build_algo()
+        self.algo = algo_config(run.method_settings(prior), method, run.env_config, run.real,
+                                env.steps_per_episode, prior_device=prior,
+                                resources=run.resources).build_algo()
         if cfg.run.init:  # fine-tuning a pre-trained policy: its weights before the first update
-            from hsdag_ray.pretrained import init_soften_factor, load_into_algo, read_pretrained
+            from hsdag_ray.pretrained import init_soften_factor, load_into_algo
 
-            load_into_algo(self.algo, read_pretrained(cfg.run.init), method.name,
-                           init_soften_factor(cfg, method))
+            load_into_algo(self.algo, run.ckpt, method.name, init_soften_factor(cfg, method))
         if cfg.aids.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
             self._imitate(cfg, env)
 
@@ -104,11 +107,11 @@ class SearchDriver:
     #: whether the method has nothing more to propose (the run then stops)
     done = False
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
-                 resources: Optional[dict] = None) -> None:
+    def __init__(self, run: ResolvedRun, env) -> None:
         from envs.incumbent import start_placement
         from envs.measuring import call, measuring_service
 
+        cfg, method, env_cfg = run.cfg, run.method, run.env_config
         self.cfg = cfg
         self.graph_id = env.graph_id
         self.store = None
@@ -116,7 +119,7 @@ class SearchDriver:
             from envs.store import StoreClient
 
             self.store = StoreClient.connect(env_cfg["store"])
-        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
+        self.service = measuring_service(env_cfg, run.real, run.resources or {MEASURE_RESOURCE: 1},
                                          tracked=True)
         # where HSDAG's incumbent prior starts too: the fastest single device, or with a
         # profile of every device the repaired single-device placement estimated fastest
@@ -125,7 +128,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif (cfg.starts_exact(env_cfg["backend"]) or cfg.aids.etf_start) and env_cfg.get("store"):
+        elif (run.starts_exact or cfg.aids.etf_start) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)
@@ -201,14 +204,14 @@ class SolverDriver:
     #: whether the method has nothing more to propose (the run then stops)
     done = False
 
-    def __init__(self, cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
-                 resources: Optional[dict] = None) -> None:
+    def __init__(self, run: ResolvedRun, env) -> None:
         from envs.measuring import measuring_service
         from envs.baselines import profile_costs
 
+        cfg, method = run.cfg, run.method
         self.cfg, self.method = cfg, method
-        self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
-                                         tracked=True)
+        self.service = measuring_service(run.env_config, run.real,
+                                         run.resources or {MEASURE_RESOURCE: 1}, tracked=True)
         # checked by train before (hsdag_ray.resolve.unmet_needs): a profile of every device
         self.placement = load(method.run)(profile_costs(env), cfg.env.objective,
                                           time_limit=cfg.run.solver_time_limit)
@@ -243,20 +246,20 @@ class SolverDriver:
         release(self.service)
 
 
-def make_driver(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool, env,
-                singles: Optional[dict] = None, resources: Optional[dict] = None):
-    """The driver of ``method``'s kind (``budget`` 0: zero-shot placement with ``init``);
-    ``singles``: each device's single-device latency (where a learned method may start
-    its sampling); ``resources``: what each measuring actor asks for with a real backend
-    (:func:`hsdag_ray.nodes.measuring_resources`)."""
-    if cfg.run.budget == 0:
+def make_driver(run: ResolvedRun, env, singles: Optional[dict] = None):
+    """The driver of the run's method's kind (``budget`` 0: zero-shot placement with
+    ``init``); ``singles``: each device's single-device latency (where a learned method may
+    start its sampling). With a real backend each measuring actor asks for
+    ``run.resources`` (:func:`hsdag_ray.nodes.measuring_resources`)."""
+    method = run.method
+    if run.cfg.run.budget == 0:
         from hsdag_ray.pretrained import ZeroShotDriver
 
-        return ZeroShotDriver(cfg, method, env_cfg, real, env, resources)
+        return ZeroShotDriver(run, env)
     if method.kind == "rl":
-        return RLDriver(cfg, method, env_cfg, real, env, singles, resources)
+        return RLDriver(run, env, singles)
     if method.kind == "search":
-        return SearchDriver(cfg, method, env_cfg, real, env, resources)
+        return SearchDriver(run, env)
     if method.kind == "solver":
-        return SolverDriver(cfg, method, env_cfg, real, env, resources)
+        return SolverDriver(run, env)
     raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")

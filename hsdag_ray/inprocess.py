@@ -35,7 +35,9 @@ graded by how far it is over a memory limit. The budget counts placements measur
 its budget in proposals (a settled policy proposes few new placements). A learned method
 runs with torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
 against each other on small graphs) and its own seeded random generator, both restored
-afterwards. The search aids
+afterwards. The run is resolved once (:func:`hsdag_ray.resolved_run.resolve_run`, with
+``backend`` as what measures it), and its measurer, node features and learner read that
+:class:`~hsdag_ray.resolved_run.ResolvedRun`. The search aids
 (``--guide`` and the settings it turns on) are off here: every method runs as published.
 """
 from __future__ import annotations
@@ -68,16 +70,14 @@ class _Measurer(Measurer):
     in new placements measured and :data:`PROPOSAL_CAP` times it in proposals, and the
     devices' latencies and the reference measured first, outside the budget."""
 
-    def __init__(self, graph: CompGraph, backend: Backend, costs: Optional[CostGraph], cfg,
-                 budget: int) -> None:
-        from hsdag_ray.resolve import reward_of_run
-
+    def __init__(self, graph: CompGraph, backend: Backend, costs: Optional[CostGraph], run) -> None:
+        cfg, budget = run.cfg, run.cfg.run.budget
         #: the cost graph an over-memory placement is repaired to before it is measured
         self.limits = costs if costs is not None and cfg.env.memory_penalty == "repair" else None
         super().__init__(backend, graph.name, graph.num_nodes, StoreClient(MeasurementStore()),
                          self.limits, budget=budget, proposal_cap=PROPOSAL_CAP,
                          failure_factor=cfg.env.failure_factor, memory_penalty=cfg.env.memory_penalty,
-                         reward=reward_of_run(cfg))
+                         reward=run.reward)
         self.devices = list(backend.devices)
         _, _, self.single_device_s = self.find_reference(self.devices, "best_single", graph.name)
 
@@ -88,12 +88,14 @@ class _Measurer(Measurer):
         return None if out is None else out[0]
 
 
-def _settings(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]]):
-    """The run's :class:`~hsdag_ray.config.TrainConfig` (checked, ``--guide``'s choices
-    written out), refusing what an in-process run does not do."""
+def _resolve(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]],
+             backend: Backend, say):
+    """The run resolved once (:func:`hsdag_ray.resolved_run.resolve_run` of its checked
+    :class:`~hsdag_ray.config.TrainConfig`, measured by ``backend``), refusing what an
+    in-process run does not do."""
     from hsdag_ray.cli import UsageError
     from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import neighbour_every, resolved
+    from hsdag_ray.resolved_run import resolve_run
 
     settings = dict(settings or {})
     given = sorted(set(settings) & set(_ARGUMENTS))
@@ -105,23 +107,30 @@ def _settings(method: str, budget: int, seed: int, objective: str, settings: Opt
     except UsageError as e:
         raise ValueError(str(e)) from None
     cfg.validate()
-    off = {"guide": cfg.run.guide, "exact_start": cfg.starts_exact(""), "etf_start": cfg.aids.etf_start,
-           "neighbour_every": neighbour_every(cfg) > 0, "refit_every": cfg.aids.refit_every > 0,
-           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0, "init": bool(cfg.run.init), "sim_profile": bool(cfg.env.sim_profile)}
+    if cfg.run.init or cfg.env.sim_profile:  # refused before a checkpoint or profile is read
+        _needs_train("init" if cfg.run.init else "sim_profile")
+    run = resolve_run(cfg, say, measured_by=backend)
+    off = {"guide": cfg.run.guide, "exact_start": run.starts_exact, "etf_start": cfg.aids.etf_start,
+           "neighbour_every": run.neighbour_every > 0, "refit_every": cfg.aids.refit_every > 0,
+           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0}
     on = [name for name, value in off.items() if value]
     if on:
-        raise ValueError(f"the setting {on[0]!r} needs python -m hsdag_ray.train: in-process runs "
-                         "run each method as published, with REINFORCE, from scratch")
-    return resolved(cfg)
+        _needs_train(on[0])
+    return run
 
 
-def _check_learned(spec, cfg) -> None:
+def _needs_train(setting: str) -> None:
+    raise ValueError(f"the setting {setting!r} needs python -m hsdag_ray.train: in-process runs "
+                     "run each method as published, with REINFORCE, from scratch")
+
+
+def _check_learned(spec, run) -> None:
     """Refuses, in one sentence, a learned method an in-process run cannot train: one
     trained by another algorithm than REINFORCE (GDP's PPO), or one acting in its own
     environment (Placeto's node-by-node one); docs/architecture.md says why."""
     from policies.registry import Method
 
-    algo = cfg.learning.algo or spec.algo
+    algo = run.algo
     if algo != "reinforce":
         raise ValueError(f"method {spec.name!r} trains with {algo.upper()}, and in-process runs train "
                          f"by REINFORCE only: pass settings={{'algo': 'reinforce'}} or use python -m "
@@ -132,18 +141,17 @@ def _check_learned(spec, cfg) -> None:
                          f"{spec.name}")
 
 
-def _features(graph: CompGraph, cfg, costs: Optional[CostGraph], num_devices: int) -> np.ndarray:
+def _features(graph: CompGraph, run, costs: Optional[CostGraph], num_devices: int) -> np.ndarray:
     """``[N, F]`` the node features :meth:`envs.placement_env.PlacementEnv._setup` builds,
     with ``D`` zero incumbent columns last when the run reads the incumbent."""
     from hsdag_core.features import node_features
-    from hsdag_ray.resolve import reads_incumbent
 
-    features = cfg.features
+    features = run.cfg.features
     times = mem = cap = None
     if costs is not None and (features.cost or features.relative):
         times, mem, cap = costs.compute_s, costs.mem_bytes, costs.mem_capacity
     x, _ = node_features(graph, features, times, mem, cap)
-    if reads_incumbent(cfg):
+    if run.reads_incumbent:
         x = np.concatenate([x, np.zeros((x.shape[0], num_devices), x.dtype)], axis=1)
     return x
 
@@ -169,22 +177,21 @@ def _learner(spec, cfg, graph: CompGraph, num_features: int, num_devices: int):
                        learn, baseline)
 
 
-def _run_learned(spec, cfg, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
+def _run_learned(run, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
                  tick: Callable[[], None]) -> dict[str, Any]:
     """A learned method's iterations until the budget is spent (as
     :class:`hsdag_ray.drivers.RLDriver` starts it: ``--start best_single`` leans HSDAG on
     the fastest single device)."""
     from envs.incumbent import incumbent, start_placement
-    from hsdag_ray.resolve import reads_incumbent, resolved
 
-    n, devices, singles = measurer.n, measurer.devices, measurer.single_device_s
+    cfg, n, devices, singles = run.cfg, measurer.n, measurer.devices, measurer.single_device_s
     prior = -1
     if cfg.learning.start == "best_single":
         latencies = [singles.get(d, math.inf) for d in devices]
         prior = int(np.argmin(latencies)) if min(latencies) < math.inf else -1
-    x = _features(graph, cfg, costs, len(devices))
-    agent = _learner(spec, resolved(cfg, prior), graph, x.shape[1], len(devices))
-    shows = reads_incumbent(cfg)
+    x = _features(graph, run, costs, len(devices))
+    agent = _learner(run.method, run.method_settings(prior), graph, x.shape[1], len(devices))
+    shows = run.reads_incumbent
     start = start_placement(n, devices, singles, measurer.limits) if shows else None
     wander = np.random.default_rng(cfg.run.seed)  # which episodes see the incumbent
     first = [shows and measurer.limits is not None and start is not None]
@@ -215,13 +222,13 @@ def _run_learned(spec, cfg, graph: CompGraph, measurer: _Measurer, costs: Option
     return {"iterations": agent.updates, "last_update": metrics}
 
 
-def _run_search(method, cfg, measurer: _Measurer, costs: Optional[CostGraph],
+def _run_search(run, measurer: _Measurer, costs: Optional[CostGraph],
                 tick: Callable[[], None]) -> dict[str, Any]:
     """A search, as :class:`hsdag_ray.drivers.SearchDriver` runs it, until the budget is spent."""
     from envs.incumbent import start_placement
     from policies.registry import load
 
-    n, devices = measurer.n, measurer.devices
+    method, cfg, n, devices = run.method, run.cfg, measurer.n, measurer.devices
     start = start_placement(n, devices, measurer.single_device_s, measurer.limits)
     if start is None:
         start = np.zeros(n, dtype=np.int64)
@@ -239,10 +246,11 @@ def _run_search(method, cfg, measurer: _Measurer, costs: Optional[CostGraph],
         search.observe(p, measurer.reward_latency(m))
 
 
-def _run_solver(method, cfg, measurer: _Measurer, costs: CostGraph) -> dict[str, Any]:
+def _run_solver(run, measurer: _Measurer, costs: CostGraph) -> dict[str, Any]:
     """A solver's placement of the costs, as :class:`hsdag_ray.drivers.SolverDriver` runs it."""
     from policies.registry import load
 
+    method, cfg = run.method, run.cfg
     placement = load(method.run)(costs, cfg.env.objective, time_limit=cfg.run.solver_time_limit)
     if placement is None:
         raise RuntimeError(f"method {method.name} found no placement for the {cfg.env.objective} "
@@ -296,13 +304,11 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         ``devices``, ``single_device_s``, ``reference_s``, ``budget``, ``seed``,
         ``objective``; a learned method adds ``iterations`` and ``last_update`` (its metrics).
     """
-    from policies.registry import get
-
     t0, t_wall = time.perf_counter(), time.time()
-    spec = get(method)
-    cfg = _settings(method, budget, seed, objective, settings)
+    run = _resolve(method, budget, seed, objective, settings, backend, say)
+    spec, cfg = run.method, run.cfg
     if spec.kind == "rl":
-        _check_learned(spec, cfg)
+        _check_learned(spec, run)
     devices = list(backend.devices)
     if costs is not None and (costs.num_nodes != graph.num_nodes or list(costs.devices) != devices):
         raise ValueError(f"costs must be those of the graph's {graph.num_nodes} nodes on the backend's "
@@ -310,7 +316,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     if costs is None and (spec.costs or spec.kind == "solver"):
         raise ValueError(f"method {method!r} reads a profile of every device: pass costs="
                          "hsdag_core.device_profile.cost_graph(graph, profile, backend.devices)")
-    measurer = _Measurer(graph, backend, costs, cfg, cfg.run.budget)
+    measurer = _Measurer(graph, backend, costs, run)
     bar = _progress(cfg.run.budget, progress)
 
     def tick() -> None:
@@ -326,13 +332,13 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
             try:
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(cfg.run.seed)
-                    extra = _run_learned(spec, cfg, graph, measurer, costs, tick)
+                    extra = _run_learned(run, graph, measurer, costs, tick)
             finally:
                 torch.set_num_threads(threads)
         elif spec.kind == "search":
-            extra = _run_search(spec, cfg, measurer, costs, tick)
+            extra = _run_search(run, measurer, costs, tick)
         else:
-            extra = _run_solver(spec, cfg, measurer, costs)
+            extra = _run_solver(run, measurer, costs)
     finally:
         if bar is not None:
             bar.close()

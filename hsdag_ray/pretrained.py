@@ -267,18 +267,19 @@ class ZeroShotDriver:
     #: whether the method has nothing more to propose (the run then stops)
     done = False
 
-    def __init__(self, cfg, method, env_cfg: dict, real: bool, env,
-                 resources: Optional[dict] = None) -> None:
+    def __init__(self, run, env) -> None:
+        """``run``: the :class:`hsdag_ray.resolved_run.ResolvedRun` (its checkpoint read once)."""
         from envs.measuring import measuring_service
         from hsdag_ray.config import MEASURE_RESOURCE
         from policies.registry import load
 
+        cfg, method, env_cfg, real, resources = run.cfg, run.method, run.env_config, run.real, run.resources
         if not cfg.run.init:
             raise UsageError("--budget 0 places with a pre-trained policy: pass --init CHECKPOINT")
         if method.kind != "rl":
             raise UsageError(f"--budget 0 places with a pre-trained policy; {method.name} learns none")
         self.cfg, self.done = cfg, False
-        self.ckpt = read_pretrained(cfg.run.init)
+        self.ckpt = run.ckpt
         # the policy's own copy: measures nothing of the run (the simulator's references
         # give Placeto's start times; a real backend measures only through the service)
         own = {**env_cfg, "store": "", "measure_reference": not real}

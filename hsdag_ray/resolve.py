@@ -1,11 +1,14 @@
-"""What a run measures on: the backend, the devices, the profile, the environment.
+"""The steps that resolve a run: the backend, the devices, the profile, the aids, the environment.
 
-:func:`resolve_backend` turns the settings into a backend kind, device names
-and (for the simulator, or to compute the exact optimum) a profile;
-:func:`default_profile` (:mod:`hsdag_ray.implicit_profile`) records the implicit one (the
-local CPU profiled by OpenVINO plus a modeled accelerator) once and caches it; :func:`env_config`
-is the environment configuration every measuring actor builds its
-environment from.
+:func:`hsdag_ray.resolved_run.resolve_run` takes these steps once per run and hands its
+:class:`~hsdag_ray.resolved_run.ResolvedRun` down; the commands and the in-process runner
+read that object rather than call them. :func:`resolve_backend` turns the settings into a
+backend kind, device names and (for the simulator, or to compute the exact optimum) a
+profile; :func:`default_profile` (:mod:`hsdag_ray.implicit_profile`) records the implicit
+one (the local CPU profiled by OpenVINO plus a modeled accelerator) once and caches it;
+what ``--guide`` turns on is :func:`incumbent_prior`, :func:`neighbour_every`,
+:func:`guide_of`, :func:`reads_incumbent` and :func:`guided_by`; :func:`env_config` is the
+environment configuration every measuring actor builds its environment from.
 """
 from __future__ import annotations
 

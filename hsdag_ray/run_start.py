@@ -18,26 +18,27 @@ from hsdag_ray.baselines import compute_baselines
 __all__ = ["measure_start"]
 
 
-def measure_start(cfg, cfg_run, ckpt, method, env_cfg: dict, real: bool, resources, env,
-                  store, state: dict[str, Any], exact: bool, say) -> Baselines:
-    """The run's baselines (measured now, or read from ``state`` when resumed) after
-    measuring the run's first placements where it has any; records in ``state`` the
-    baselines and whether the m-ETF start was measured."""
+def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
+    """The baselines of ``run`` (a :class:`hsdag_ray.resolved_run.ResolvedRun`; measured
+    now, or read from ``state`` when resumed) after measuring the run's first placements
+    where it has any; records in ``state`` the baselines and whether the m-ETF start was
+    measured."""
     from envs.measuring import measuring_service, release
+
+    cfg, exact = run.cfg, run.starts_exact
 
     known = "latency_s" in (state.get("baselines") or {})
     first = (bool(cfg.run.init) or exact or cfg.aids.etf_start) and cfg.run.budget > 0 \
         and store.stats()["placements"] == 0
     baselines = Baselines.from_json(state["baselines"]) if known else None
     if not known or first:
-        service = measuring_service(env_cfg, real, resources, tracked=first)
+        service = measuring_service(run.env_config, run.real, run.resources, tracked=first)
         try:
             if not known:
                 baselines = compute_baselines(service, env, cfg.env.objective, say,
                                               time_limit=cfg.run.solver_time_limit)
             if first and cfg.run.init:
-                _measure_first(cfg_run, ckpt, method, env_cfg, real, service, env,
-                               baselines.single_devices(), say)
+                _measure_first(run, service, env, baselines.single_devices(), say)
             if first and exact:
                 _measure_exact(baselines, service, say)
             if first and cfg.aids.etf_start:
@@ -48,8 +49,7 @@ def measure_start(cfg, cfg_run, ckpt, method, env_cfg: dict, real: bool, resourc
     return baselines
 
 
-def _measure_first(cfg, ckpt, method, env_cfg: dict, real: bool, service, env,
-                   singles: dict[str, float], say) -> None:
+def _measure_first(run, service, env, singles: dict[str, float], say) -> None:
     """Measure the pre-trained policy's greedy placement (made to fit the devices) through
     the run's store, the run's first placement, then the run's start (the fastest single
     device, repaired to fit: :func:`envs.incumbent.start_placement`), which a run from
@@ -64,7 +64,7 @@ def _measure_first(cfg, ckpt, method, env_cfg: dict, real: bool, service, env,
     from envs.measuring import call
     from hsdag_ray.pretrained import first_placement
 
-    p = first_placement(ckpt, method, env_cfg, real, seed=cfg.run.seed)
+    p = first_placement(run.ckpt, run.method, run.env_config, run.real, seed=run.cfg.run.seed)
     [latency] = call(service, "measure_batch", [p.tolist()])
     say(f"the pre-trained policy's greedy placement: {latency * 1e3:.4g} ms")
     start = start_placement(env.graph.num_nodes, env.devices, singles, getattr(env, "repair_limits", None))

@@ -30,7 +30,6 @@ import numpy as np
 from envs.backends import get as get_backend
 from envs.baselines import Baselines, single_devices
 from hsdag_ray.config import TrainConfig
-from hsdag_ray.resolve import guide_of
 from hsdag_ray.rundir import Run
 
 __all__ = ["choose_best", "remeasure_result", "finish", "METHOD_CANDIDATE"]
@@ -77,11 +76,14 @@ def remeasure_result(service, store, baselines: Baselines, rounds: int, say) -> 
             "node": call(service, "node")}
 
 
-def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
+def finish(run, run_dir: Run, env, store, state: dict[str, Any],
            baselines: Baselines, remeasured: Optional[dict[str, Any]],
            say: Callable[[str], None]) -> dict[str, Any]:
-    """Write ``best_placement.json`` and the pictures; return the summary."""
+    """Write ``best_placement.json`` and the pictures; return the summary of ``run``
+    (a :class:`hsdag_ray.resolved_run.ResolvedRun`)."""
     from hsdag_ray import plots
+
+    cfg: TrainConfig = run.cfg
 
     stats = store.stats()
     raw_best = store.best()
@@ -108,7 +110,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "iterations": state["iteration"], "placements": stats["placements"],
         "measurements": stats["measurements"], "failures": stats["failures"],
         "screened": stats.get("screened", 0), "suggested": stats.get("suggested", 0),
-        "suggested_by": guide_of(cfg), "guided_by": list(state.get("guided_by") or []),
+        "suggested_by": run.guide_of, "guided_by": list(state.get("guided_by") or []),
         "best_from_guide": bool(raw_best and raw_best.get("suggested")),
         "baselines": figures, "best_latency_s": None,
         "best_source": source,
@@ -117,7 +119,7 @@ def finish(cfg: TrainConfig, run_dir: Run, env, store, state: dict[str, Any],
         "reference_s": baselines.reference_s, "reference_kind": baselines.reference_kind,
         "exact_start": bool(state.get("exact_start")),
         "etf_start": bool(state.get("etf_start")),
-        "profile_measured": cfg.profile_measured(env.config.backend)}
+        "profile_measured": run.profile_measured}
     failed = dict(baselines.failed)
     if remeasured is not None:
         failed.update({k: remeasured["candidates"][k]["error"] for k in baselines.latency_s

@@ -43,12 +43,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from hsdag_ray import console
-from envs.backends import is_real
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolve import (check_method_inputs, env_config, guide_of,
-                                guided_by, neighbour_every, resolve_backend, resolved)
+from hsdag_ray.resolved_run import ResolvedRun, resolve_run
 from hsdag_ray.rundir import Run
 from hsdag_ray.tracking import Tracker
 from hsdag_ray.run_start import measure_start
@@ -212,10 +210,10 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
             _checkpoint(driver, store, run_dir, state)
 
 
-def _guide(cfg: TrainConfig, env, store):
+def _guide(run: ResolvedRun, env, store):
     """With ``--refit-every``: refit's search on the driver; with ``--neighbour-every``: the
     untried neighbours of the run's best; else None."""
-    kind = guide_of(cfg)
+    cfg, kind = run.cfg, run.guide_of
     if kind == "refit":
         from policies.search.refit_guide import RefitGuide
 
@@ -223,51 +221,42 @@ def _guide(cfg: TrainConfig, env, store):
     if kind == "neighbours":
         from policies.search.neighbour_guide import NeighbourGuide
 
-        return NeighbourGuide(env, store, neighbour_every(cfg), seed=cfg.run.seed, objective=cfg.env.objective,
+        return NeighbourGuide(env, store, run.neighbour_every, seed=cfg.run.seed, objective=cfg.env.objective,
                               ranked=cfg.aids.neighbour_order == "profile")
     return None
 
 
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
            on_iteration) -> dict[str, Any]:
-    """The run's steps: settle its settings and devices, start Ray, open the measurement
-    store, measure the baselines and first placements, learn until the budget is spent,
-    then re-measure and summarise."""
+    """The run's steps: resolve it once (:func:`hsdag_ray.resolved_run.resolve_run`),
+    start Ray, open the measurement store, measure the baselines and first placements,
+    learn until the budget is spent, then re-measure and summarise."""
     import ray
+    import torch
 
     t_start = time.time()
-    cfg, method, ckpt = _settings(cfg)
-    backend, devices, profile = resolve_backend(cfg, say)
-    check_method_inputs(cfg, devices, profile)
-    # a simulator with a measuring time stands for real devices: measured on measuring machines
-    real = is_real(backend) or cfg.env.sim_delay_s > 0
+    run = resolve_run(cfg, say, store=_store_name(run_dir))
+    torch.set_num_threads(run.cfg.run.torch_threads)
     os.environ.setdefault("WANDB_MODE", "offline" if cfg.run.wandb != "online" else "online")
     restored = _restore_point(run_dir, resume, say)
-    started_ray = _start_ray(cfg, real)
+    started_ray = _start_ray(run.cfg, run.real)
     try:
-        store, store_name = _open_store(run_dir, restored)
+        store = _open_store(run.env_config["store"], restored)
         state = restored.state if restored is not None else Run.fresh_state()
         wall_before = state["wall_s"]  # of the sessions before this one
         state.setdefault("started_at", t_start)  # the clock of curve.jsonl
-        env_runners, resources = _measuring_runners(cfg, real, devices, say)
-        cfg_run = cfg.replace(env_runners=env_runners, algo=cfg.learning.algo or method.algo)
-        env_cfg = env_config(cfg_run, backend, devices, profile, store_name)
-        env = _describing_env(method, env_cfg, cfg.env.coarsen, say)
-        exact = cfg.starts_exact(backend)
-        baselines = measure_start(cfg, cfg_run, ckpt, method, env_cfg, real, resources, env,
-                                  store, state, exact, say)
+        run = run.with_runners(*_measuring_runners(run.cfg, run.real, list(run.devices), say))
+        env = _describing_env(run, say)
+        baselines = measure_start(run, env, store, state, say)
         # a run that measured the profile's solution as its own says so in its summary
-        state["exact_start"] = exact and baselines.profile_solution() is not None
-        state["guided_by"] = guided_by(cfg, backend)
-        _write_config(run_dir, cfg, cfg_run, backend, devices, env_cfg)
-        driver = _driver(cfg_run, method, env_cfg, real, env, baselines, resources, restored,
-                         run_dir, state, say)
-        tracker = Tracker(cfg.run.wandb, cfg.run.wandb_project, run_dir.dir, cfg.to_dict(),
+        state["exact_start"] = run.starts_exact and baselines.profile_solution() is not None
+        state["guided_by"] = list(run.guided_by)
+        (run_dir.dir / "config.json").write_text(json.dumps(run.to_json(), indent=1))
+        driver = _driver(run, env, baselines, restored, run_dir, state, say)
+        tracker = Tracker(cfg.run.wandb, cfg.run.wandb_project, run_dir.dir, run.settings.to_dict(),
                           name=run_dir.dir.name, resume=resume is not None)
-        _learn(cfg, backend, driver, store, state, run_dir, tracker, env, baselines, quiet,
-               on_iteration, say)
-        summary = _finish(cfg_run, run_dir, driver, store, state, env, env_cfg, baselines, real,
-                          resources, say)
+        _learn(run, driver, store, state, run_dir, tracker, env, baselines, quiet, on_iteration, say)
+        summary = _finish(run, run_dir, driver, store, state, env, baselines, say)
         summary["wall_s"] = time.time() - t_start + wall_before
         _write_curve(run_dir, store, state, summary)
         tracker.finish(summary, [run_dir.dir / "best_placement.json", run_dir.dir / "placement.png",
@@ -277,28 +266,6 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
     finally:
         if started_ray:
             ray.shutdown()
-
-
-def _settings(cfg: TrainConfig):
-    """The run's settings as it runs them (a pre-trained checkpoint's features, network
-    and reward adopted unless the run sets them; what ``--guide`` decides written out),
-    its method and the checkpoint (or None); torch's thread count set."""
-    import torch
-
-    from policies.registry import get
-
-    method = get(cfg.run.method)
-    ckpt = None
-    if cfg.run.init:  # a checkpoint of another method is refused before anything starts
-        from hsdag_ray.pretrained import adopt_settings, check_method, init_soften_factor, read_pretrained
-
-        ckpt = read_pretrained(cfg.run.init)
-        check_method(ckpt, cfg.run.method)
-        cfg = adopt_settings(cfg, ckpt)
-        init_soften_factor(cfg, method)  # a factor the policy cannot apply: refused here
-    cfg = resolved(cfg)
-    torch.set_num_threads(cfg.run.torch_threads)
-    return cfg, method, ckpt
 
 
 def _restore_point(run_dir: Run, resume: Optional[Path], say):
@@ -311,48 +278,40 @@ def _restore_point(run_dir: Run, resume: Optional[Path], say):
     return restored
 
 
-def _open_store(run_dir: Run, restored):
-    """The run's measurement store (a named Ray actor, holding a resumed run's
-    measurements) and its name."""
+def _store_name(run_dir: Run) -> str:
+    """The name of the run's measurement store actor (one per run folder)."""
+    return "hsdag_store_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.dir.as_posix())[-120:]
+
+
+def _open_store(store_name: str, restored):
+    """The run's measurement store (a named Ray actor, holding a resumed run's measurements)."""
     from envs.store import StoreClient, store_actor
 
-    store_name = "hsdag_store_" + re.sub(r"[^A-Za-z0-9_.-]", "_", run_dir.dir.as_posix())[-120:]
     store = StoreClient(store_actor(store_name))
     store.stats()  # created and registered before any environment connects to it
     if restored is not None:
         store.set_state(restored.store)
-    return store, store_name
+    return store
 
 
-def _describing_env(method, env_cfg: dict, coarsen: str, say):
+def _describing_env(run: ResolvedRun, say):
     """The driver's copy of the method's environment: it describes the graph and devices
     and measures nothing."""
     from envs.placement_env import EnvConfig
     from policies.registry import load
 
-    env = load(method.env)(EnvConfig.from_dict({**env_cfg, "measure_reference": False}))
-    say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {coarsen} coarsening; "
+    env = load(run.method.env)(EnvConfig.from_dict({**run.env_config, "measure_reference": False}))
+    say(f"graph {env.graph.name}: {env.graph.num_nodes} nodes after {run.cfg.env.coarsen} coarsening; "
         f"devices {', '.join(env.devices)}; backend {env.backend.name}")
     return env
 
 
-def _write_config(run_dir: Run, cfg: TrainConfig, cfg_run: TrainConfig, backend: str,
-                  devices: list[str], env_cfg: dict) -> None:
-    """``config.json``: the settings as given and what the run resolved them to."""
-    (run_dir.dir / "config.json").write_text(json.dumps(
-        {"train": cfg.to_dict(), "resolved": {"backend": backend, "devices": devices,
-                                            "env_runners": cfg_run.run.env_runners,
-                                            "algo": cfg_run.learning.algo,
-                                            "reward": env_cfg["reward"]}}, indent=1))
-
-
-def _driver(cfg_run: TrainConfig, method, env_cfg: dict, real: bool, env, baselines, resources,
-            restored, run_dir: Run, state: dict[str, Any], say):
+def _driver(run: ResolvedRun, env, baselines, restored, run_dir: Run, state: dict[str, Any], say):
     """The method's driver (its RLlib algorithm, or a search or solver), restored from the
     checkpoint when the run resumes."""
     from hsdag_ray.drivers import make_driver
 
-    driver = make_driver(cfg_run, method, env_cfg, real, env, baselines.single_devices(), resources)
+    driver = make_driver(run, env, baselines.single_devices())
     if restored is not None:
         try:
             driver.restore(restored.policy)
@@ -365,18 +324,19 @@ def _driver(cfg_run: TrainConfig, method, env_cfg: dict, real: bool, env, baseli
     return driver
 
 
-def _learn(cfg: TrainConfig, backend: str, driver, store, state: dict[str, Any], run_dir: Run,
+def _learn(run: ResolvedRun, driver, store, state: dict[str, Any], run_dir: Run,
            tracker, env, baselines, quiet: bool, on_iteration, say) -> None:
     """Iterate with progress shown until the budget is spent; say why when the run stops
     short of it."""
+    cfg = run.cfg
     planned = cfg.run.budget or cfg.run.zero_shot_samples  # budget 0: the zero-shot placements
     progress = console.Progress(planned, store.stats()[cfg.run.budget_unit], quiet,
                                 reference=console.reference_device(env.devices),
                                 optimum_s=baselines.latency_s.get("optimum"), unit=cfg.run.budget_unit,
-                                optimum_label=console.optimum_label(cfg.profile_measured(backend)))
+                                optimum_label=console.optimum_label(run.profile_measured))
     try:
         _loop(cfg, driver, store, state, run_dir, tracker, progress, baselines.single_devices(),
-              on_iteration, _guide(cfg, env, store))
+              on_iteration, _guide(run, env, store))
     finally:
         progress.close()
     stats = store.stats()
@@ -389,8 +349,8 @@ def _learn(cfg: TrainConfig, backend: str, driver, store, state: dict[str, Any],
                                                    if screened else ""))
 
 
-def _finish(cfg_run: TrainConfig, run_dir: Run, driver, store, state: dict[str, Any], env,
-            env_cfg: dict, baselines, real: bool, resources, say) -> dict[str, Any]:
+def _finish(run: ResolvedRun, run_dir: Run, driver, store, state: dict[str, Any], env,
+            baselines, say) -> dict[str, Any]:
     """The last checkpoint, the driver stopped (freeing the measuring slots), on real
     devices the best placements and every baseline re-measured, and the run's summary."""
     from envs.measuring import measuring_service, release
@@ -399,13 +359,13 @@ def _finish(cfg_run: TrainConfig, run_dir: Run, driver, store, state: dict[str, 
     _checkpoint(driver, store, run_dir, state)
     driver.stop()
     remeasured = None
-    if real:
-        service = measuring_service(env_cfg, real, resources)
+    if run.real:
+        service = measuring_service(run.env_config, run.real, run.resources)
         try:
-            remeasured = remeasure_result(service, store, baselines, cfg_run.run.remeasure_rounds, say)
+            remeasured = remeasure_result(service, store, baselines, run.cfg.run.remeasure_rounds, say)
         finally:
             release(service)
-    return finish(cfg_run, run_dir, env, store, state, baselines, remeasured, say)
+    return finish(run, run_dir, env, store, state, baselines, remeasured, say)
 
 
 def _write_curve(run_dir: Run, store, state: dict[str, Any], summary: dict[str, Any]) -> None:

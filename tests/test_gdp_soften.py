@@ -62,7 +62,7 @@ def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrain
 
     from hsdag_ray.drivers import RLDriver
     from hsdag_ray.pretrained import adopt_settings, build_module
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.resolved_run import resolve_run
     from policies.registry import get, load
 
     ckpt = read_pretrained(gdp_pretrained)
@@ -73,14 +73,13 @@ def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrain
                                      init=str(gdp_pretrained), env_runners=0, hidden_dim=16,
                                      episode_len=5, wandb="disabled"), ckpt)
     assert cfg.run.init_soften == 0 and get("gdp").init_soften == 0.2 and get("hsdag").init_soften == 1
-    backend, devices, prof = resolve_backend(cfg, lambda s: None)
-    env_cfg = env_config(cfg, backend, devices, prof, "")
-    env = load(get("gdp").env)(env_cfg)
+    run = resolve_run(cfg, lambda s: None)
+    env = load(get("gdp").env)(run.env_config)
     loaded = build_module(ckpt, get("gdp"), env).net.policy[-1].weight
     ray.init(address="local", include_dashboard=False, num_cpus=1, log_to_driver=False)
     try:
         for run_cfg, factor in ((cfg, 0.2), (cfg.replace(init_soften=1.0), 1.0)):
-            driver = RLDriver(run_cfg, get("gdp"), env_cfg, False, env)
+            driver = RLDriver(resolve_run(run_cfg, lambda s: None), env)
             runner = driver.algo.get_module().net.policy[-1].weight
             assert torch.allclose(runner, factor * loaded), factor
             driver.stop()

@@ -264,13 +264,14 @@ def test_the_best_after_every_measurement_is_recorded(problem):
 def test_failures_get_the_environments_failure_reward():
     from hsdag_ray.config import TrainConfig
     from hsdag_ray.inprocess import _Measurer
+    from hsdag_ray.resolved_run import resolve_run
 
     graph = layered_cnn(8, c=16, size=16)
     prof = crossed_profile(graph, accelerator_memory=0.3)
     backend = make_backend("simulator", graph, profile=prof)
     costs = cost_graph(graph, prof, backend.devices)
     everything_on_the_accelerator = np.ones(graph.num_nodes, dtype=np.int64)
-    graded = _Measurer(graph, backend, costs, TrainConfig.of(memory_penalty="graded"), budget=5)
+    graded = _Measurer(graph, backend, costs, resolve_run(TrainConfig.of(memory_penalty="graded", budget=5), measured_by=backend))
     assert graded.reference_s == graded.single_device_s["CPU_MODEL"]
     assert graded.single_device_s["ACCEL"] == math.inf
     m = graded.take(everything_on_the_accelerator)
@@ -278,10 +279,11 @@ def test_failures_get_the_environments_failure_reward():
     over = backend.memory_over(everything_on_the_accelerator)
     assert over > 0 and graded.reward_latency(m) == pytest.approx(10.0 * graded.reference_s * (1 + over))
     assert graded.reward(m) == pytest.approx(1.0 / graded.reward_latency(m))  # HSDAG's inverse
-    flat = _Measurer(graph, backend, costs, TrainConfig.of(memory_penalty="flat", failure_factor=4.0), budget=5)
+    flat = _Measurer(graph, backend, costs, resolve_run(
+        TrainConfig.of(memory_penalty="flat", failure_factor=4.0, budget=5), measured_by=backend))
     assert flat.reward_latency(flat.take(everything_on_the_accelerator)) == pytest.approx(4.0 * flat.reference_s)
     # by default (repair) the proposal is moved within the limits before it is measured
-    repaired = _Measurer(graph, backend, costs, TrainConfig(), budget=5)
+    repaired = _Measurer(graph, backend, costs, resolve_run(TrainConfig.of(budget=5), measured_by=backend))
     assert repaired.take(everything_on_the_accelerator).ok
     assert repaired.take(everything_on_the_accelerator).ok and repaired.measured == 1  # cached
 

@@ -295,6 +295,7 @@ def test_the_help_gives_the_auto_value(capsys):
 @pytest.mark.parametrize("order", ["profile", "random"])
 def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, tiny_recording):
     from hsdag_ray.config import TrainConfig
+    from hsdag_ray.resolved_run import resolve_run
     from hsdag_ray.train import _guide
 
     path = tiny_recording("known", 3)
@@ -302,7 +303,7 @@ def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(path), neighbour_order=order,
                       guide=True)
     cfg.validate()
-    guide = _guide(cfg, env, env.store)
+    guide = _guide(resolve_run(cfg, lambda _: None), env, env.store)
     assert isinstance(guide, NeighbourGuide) and (guide.model is not None) == (order == "profile")
 
 
