@@ -12,12 +12,10 @@ profile a variant of it 50% off, ``--estimate``); every solve is the sequential 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import numpy as np
 
-from bench.bench_learning import jittered, load_or_record
+from bench.bench_first_ten import problems
 
 
 def main() -> None:
@@ -32,40 +30,32 @@ def main() -> None:
     args = ap.parse_args()
     from envs.latency_model import LatencyModel
     from envs.simulator import Simulator
-    from hsdag_core.coarsening import build_graph
-    from hsdag_core.device_profile import Profile, cost_graph
     from policies.solvers.milp_sequential import solve_milp_sequential
 
     scales = [float(s) for s in args.scales.split(",")]
     print("| model | devices | machine's optimum | profile's optimum | "
           + " | ".join(f"after the singles, scale {s:g}" for s in scales) + " |")
     print("|---|---|---|---|" + "---|" * len(scales))
-    for model in args.models.split(","):
-        truth = json.loads(load_or_record(model, Path(args.profiles)).read_text())
-        known = jittered(truth, args.estimate, 1000)
-        _, _, graph, _ = build_graph(model, "colocation")
-        for acc in args.accelerators.split(","):
-            devices = ["CPU", *acc.split("+")]
-            machine_cg = cost_graph(graph, Profile.from_json(truth), devices)
-            profile_cg = cost_graph(graph, Profile.from_json(known), devices)
-            machine = Simulator(machine_cg)
-            best = solve_milp_sequential(machine_cg, time_limit=args.limit)
-            optimum = best.value
+    for model, _, devices, _, machine_cg, profile_cg in problems(
+            args.models, args.accelerators, args.profiles, args.estimate):
+        machine = Simulator(machine_cg)
+        best = solve_milp_sequential(machine_cg, time_limit=args.limit)
+        optimum = best.value
 
-            def ratio(costs) -> str:
-                r = solve_milp_sequential(costs, time_limit=args.limit)
-                return f"{machine.sequential(np.asarray(r.placement)).value / optimum:.4f}" \
-                       + ("" if r.optimal else "?")
+        def ratio(costs) -> str:
+            r = solve_milp_sequential(costs, time_limit=args.limit)
+            return f"{machine.sequential(np.asarray(r.placement)).value / optimum:.4f}" \
+                   + ("" if r.optimal else "?")
 
-            cells = [ratio(profile_cg)]
-            for scale in scales:
-                m = LatencyModel(profile_cg, device_scale=scale)
-                for d in range(len(devices)):
-                    p = np.full(profile_cg.num_nodes, d)
-                    m.add(p, machine.sequential(p).value)
-                cells.append(ratio(m.refitted(m.posterior_mean())))
-            print(f"| {model} | {len(devices)} | {optimum:.4f} s{'' if best.optimal else '?'} | "
-                  + " | ".join(cells) + " |", flush=True)
+        cells = [ratio(profile_cg)]
+        for scale in scales:
+            m = LatencyModel(profile_cg, device_scale=scale)
+            for d in range(len(devices)):
+                p = np.full(profile_cg.num_nodes, d)
+                m.add(p, machine.sequential(p).value)
+            cells.append(ratio(m.refitted(m.posterior_mean())))
+        print(f"| {model} | {len(devices)} | {optimum:.4f} s{'' if best.optimal else '?'} | "
+              + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,24 @@ def run_case(graph, truth, known, method: str, budget: int, seed: int) -> list[f
             for row in r["best_curve"]]
 
 
+def problems(models: str, accelerators: str, profiles: str, estimate: float):
+    """Every problem of the bench: per model (comma-separated) and accelerator set
+    (comma-separated, ``+`` between devices beside the CPU), ``(model, accelerators, devices,
+    graph, machine, profile)``: the cost graphs of the recorded profile (the machine) and of
+    a variant ``estimate`` off (the run's profile)."""
+    from hsdag_core.coarsening import build_graph
+    from hsdag_core.device_profile import Profile, cost_graph
+
+    for model in models.split(","):
+        truth = json.loads(load_or_record(model, Path(profiles)).read_text())
+        known = jittered(truth, estimate, 1000)
+        _, _, graph, _ = build_graph(model, "colocation")
+        for acc in accelerators.split(","):
+            devices = ["CPU", *acc.split("+")]
+            yield (model, acc, devices, graph, cost_graph(graph, Profile.from_json(truth), devices),
+                   cost_graph(graph, Profile.from_json(known), devices))
+
+
 def to_target(curve: list[float], optimum: float) -> float:
     """Measurements until the best was within :data:`TARGET` of ``optimum`` (inf: never)."""
     return next((k for k, v in enumerate(curve, 1) if v <= TARGET * optimum), np.inf)
@@ -69,36 +87,28 @@ def main() -> None:
         import policies.search.refit as refit
 
         refit.PLAN_SECONDS = args.refit_plan_s
-    from hsdag_core.coarsening import build_graph
-    from hsdag_core.device_profile import Profile, cost_graph
     from envs.simulator import Simulator
     from policies.solvers.exact import exact_method, solve
 
     methods, seeds = args.methods.split(","), [int(s) for s in args.seeds.split(",")]
     rows: list[dict] = []
-    for model in args.models.split(","):
-        truth = json.loads(load_or_record(model, Path(args.profiles)).read_text())
-        known = jittered(truth, args.estimate, 1000)
-        _, _, graph, _ = build_graph(model, "colocation")
-        for acc in args.accelerators.split(","):
-            devices = ["CPU", *acc.split("+")]
-            cg_truth = cost_graph(graph, Profile.from_json(truth), devices)
-            cg_known = cost_graph(graph, Profile.from_json(known), devices)
-            res = solve(cg_truth, "sequential", exact_method(cg_truth, "sequential"), time_limit=120)
-            optimum = Simulator(cg_truth).sequential(np.asarray(res.placement)).value
-            for method in methods:
-                for seed in seeds:
-                    curve = run_case(graph, cg_truth, cg_known, method, args.budget, seed)
-                    at = curve[min(args.at, len(curve)) - 1] / optimum
-                    rows.append({"model": model, "devices": len(devices), "accelerator": acc,
-                                 "method": method, "seed": seed, "at": at,
-                                 "to_target": to_target(curve, optimum),
-                                 "final": curve[-1] / optimum, "proven": bool(res.optimal)})
-                    print(f"{model:18s} {acc:34s} {method:7s} seed {seed}: after {args.at} {at:.3f}, "
-                          f"to {TARGET}x {rows[-1]['to_target']}, after {len(curve)} "
-                          f"{rows[-1]['final']:.3f}", flush=True)
-                    if args.json:
-                        Path(args.json).write_text(json.dumps(rows, default=float))
+    for model, acc, devices, graph, cg_truth, cg_known in problems(
+            args.models, args.accelerators, args.profiles, args.estimate):
+        res = solve(cg_truth, "sequential", exact_method(cg_truth, "sequential"), time_limit=120)
+        optimum = Simulator(cg_truth).sequential(np.asarray(res.placement)).value
+        for method in methods:
+            for seed in seeds:
+                curve = run_case(graph, cg_truth, cg_known, method, args.budget, seed)
+                at = curve[min(args.at, len(curve)) - 1] / optimum
+                rows.append({"model": model, "devices": len(devices), "accelerator": acc,
+                             "method": method, "seed": seed, "at": at,
+                             "to_target": to_target(curve, optimum),
+                             "final": curve[-1] / optimum, "proven": bool(res.optimal)})
+                print(f"{model:18s} {acc:34s} {method:7s} seed {seed}: after {args.at} {at:.3f}, "
+                      f"to {TARGET}x {rows[-1]['to_target']}, after {len(curve)} "
+                      f"{rows[-1]['final']:.3f}", flush=True)
+                if args.json:
+                    Path(args.json).write_text(json.dumps(rows, default=float))
     print_table(rows, methods, args.at, args.budget)
 
 
