@@ -132,19 +132,10 @@ class TrainConfig:
         files that are not there (a :class:`UsageError`, one sentence each)."""
         from envs.backends import BACKENDS, objective_error
 
-        run, env, learn, aids = self.run, self.env, self.learning, self.aids
+        run, env, aids = self.run, self.env, self.aids
         checks = [
             (objective_error(env.backend, env.objective) if env.backend in BACKENDS else ""),
             env.range_error(),
-            "" if learn.entropy_coeff >= 0 else "entropy_coeff must be 0 or more",
-            "" if learn.stall_patience >= 0 and learn.stall_entropy >= 0 else
-            "stall_patience and stall_entropy must be 0 or more",
-            "" if 0 < learn.stall_shrink <= 1 else "stall_shrink must be above 0 and at most 1",
-            "" if learn.replay_episodes >= 0 and learn.num_epochs >= 1 else
-            "replay_episodes must be 0 or more and num_epochs at least 1",
-            "" if learn.episode_len >= 1 and learn.episodes_per_iteration >= 1 else
-            "episode_len and episodes_per_iteration must be at least 1",
-            "" if learn.lr > 0 else "lr must be positive",
             "" if run.budget >= 1 or (run.budget == 0 and bool(run.init)) else
             "budget must be at least 1 placement (0 places zero-shot with --init CHECKPOINT)",
             "" if 0 <= run.init_soften <= 1 else
