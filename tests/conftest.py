@@ -12,6 +12,16 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+def pytest_collection_modifyitems(items):
+    """xdist groups for the README's test command (``-n 2``, ``--dist loadgroup``): the
+    tests that use Ray (marked ``ray`` or ``own_ray``) form one group, run one after
+    another in one worker and sharing its Ray as they do without workers; every other
+    test goes with its module, so a module's fixtures are built once."""
+    for item in items:
+        uses_ray = item.get_closest_marker("ray") or item.get_closest_marker("own_ray")
+        item.add_marker(pytest.mark.xdist_group("ray" if uses_ray else item.nodeid.split("::", 1)[0]))
+
+
 @pytest.fixture(autouse=True)
 def _session_ray(request):
     """One local Ray (loopback only, a measuring slot) shared by the tests marked ``ray``

@@ -44,9 +44,9 @@ def run_shell(command: str, cwd: Path, timeout: int = 900) -> subprocess.Complet
 def test_readme_names_the_two_commands():
     main, tests = readme_commands()
     assert main == "python -m hsdag_ray.train"
-    assert tests == 'python -m pytest -m "not slow"'
+    assert tests == 'python -m pytest -m "not slow" -n 2'
     ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install -q -e ".[test]" && python -m pytest -m "not slow"' in ci
+    assert 'pip install -q -e ".[test]" && python -m pytest -m "not slow" -n 2' in ci
 
 
 @pytest.fixture(scope="module")
