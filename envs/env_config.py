@@ -15,6 +15,7 @@ from envs.base import TimingConfig
 from envs.simulator import Objective
 from hsdag_core.coarsening import Coarsening
 from hsdag_core.features import FeatureConfig
+from hsdag_core.typed_settings import choice_error
 
 __all__ = ["EnvConfig", "REWARDS", "MEMORY_PENALTIES", "TRANSIENT_STAGES", "reward_of",
            "backend_choices", "Reward", "MemoryPenalty"]
@@ -158,11 +159,7 @@ class EnvConfig:
             kw["devices"] = tuple(kw["devices"])
         cfg = cls(**kw)
         why = cfg.range_error()
-        if not why and cfg.reward not in REWARDS:
-            why = f"unknown reward {cfg.reward!r}; choose one of {', '.join(REWARDS)}"
-        if not why and cfg.memory_penalty not in MEMORY_PENALTIES:
-            why = (f"unknown memory_penalty {cfg.memory_penalty!r}; choose one of "
-                   f"{', '.join(MEMORY_PENALTIES)}")
+        why = why or choice_error(cls, cfg)
         if not why and cfg.sim_profile is not None and getattr(BACKENDS.get(cfg.backend), "real", False):
             why = ("sim_profile is what a simulated backend (the simulator) measures with; "
                    f"the {cfg.backend} backend measures a real machine")

@@ -7,8 +7,8 @@ its choices and its help come from the field: its type hint (``int``, ``float``,
 ``typing.Literal`` as choices, or ``metadata={"choices": f}`` for choices a registry holds)
 and the string right under it (or its line of the class's ``Attributes:``).
 :func:`add_section_args` adds a class's flags to a parser, :func:`section_from_args`
-reads them back, and :func:`choice_error` checks a value the parser did not see (a YAML
-file's, a run folder's). The commands that measure take the timing flags
+reads them back, and :func:`~hsdag_core.typed_settings.choice_error` checks a value the
+parser did not see (a YAML file's, a run folder's). The commands that measure take the timing flags
 (:func:`add_timing_args`), the same as ``train``'s ``timing`` section.
 """
 from __future__ import annotations
@@ -21,9 +21,10 @@ import re
 import textwrap
 import typing
 from functools import lru_cache
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Sequence, Union
 
 from envs.base import TimingConfig
+from hsdag_core.typed_settings import choice_error, choices_of, settings_of, type_hints
 from hsdag_ray.cli import UsageError
 
 __all__ = ["Parser", "settings_of", "field_docs", "choices_of", "choice_error", "add_field",
@@ -36,12 +37,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{message} (see --help)")
-
-
-def settings_of(cls: type) -> tuple[str, ...]:
-    """The settings of a settings class: its fields, less those the run sets itself
-    (``metadata={"setting": False}``)."""
-    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("setting", True))
 
 
 def first_sentence(text: str) -> str:
@@ -99,29 +94,10 @@ def _attributes_block(doc: str) -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _field(cls: type, name: str) -> dataclasses.Field:
-    return next(f for f in dataclasses.fields(cls) if f.name == name)
-
-
-def choices_of(cls: type, name: str) -> Optional[tuple]:
-    """The values a setting may take: its ``metadata["choices"]`` (a tuple, or a function
-    returning one), else its ``Literal`` type's values; None when any value of its type."""
-    given = _field(cls, name).metadata.get("choices")
-    if given is not None:
-        return tuple(given() if callable(given) else given)
-    hint = _hints(cls)[name]
-    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
-
-
 def _value_type(cls: type, name: str) -> type:
     """What a setting's flag parses its value as: the type hint, a ``Literal``'s values'
     type, a union's first plain type (``Optional[str]``: str), or ``tuple`` for a list."""
-    hint = _hints(cls)[name]
+    hint = type_hints(cls)[name]
     origin = typing.get_origin(hint)
     if origin is Literal:
         return type(typing.get_args(hint)[0])
@@ -130,18 +106,6 @@ def _value_type(cls: type, name: str) -> type:
     if origin in (tuple, list):
         return tuple
     return hint
-
-
-def choice_error(cls: type, obj: Any) -> str:
-    """The first setting of ``obj`` (an instance of ``cls``) whose value is not among its
-    choices, in one sentence ("" when every one is)."""
-    for name in settings_of(cls):
-        allowed = choices_of(cls, name)
-        value = getattr(obj, name)
-        if allowed is not None and value not in allowed:
-            shown = ", ".join(repr(c) if c == "" else str(c) for c in allowed)
-            return f"unknown {name} {value!r}; choose one of {shown}"
-    return ""
 
 
 def add_field(group, cls: type, name: str, flag: str, dest: str, default: Any, text: str) -> None:
