@@ -12,16 +12,6 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
-def pytest_collection_modifyitems(items):
-    """xdist groups for the README's test command (``-n 2``, ``--dist loadgroup``): the
-    tests that use Ray (marked ``ray`` or ``own_ray``) form one group, run one after
-    another in one worker and sharing its Ray as they do without workers; every other
-    test goes with its module, so a module's fixtures are built once."""
-    for item in items:
-        uses_ray = item.get_closest_marker("ray") or item.get_closest_marker("own_ray")
-        item.add_marker(pytest.mark.xdist_group("ray" if uses_ray else item.nodeid.split("::", 1)[0]))
-
-
 @pytest.fixture(autouse=True)
 def _session_ray(request):
     """One local Ray (loopback only, a measuring slot) shared by the tests marked ``ray``
@@ -29,7 +19,9 @@ def _session_ray(request):
     ``sweep`` and ``pretrain`` join a running Ray rather than start and stop their own,
     which would cost each in-process run about 8 s here. Other tests run without Ray,
     so a test of the code alone needs no Ray at all. A test marked ``own_ray`` finds no
-    Ray running and leaves none behind."""
+    Ray running and leaves none behind. Under the README's ``-n 2`` each worker process
+    has its own session Ray (a local Ray on loopback, independent of the other's), and
+    ``--dist loadfile`` keeps a module's tests, and its module fixtures, in one worker."""
     if request.node.get_closest_marker("own_ray"):
         import ray
 
