@@ -100,7 +100,9 @@ def test_refitting_the_throughput_objective_finds_the_machines_optimum():
     optimum = solve(truth, "throughput", "milp").value
     on_profile = np.asarray(solve(known, "throughput", "milp").placement)
     assert machine.throughput(on_profile).value > 1.1 * optimum
-    search = ProfileThompson(20, 2, 20, seed=0, costs=known, objective="throughput")
+    # planning time enough for every solve to end on its own (the 1 s default is wall time,
+    # which a busy machine shortens)
+    search = ProfileThompson(20, 2, 20, seed=0, costs=known, objective="throughput", time_limit=30.0)
     best = np.inf
     for k in range(20):
         p = search.propose()
