@@ -249,6 +249,27 @@ def test_milp_never_returns_worse_than_its_start(objective):
     assert r.value < start_v     # with time it improves on m-ETF
 
 
+def test_a_short_sequential_milp_starts_from_its_rounded_relaxation():
+    """Given under PATH_BOUND_FROM_S seconds on a graph with a memory limit, the sequential
+    MILP rounds its LP relaxation into a placement (each node on its device of largest
+    share, repaired to fit, then single-node moves) and starts from it when it beats the
+    start it was given: here the rounding is the optimum, which m-ETF's start misses."""
+    from policies.solvers.milp_sequential import PATH_BOUND_FROM_S, solve_milp_sequential
+
+    g = random_cost_graph(40, devices=4, seed=3)
+    g = dataclasses.replace(g, mem_capacity=np.array([np.inf, 0.3, 0.3, np.inf]) * g.mem_bytes.sum())
+    sim = Simulator(g)
+    start = solve(g, "sequential", "m-etf").placement
+    start_v = sim.evaluate(start, "sequential").value
+    best = solve_milp_sequential(g, time_limit=30.0, start=start)
+    assert best.optimal and best.value < start_v * 0.99
+    short = solve_milp_sequential(g, time_limit=min(2.0, PATH_BOUND_FROM_S / 2), start=start)
+    assert short.info["lp_rounded_s"] == pytest.approx(best.value, rel=1e-9)
+    assert short.info["start_s"] == pytest.approx(best.value, rel=1e-9)  # the rounding was the start
+    assert short.value == pytest.approx(best.value, rel=1e-9)
+    assert "lp_rounded_s" not in best.info  # a long solve has time for its own search
+
+
 def test_milp_starts_from_the_best_heuristic():
     """Without a start the sequential MILP starts from the best of the heuristics, so
     what it returns is never worse than alpha-expansion's placement."""

@@ -167,3 +167,16 @@ class Model:
                          mip_dual_bound=bound / scale if np.isfinite(bound) else -np.inf,
                          mip_node_count=int(info.mip_node_count),
                          message=h.modelStatusToString(ms), start_accepted=accepted)
+
+    def relaxation(self, time_limit: Optional[float], magnitude: float) -> Optional[np.ndarray]:
+        """The column values of the LP relaxation's optimum (integrality dropped), or None
+        when HiGHS finds none within ``time_limit`` seconds."""
+        scale = 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
+        h = self._highs(scale)
+        h.setOptionValue("solve_relaxation", True)
+        if time_limit is not None:
+            h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        return np.asarray(h.getSolution().col_value)

@@ -35,10 +35,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
+from hsdag_core.fit import repair
 from policies.solvers.bounds import lower_bound, sequential_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.milp import _placement_vars, _receipt, _solve_from
+from policies.solvers.polish import polish
 from policies.solvers.result import (SolveResult, device_classes, redundant_for_sequential,
                                     uniform_transfer)
 
@@ -46,6 +49,12 @@ __all__ = ["solve_milp_sequential", "sequential_start", "PATH_BOUND_FROM_S"]
 
 ORDER_IDENTICAL = True
 """Add :func:`_order_identical`'s rows to the sequential MILP (symmetry breaking)."""
+
+LP_ROUND_SHARE = 0.4
+"""Share of a short solve's time (under ``PATH_BOUND_FROM_S`` seconds, with a memory limit)
+given to rounding its LP relaxation into a MIP start (:func:`_lp_rounded`): the relaxation
+is close to the optimum, and a short branch and bound often ends before its own
+heuristics improve on the start it was given."""
 
 PATH_BOUND_FROM_S = 10.0
 """The sequential MILP adds :func:`policies.solvers.bounds.sequential_bound` to its bound
@@ -122,6 +131,31 @@ def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Op
     return None if best is None else best.placement
 
 
+def _lp_rounded(m: Model, g: CostGraph, x: np.ndarray, time_limit: float) -> Optional[np.ndarray]:
+    """The LP relaxation's placement: each node on the device of its largest share, moved
+    within the memory limits (:func:`hsdag_core.fit.repair`), then improved by single-node
+    moves (:func:`policies.solvers.polish.polish`) in what is left of ``time_limit``
+    seconds; None when the LP is not solved in time or no repair fits."""
+    t0 = time.perf_counter()
+    cols = m.relaxation(time_limit, lower_bound(g, "sequential"))
+    if cols is None:
+        return None
+    rounded = cols[x.ravel()].reshape(x.shape).argmax(axis=1)
+    fits = repair(g, rounded, max(0.4 * (time_limit - (time.perf_counter() - t0)), 0.02))
+    if fits is None:
+        return None
+    return polish(Simulator(g), fits, "sequential", t0 + time_limit)[0]
+
+
+def _better_start(g: CostGraph, start: Optional[np.ndarray], other: Optional[np.ndarray]
+                  ) -> Optional[np.ndarray]:
+    """Of two MIP starts (either None), the one of lower sequential latency within the limits."""
+    sim = Simulator(g)
+    value = (lambda p: sim.evaluate(p, "sequential").value
+             if p is not None and sim.check(p) is None else np.inf)
+    return other if value(other) < value(start) else start
+
+
 def _canonical(g: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
     """``p`` with each class of interchangeable devices relabelled in the order of their
     first node (:func:`_order_identical`), so it satisfies the ordering rows."""
@@ -183,6 +217,11 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
     info: dict = {"devices_left_empty": len(unused)}
     if ORDER_IDENTICAL:
         _order_identical(m, g, x, unused)
+    if time_limit is not None and time_limit < PATH_BOUND_FROM_S and np.isfinite(g.mem_capacity).any():
+        rounded = _lp_rounded(m, g, x, LP_ROUND_SHARE * time_limit)
+        if rounded is not None:
+            info["lp_rounded_s"] = float(Simulator(g).evaluate(rounded, objective).value)
+        start = _better_start(g, start, rounded)
     if start is not None:
         start = _canonical(g, _merge_redundant(g, start, unused), unused)
     floor = -np.inf
