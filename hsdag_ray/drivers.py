@@ -109,7 +109,7 @@ class SearchDriver:
 
     def __init__(self, run: ResolvedRun, env) -> None:
         from envs.incumbent import start_placement
-        from envs.measuring import call, measuring_service
+        from envs.measuring_service import call, measuring_service
 
         cfg, method, env_cfg = run.cfg, run.method, run.env_config
         self.cfg = cfg
@@ -149,7 +149,7 @@ class SearchDriver:
         """With ``--exact-start`` (or ``--etf-start``) the run has measured the exact solver's
         (m-ETF's) placement on its profile: the start is measured too (once, counted, as HSDAG's is) and the search
         begins from the faster of the two."""
-        from envs.measuring import call
+        from envs.measuring_service import call
         from envs.store import StoreClient
 
         best = StoreClient.connect(store).best()
@@ -165,7 +165,7 @@ class SearchDriver:
     def _measure_suggestion(self) -> None:
         """With a guide (``--guide``, ``--neighbour-every``, ``--refit-every``): measure the
         placement it queued in the run's store, if any, as the search's own observation."""
-        from envs.measuring import call
+        from envs.measuring_service import call
 
         p = self.store.take_suggestion(self.graph_id)
         if p is not None:
@@ -173,7 +173,7 @@ class SearchDriver:
             self.search.observe(np.asarray(p, dtype=np.int64), latency)
 
     def iterate(self) -> dict[str, Optional[float]]:
-        from envs.measuring import call
+        from envs.measuring_service import call
 
         for _ in range(self.cfg.learning.episode_len):
             if self.store is not None:
@@ -192,7 +192,7 @@ class SearchDriver:
         self.search.load_state_dict(json.loads((Path(folder) / "search.json").read_text()))
 
     def stop(self) -> None:
-        from envs.measuring import release
+        from envs.measuring_service import release
 
         release(self.service)
 
@@ -205,7 +205,7 @@ class SolverDriver:
     done = False
 
     def __init__(self, run: ResolvedRun, env) -> None:
-        from envs.measuring import measuring_service
+        from envs.measuring_service import measuring_service
         from envs.baselines import profile_costs
 
         cfg, method = run.cfg, run.method
@@ -221,7 +221,7 @@ class SolverDriver:
         return self.placement
 
     def iterate(self) -> dict[str, Optional[float]]:
-        from envs.measuring import call
+        from envs.measuring_service import call
         from hsdag_ray.cli import RunError
 
         if self.placement is None:
@@ -241,7 +241,7 @@ class SolverDriver:
         self.done = bool(json.loads((Path(folder) / "solver.json").read_text())["done"])
 
     def stop(self) -> None:
-        from envs.measuring import release
+        from envs.measuring_service import release
 
         release(self.service)
 

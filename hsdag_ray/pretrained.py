@@ -269,7 +269,7 @@ class ZeroShotDriver:
 
     def __init__(self, run, env) -> None:
         """``run``: the :class:`hsdag_ray.resolved_run.ResolvedRun` (its checkpoint read once)."""
-        from envs.measuring import measuring_service
+        from envs.measuring_service import measuring_service
         from hsdag_ray.config import MEASURE_RESOURCE
         from policies.registry import load
 
@@ -295,7 +295,7 @@ class ZeroShotDriver:
         return self.module
 
     def iterate(self) -> dict[str, Optional[float]]:
-        from envs.measuring import call
+        from envs.measuring_service import call
 
         if self.done:
             return {}
@@ -317,6 +317,6 @@ class ZeroShotDriver:
         self.done = True
 
     def stop(self) -> None:
-        from envs.measuring import release
+        from envs.measuring_service import release
 
         release(self.service)

@@ -23,7 +23,7 @@ def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
     now, or read from ``state`` when resumed) after measuring the run's first placements
     where it has any; records in ``state`` the baselines and whether the m-ETF start was
     measured."""
-    from envs.measuring import measuring_service, release
+    from envs.measuring_service import measuring_service, release
 
     cfg, exact = run.cfg, run.starts_exact
 
@@ -61,7 +61,7 @@ def _measure_first(run, service, env, singles: dict[str, float], say) -> None:
     import numpy as np
 
     from envs.incumbent import start_placement
-    from envs.measuring import call
+    from envs.measuring_service import call
     from hsdag_ray.pretrained import first_placement
 
     p = first_placement(run.ckpt, run.method, run.env_config, run.real, seed=run.cfg.run.seed)
@@ -78,7 +78,7 @@ def _measure_exact(baselines, service, say) -> None:
     for the parallel objective) through the run's store (``--exact-start``): a placement
     of the run, so sampling around the run's best starts from it when it beats the
     run's own start."""
-    from envs.measuring import call
+    from envs.measuring_service import call
 
     placement = baselines.profile_solution()
     if placement is None:
@@ -94,7 +94,7 @@ def _measure_etf(env, service, objective: str, say) -> bool:
     """Measure Baechi's m-ETF placement on the run's profile through the run's store
     (``--etf-start``, a critical-path warm start), as :func:`_measure_exact` does the exact
     solver's; whether it was measured."""
-    from envs.measuring import call
+    from envs.measuring_service import call
     from envs.baselines import profile_costs
     from policies.solvers.exact import solve
 

@@ -5,7 +5,7 @@ result is the best placement its method measured. With a real backend each
 placement was timed once, and the minimum over hundreds of noisy timings is
 biased low against baselines timed once; so the best few placements the
 method measured are timed again next to every baseline, interleaved, on a
-measuring machine (:meth:`envs.measuring.MeasuringService.remeasure`), and
+measuring machine (:meth:`envs.measuring_service.MeasuringService.remeasure`), and
 every figure of the summary (the result, the baselines, the speedups) is a
 re-measured one. The raw minimum stays as a diagnostic
 (``best_raw_latency_s``), as do the baselines of the run's start
@@ -57,9 +57,9 @@ def remeasure_result(service, store, baselines: Baselines, rounds: int, say) -> 
     """Time the method's best few placements and every baseline again, interleaved.
 
     Returns ``candidates`` (name -> re-measurement, see
-    :meth:`~envs.measuring.MeasuringService.remeasure`), ``placements`` (the
+    :meth:`~envs.measuring_service.MeasuringService.remeasure`), ``placements`` (the
     method's candidates: name -> placement), ``rounds`` and ``node``."""
-    from envs.measuring import call
+    from envs.measuring_service import call
     from envs.timing import precision_words
 
     top = store.top()

@@ -353,7 +353,7 @@ def _finish(run: ResolvedRun, run_dir: Run, driver, store, state: dict[str, Any]
             baselines, say) -> dict[str, Any]:
     """The last checkpoint, the driver stopped (freeing the measuring slots), on real
     devices the best placements and every baseline re-measured, and the run's summary."""
-    from envs.measuring import measuring_service, release
+    from envs.measuring_service import measuring_service, release
     from hsdag_ray.summary import finish, remeasure_result
 
     _checkpoint(driver, store, run_dir, state)

@@ -10,7 +10,7 @@ import pytest
 
 from envs.base import Measurement, TimingConfig
 from envs.intervals import WITHIN_NOISE, compare, interval_fields, median_interval, speedup_interval
-from envs.measuring import remeasure
+from envs.measuring_service import remeasure
 from envs.timing import time_runs
 
 
