@@ -106,7 +106,7 @@ class ToySource(GraphSource):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "placed.json").write_text(json.dumps(
                 {"format": "hsdag_ray.placed/1", "backend": self.name, "placement": job.placement}))
-            from envs.placed import load_placed
+            from envs.open_saved import load_placed
 
             loaded = load_placed(folder)
             ok = loaded(1.0) == ToyPlaced(dict.fromkeys(job.graph.names))(1.0)
@@ -186,7 +186,7 @@ def test_apply_runs_on_the_toy_and_saves_it(toy, tmp_path, capsys):
     assert res["backend"] == "toy" and res["saved"]["ok"] and (save / "apply.json").is_file()
     assert set(res["single"]) == {"slow", "fast"}
     assert res["single"]["slow"]["placement_speedup"] > 1  # half on the fast device beats none
-    from envs.placed import load_placed
+    from envs.open_saved import load_placed
 
     assert isinstance(load_placed(save), ToyPlaced)
     # a device the toy does not have: one sentence, exit 2

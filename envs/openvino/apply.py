@@ -5,7 +5,7 @@ whole model compiled on it, its outputs validated too), OpenVINO's AUTO device a
 HETERO's own splits (``hetero_auto``: HETERO's default, each op on the first device in
 ``--devices`` order that supports it; ``hetero_pipeline``:
 ``MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL``), interleaved; ``--save DIR`` writes the
-placed model (:mod:`envs.openvino.placed`), loads it back in a fresh Core and compares its
+placed model (:mod:`envs.openvino.saved`), loads it back in a fresh Core and compares its
 outputs with the unsplit model's at f32.
 """
 from __future__ import annotations
@@ -84,9 +84,9 @@ def apply_openvino(job: ApplyJob) -> dict[str, Any]:
 def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig,
                     placed: Measurement, device_set, seed: int) -> dict[str, Any]:
     """Write the placed model, load it back in a fresh Core and compare its outputs."""
-    from envs.openvino.placed import save_placed
+    from envs.openvino.saved import save_placed
     from envs.openvino_backend import TOLERANCE, random_inputs
-    from envs.placed import load_placed
+    from envs.open_saved import load_placed
 
     path = str(placed.info.get("path", "pipeline"))
     try:

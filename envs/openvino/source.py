@@ -55,7 +55,7 @@ class OpenVINOSource(GraphSource):
         return apply_openvino(job)
 
     def load_placed(self, folder, manifest: dict, threads: Optional[int]):
-        from envs.openvino.placed import load_openvino
+        from envs.openvino.saved import load_openvino
 
         return load_openvino(folder, manifest, threads)
 

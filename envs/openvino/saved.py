@@ -14,7 +14,7 @@ The layout (written by :func:`save_placed`, e.g. through ``python -m hsdag_ray.a
 
 OpenVINO does not write an op's own ``affinity`` rt_info into IR, so the
 placement travels in the model's rt_info and :func:`load_openvino` puts it back
-on the ops before compiling on HETERO. :func:`envs.placed.load_placed` reads any
+on the ops before compiling on HETERO. :func:`envs.open_saved.load_placed` reads any
 save's manifest and hands an OpenVINO one here.
 
 The devices are recreated from their specs (``CPU_F32`` is a second CPU
