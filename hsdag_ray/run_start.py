@@ -1,7 +1,7 @@
 """A run's start, before its policy proposes anything: the baselines and the first placements.
 
 Every run measures its baselines once (each single device, the exact solver's placement
-on the run's profile, the backend's own baselines: :func:`hsdag_ray.baselines.compute_baselines`).
+on the run's profile, the backend's own baselines: :func:`hsdag_ray.compute_baselines.compute_baselines`).
 Some runs then measure placements of their own first, through the run's store and counted
 in its budget, before the measuring actors hold the measuring slots: a fine-tuning run
 (``--init``) the pre-trained policy's greedy placement and the run's start, an exact start
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from envs.baselines import Baselines
-from hsdag_ray.baselines import compute_baselines
+from hsdag_ray.compute_baselines import compute_baselines
 
 __all__ = ["measure_start"]
 
