@@ -172,12 +172,12 @@ OPENVINO_DEVICES = ("CPU", "CPU_F32")
 SIMULATOR = "simulator"
 #: a run that names no backend, on a machine with two real devices
 REAL_DEFAULT = "auto"
-register(BackendKind("auto", "envs.openvino.node_backend:openvino_backend", True,
+register(BackendKind("auto", "envs.openvino.node_backend:openvino_graph_backend", True,
                      "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails",
                      default_devices=OPENVINO_DEVICES, auto_device=True))
-register(BackendKind("hetero", "envs.openvino.node_backend:openvino_backend", True,
+register(BackendKind("hetero", "envs.openvino.node_backend:openvino_graph_backend", True,
                      "OpenVINO HETERO with an affinity on every op", default_devices=OPENVINO_DEVICES))
-register(BackendKind("pipeline", "envs.openvino.node_backend:openvino_backend", True,
+register(BackendKind("pipeline", "envs.openvino.node_backend:openvino_graph_backend", True,
                      "OpenVINO: the model split into stages compiled per device",
                      default_devices=OPENVINO_DEVICES))
 register(BackendKind(SIMULATOR, "envs.graph_backend:simulator_backend", False,

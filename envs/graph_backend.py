@@ -14,11 +14,9 @@ import numpy as np
 
 from envs.backends import BACKENDS, build
 from envs.base import Backend, TimingConfig
-from envs.openvino.node_backend import OpenVINOGraphBackend, openvino_backend  # noqa: F401 - their home
 from hsdag_core.compgraph import CompGraph, GraphError
 
-__all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "openvino_backend",
-           "simulator_backend", "parse_placement"]
+__all__ = ["BACKENDS", "make_backend", "simulator_backend", "parse_placement"]
 
 
 def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),

@@ -117,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     source = graph_source(args.backend, profile.source if profile is not None else "")
     model, _, graph, _ = source.build(args.model, args.coarsen, parse_input_shapes(args.input_shape))
     if auto:
-        from envs.openvino_backend import AUTO_BACKEND, measure_auto
+        from envs.openvino.auto import AUTO_BACKEND, measure_auto
 
         backend_name = AUTO_BACKEND
         m = measure_auto(model, specs, timing)

@@ -42,8 +42,9 @@ def _reference(model, device_set, inputs: list[np.ndarray]) -> list[np.ndarray]:
 def apply_openvino(job: ApplyJob) -> dict[str, Any]:
     """The placement compiled as ``job.backend`` runs it, each device alone, OpenVINO AUTO and
     HETERO's own splits, interleaved; saved and checked with ``job.save``."""
-    from envs.openvino_backend import (HETERO_MODES, OpenVINOBackend, complete_affinity, measure_auto,
-                                       measure_hetero_mode)
+    from envs.openvino.auto import HETERO_MODES, measure_auto, measure_hetero_mode
+    from envs.openvino.backend import OpenVINOBackend
+    from envs.openvino.stages import complete_affinity
 
     model, specs, timing = job.model, job.specs, job.timing
     affinity = complete_affinity(model, job.graph.expand_placement(job.placement))
@@ -85,7 +86,7 @@ def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig
                     placed: Measurement, device_set, seed: int) -> dict[str, Any]:
     """Write the placed model, load it back in a fresh Core and compare its outputs."""
     from envs.openvino.saved import save_placed
-    from envs.openvino_backend import TOLERANCE, random_inputs
+    from envs.openvino.runners import TOLERANCE, random_inputs
     from envs.open_saved import load_placed
 
     path = str(placed.info.get("path", "pipeline"))
