@@ -53,7 +53,7 @@ class RLDriver:
             from hsdag_ray.pretrained import init_soften_factor, load_into_algo
 
             load_into_algo(self.algo, run.ckpt, method.name, init_soften_factor(cfg, method))
-        if cfg.aids.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
+        if cfg.guide.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
             self._imitate(cfg, env)
 
     def _imitate(self, cfg: TrainConfig, env) -> None:
@@ -65,7 +65,7 @@ class RLDriver:
         from policies.imitate import imitate
 
         module = self.algo.learner_group._learner.module[DEFAULT_MODULE_ID]
-        self.imitation = imitate(module, [env], cfg.aids.imitate_steps, lr=cfg.learning.lr,
+        self.imitation = imitate(module, [env], cfg.guide.imitate_steps, lr=cfg.learning.lr,
                                  seed=cfg.run.seed)
         self.algo.env_runner_group.sync_weights(from_worker_or_learner_group=self.algo.learner_group,
                                                 inference_only=True)
@@ -128,7 +128,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif (run.starts_exact or cfg.aids.etf_start) and env_cfg.get("store"):
+        elif (run.starts_exact or cfg.guide.etf_start) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)

@@ -110,9 +110,9 @@ def _resolve(method: str, budget: int, seed: int, objective: str, settings: Opti
     if cfg.run.init or cfg.env.sim_profile:  # refused before a checkpoint or profile is read
         _needs_train("init" if cfg.run.init else "sim_profile")
     run = resolve_run(cfg, say, measured_by=backend)
-    off = {"guide": cfg.run.guide, "exact_start": run.starts_exact, "etf_start": cfg.aids.etf_start,
-           "neighbour_every": run.neighbour_every > 0, "refit_every": cfg.aids.refit_every > 0,
-           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0}
+    off = {"guide": cfg.run.guide, "exact_start": run.starts_exact, "etf_start": cfg.guide.etf_start,
+           "neighbour_every": run.neighbour_every > 0, "refit_every": cfg.guide.refit_every > 0,
+           "screen": cfg.env.screen > 0, "imitate_steps": cfg.guide.imitate_steps > 0}
     on = [name for name, value in off.items() if value]
     if on:
         _needs_train(on[0])

@@ -276,7 +276,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError(f"--{flag} is set by the family in pre-training; leave it out")
     cfg = TrainConfig.of(**PRETRAIN_DEFAULTS).with_settings(given, source="the command line")
     # imitation here is of the family's training graphs, done below, not a run's start
-    imitate_steps = cfg.aids.imitate_steps
+    imitate_steps = cfg.guide.imitate_steps
     if imitate_steps < 0:
         raise UsageError(f"--imitate-steps must be 0 or more, got {imitate_steps}")
     cfg = cfg.replace(imitate_steps=0)

@@ -50,15 +50,16 @@ class ResolvedRun:
     #: one untried neighbour of the best per this many proposals (0: off)
     neighbour_every: int
     #: which guide queues suggested placements: ``"refit"``, ``"neighbours"`` or None
-    guide_of: Optional[str]
+    guide_proposer: Optional[str]
     #: whether the environment carries the incumbent's features
     reads_incumbent: bool
     #: whether the run measures the exact solver's placement on its profile first
     starts_exact: bool
     #: whether the run measures its own profile (then the exact solver's placement is the optimum)
     profile_measured: bool
-    #: the search aids the run has, in words (empty: the method as published)
-    guided_by: tuple[str, ...]
+    #: the parts of the guide the run has, in words (empty: the method as published; the
+    #: summary's ``guided_by``)
+    guide_parts: tuple[str, ...]
     #: the environment's settings (:class:`envs.env_config.EnvConfig` as a mapping), what
     #: every measuring actor builds its environment from (None in one process: the run is
     #: handed its graph and backend)
@@ -137,10 +138,10 @@ def resolve_run(cfg: TrainConfig, say: Callable[[str], Any] = print, *, store: s
         reward=resolve.reward_of_run(cfg), algo=algo,
         incumbent_prior=settings.hsdag.incumbent_prior,
         samples_around_incumbent=resolve.samples_around_incumbent(cfg),
-        neighbour_every=settings.aids.neighbour_every, guide_of=resolve.guide_of(cfg),
+        neighbour_every=settings.guide.neighbour_every, guide_proposer=resolve.guide_proposer(cfg),
         reads_incumbent=resolve.reads_incumbent(cfg), starts_exact=cfg.starts_exact(backend),
         profile_measured=cfg.profile_measured(backend),
-        guided_by=tuple(resolve.guided_by(cfg, backend)),
+        guide_parts=tuple(resolve.guide_parts(cfg, backend)),
         env_config=None if measured_by is not None else
         resolve.env_config(cfg, backend, list(devices), profile, store),
         ckpt=ckpt)

@@ -28,7 +28,7 @@ def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
     cfg, exact = run.cfg, run.starts_exact
 
     known = "latency_s" in (state.get("baselines") or {})
-    first = (bool(cfg.run.init) or exact or cfg.aids.etf_start) and cfg.run.budget > 0 \
+    first = (bool(cfg.run.init) or exact or cfg.guide.etf_start) and cfg.run.budget > 0 \
         and store.stats()["placements"] == 0
     baselines = Baselines.from_json(state["baselines"]) if known else None
     if not known or first:
@@ -41,7 +41,7 @@ def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
                 _measure_first(run, service, env, baselines.single_devices(), say)
             if first and exact:
                 _measure_exact(baselines, service, say)
-            if first and cfg.aids.etf_start:
+            if first and cfg.guide.etf_start:
                 state["etf_start"] = _measure_etf(env, service, cfg.env.objective, say)
         finally:
             release(service)

@@ -14,7 +14,7 @@ from typing import Literal, get_args
 from envs.env_config import Reward
 from policies.reinforce_config import ReinforceConfig
 
-__all__ = ["RunSettings", "LearningSettings", "AidSettings", "ALGOS"]
+__all__ = ["RunSettings", "LearningSettings", "GuideSettings", "ALGOS"]
 
 Algo = Literal["reinforce", "ppo"]
 #: how a learned method updates its policy (``--algo``)
@@ -123,9 +123,9 @@ class LearningSettings(ReinforceConfig):
 
 
 @dataclass(frozen=True)
-class AidSettings:
-    """The details of the project's search aids (``--guide`` switches them on together),
-    open to every method alike; every table says which rows had them."""
+class GuideSettings:
+    """The details of the guide, the project's search aids (``--guide`` switches them on
+    together), open to every method alike; every table says which rows had them."""
 
     exact_start: Literal["auto", "on", "off"] = "auto"
     """on: measure the exact solver's placement on the run's profile (for the parallel

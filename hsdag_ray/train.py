@@ -213,16 +213,16 @@ def _loop(cfg: TrainConfig, driver, store, state: dict[str, Any], run_dir: Run, 
 def _guide(run: ResolvedRun, env, store):
     """With ``--refit-every``: refit's search on the driver; with ``--neighbour-every``: the
     untried neighbours of the run's best; else None."""
-    cfg, kind = run.cfg, run.guide_of
-    if kind == "refit":
+    cfg, proposer = run.cfg, run.guide_proposer
+    if proposer == "refit":
         from policies.search.refit_guide import RefitGuide
 
-        return RefitGuide(env, store, cfg.aids.refit_every, seed=cfg.run.seed, objective=cfg.env.objective)
-    if kind == "neighbours":
+        return RefitGuide(env, store, cfg.guide.refit_every, seed=cfg.run.seed, objective=cfg.env.objective)
+    if proposer == "neighbours":
         from policies.search.neighbour_guide import NeighbourGuide
 
         return NeighbourGuide(env, store, run.neighbour_every, seed=cfg.run.seed, objective=cfg.env.objective,
-                              ranked=cfg.aids.neighbour_order == "profile")
+                              ranked=cfg.guide.neighbour_order == "profile")
     return None
 
 
@@ -250,7 +250,7 @@ def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, 
         baselines = measure_start(run, env, store, state, say)
         # a run that measured the profile's solution as its own says so in its summary
         state["exact_start"] = run.starts_exact and baselines.profile_solution() is not None
-        state["guided_by"] = list(run.guided_by)
+        state["guided_by"] = list(run.guide_parts)
         (run_dir.dir / "config.json").write_text(json.dumps(run.to_json(), indent=1))
         driver = _driver(run, env, baselines, restored, run_dir, state, say)
         tracker = Tracker(cfg.run.wandb, cfg.run.wandb_project, run_dir.dir, run.settings.to_dict(),

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from hsdag_ray.config import SECTIONS, TrainConfig
-from hsdag_ray.resolve import guided_by, resolved
+from hsdag_ray.resolve import guide_parts, resolved
 from hsdag_ray.train import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -19,19 +19,19 @@ pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in thi
 def test_methods_are_published_by_default_and_guided_on_request():
     for method in ("hsdag", "placeto", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft"):
         plain = resolved(TrainConfig.of(method=method))
-        assert guided_by(plain, "simulator") == [], method
-        assert plain.hsdag.incumbent_prior == 0 and plain.aids.neighbour_every == 0
+        assert guide_parts(plain, "simulator") == [], method
+        assert plain.hsdag.incumbent_prior == 0 and plain.guide.neighbour_every == 0
         assert not plain.starts_exact("auto")
     hsdag = resolved(TrainConfig.of(method="hsdag"))
     assert hsdag.hsdag.node_moves is False and hsdag.learning.episode_len == 20
     assert hsdag.learning.lr == 1e-3
     guided = resolved(TrainConfig.of(method="hsdag", guide=True))
-    assert guided_by(guided, "simulator") == ["exact start", "incumbent prior", "untried neighbours"]
+    assert guide_parts(guided, "simulator") == ["exact start", "incumbent prior", "untried neighbours"]
     # the same aids for a policy without an incumbent prior, that one left out
     placeto = resolved(TrainConfig.of(method="placeto", guide=True))
-    assert guided_by(placeto, "simulator") == ["exact start", "untried neighbours"]
+    assert guide_parts(placeto, "simulator") == ["exact start", "untried neighbours"]
     # a setting given explicitly wins over the guide
-    assert resolved(TrainConfig.of(guide=True, neighbour_every=0)).aids.neighbour_every == 0
+    assert resolved(TrainConfig.of(guide=True, neighbour_every=0)).guide.neighbour_every == 0
 
 
 def test_no_two_places_disagree_on_a_default():

@@ -30,7 +30,7 @@ def test_every_setting_has_its_help_beside_it():
         docs = field_docs(cls)
         for name in settings_of(cls):
             assert len(docs.get(name, "").split()) >= 2, (section, name)
-    assert "off: not; auto: with guide" in field_docs(SECTIONS["aids"])["exact_start"]
+    assert "off: not; auto: with guide" in field_docs(SECTIONS["guide"])["exact_start"]
 
 
 def test_an_attributes_line_starting_with_a_word_and_colon_continues_its_entry():

@@ -274,11 +274,11 @@ def test_untried_neighbours_are_on_with_the_guide(change, every):
 
     every = NEIGHBOUR_EVERY if every == "auto" else every
     cfg = TrainConfig.of(model="tiny_cnn").replace(**change)
-    if not cfg.aids.refit_every:
+    if not cfg.guide.refit_every:
         cfg.validate()
     assert neighbour_every(cfg) == every
     on = env_config(cfg, "simulator", ["CPU_MODEL", "GPU_MODEL"], None, "")["suggestions"]
-    assert on == (every > 0 or cfg.aids.refit_every > 0)
+    assert on == (every > 0 or cfg.guide.refit_every > 0)
 
 
 def test_the_help_gives_the_auto_value(capsys):
