@@ -128,7 +128,7 @@ def _method_epilog(method: Optional[str]) -> Optional[str]:
         lines.append("Departures from the paper (each fixes a defect of the published method "
                      "or its reference code):")
         lines += [f"  - {d}" for d in m.departures]
-    elif m.kind == "rl":
+    elif m.approach == "rl":
         lines.append("It runs as its paper specifies.")
     return "\n".join(lines)
 

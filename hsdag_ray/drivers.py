@@ -1,4 +1,4 @@
-"""What moves a run forward one iteration, for each kind of method.
+"""What moves a run forward one iteration, for each approach of a method (learning, search, solver).
 
 Every driver has the same small interface, so :func:`hsdag_ray.train.train`
 runs the same loop (budget, metrics, checkpoints, outputs) whatever the
@@ -247,7 +247,7 @@ class SolverDriver:
 
 
 def make_driver(run: ResolvedRun, env, singles: Optional[dict] = None):
-    """The driver of the run's method's kind (``budget`` 0: zero-shot placement with
+    """The driver of the run's method's approach (``budget`` 0: zero-shot placement with
     ``init``); ``singles``: each device's single-device latency (where a learned method may
     start its sampling). With a real backend each measuring actor asks for
     ``run.resources`` (:func:`hsdag_ray.nodes.measuring_resources`)."""
@@ -256,10 +256,10 @@ def make_driver(run: ResolvedRun, env, singles: Optional[dict] = None):
         from hsdag_ray.pretrained import ZeroShotDriver
 
         return ZeroShotDriver(run, env)
-    if method.kind == "rl":
+    if method.approach == "rl":
         return RLDriver(run, env, singles)
-    if method.kind == "search":
+    if method.approach == "search":
         return SearchDriver(run, env)
-    if method.kind == "solver":
+    if method.approach == "solver":
         return SolverDriver(run, env)
-    raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")
+    raise ValueError(f"method {method.name}: no driver for approach {method.approach!r}")

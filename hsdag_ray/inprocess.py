@@ -294,7 +294,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         progress: a progress bar (tqdm) of the placements measured; None: on a terminal.
 
     Returns:
-        ``method``, ``kind``, ``placement`` (the best measured, device indices, None when
+        ``method``, ``approach``, ``placement`` (the best measured, device indices, None when
         none ran), ``placement_by_name`` (node name -> device), ``latency_s`` (its latency,
         ``inf`` when none ran), ``measured``, ``proposed``, ``failures``, ``curve`` (the
         latency of every measurement in order, ``inf`` for a failure), ``best_curve``
@@ -307,13 +307,13 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     t0, t_wall = time.perf_counter(), time.time()
     run = _resolve(method, budget, seed, objective, settings, backend, say)
     spec, cfg = run.method, run.cfg
-    if spec.kind == "rl":
+    if spec.approach == "rl":
         _check_learned(spec, run)
     devices = list(backend.devices)
     if costs is not None and (costs.num_nodes != graph.num_nodes or list(costs.devices) != devices):
         raise ValueError(f"costs must be those of the graph's {graph.num_nodes} nodes on the backend's "
                          f"devices {devices}; they have {costs.num_nodes} nodes on {list(costs.devices)}")
-    if costs is None and (spec.costs or spec.kind == "solver"):
+    if costs is None and (spec.costs or spec.approach == "solver"):
         raise ValueError(f"method {method!r} reads a profile of every device: pass costs="
                          "hsdag_core.device_profile.cost_graph(graph, profile, backend.devices)")
     measurer = _Measurer(graph, backend, costs, run)
@@ -324,7 +324,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
             bar.update(measurer.measured - bar.n)
 
     try:
-        if spec.kind == "rl":
+        if spec.approach == "rl":
             import torch
 
             threads = torch.get_num_threads()
@@ -335,7 +335,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
                     extra = _run_learned(run, graph, measurer, costs, tick)
             finally:
                 torch.set_num_threads(threads)
-        elif spec.kind == "search":
+        elif spec.approach == "search":
             extra = _run_search(run, measurer, costs, tick)
         else:
             extra = _run_solver(run, measurer, costs)
@@ -345,7 +345,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     best, log = measurer.store.best(), measurer.store.log_since(0)
     placement = best["placement"] if best else None
     result = {
-        "method": method, "kind": spec.kind, "placement": placement,
+        "method": method, "approach": spec.approach, "placement": placement,
         "placement_by_name": None if placement is None else
         {name: devices[d] for name, d in zip(graph.names, placement)},
         "latency_s": best["latency_s"] if best else math.inf,

@@ -141,8 +141,8 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     from policies.registry import get
 
     method = get(cfg.run.method)
-    if method.kind != "rl":
-        raise UsageError(f"{cfg.run.method} is a {method.kind} method and learns no policy; pre-train "
+    if method.approach != "rl":
+        raise UsageError(f"{cfg.run.method} is a {method.approach} method and learns no policy; pre-train "
                          "a learned one (hsdag, placeto)")
     fam = get_family(family)
     devices = family_devices(accelerator)
@@ -248,7 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"placements of reinforcement over the training graphs (default: {DEFAULT_BUDGET}; after "
         "--imitate-steps the method's own: " + ", ".join(
             f"{m.name} {m.budget_after_imitation}" for m in METHODS.values()
-            if m.kind == "rl" and m.budget_after_imitation is not None)
+            if m.approach == "rl" and m.budget_after_imitation is not None)
         + f", the others {DEFAULT_BUDGET}); 0 with --imitate-steps: imitation only")
     ap = build_parser(help_for={"budget": budget_help, "incumbent_prior": (
         "HSDAG samples around each graph's best placement so far by this logit (default in "

@@ -276,7 +276,7 @@ class ZeroShotDriver:
         cfg, method, env_cfg, real, resources = run.cfg, run.method, run.env_config, run.real, run.resources
         if not cfg.run.init:
             raise UsageError("--budget 0 places with a pre-trained policy: pass --init CHECKPOINT")
-        if method.kind != "rl":
+        if method.approach != "rl":
             raise UsageError(f"--budget 0 places with a pre-trained policy; {method.name} learns none")
         self.cfg, self.done = cfg, False
         self.ckpt = run.ckpt

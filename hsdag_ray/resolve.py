@@ -145,7 +145,7 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
     if cfg.guide.imitate_steps > 0:
         from policies.registry import get
 
-        if get(cfg.run.method).kind != "rl":
+        if get(cfg.run.method).approach != "rl":
             return (f"--imitate-steps starts a learned policy by imitation; {cfg.run.method} "
                     "learns no policy, so drop it")
         if cfg.env.objective != "sequential":
@@ -158,7 +158,7 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
     if cfg.guide.etf_start:
         from policies.registry import get
 
-        if get(cfg.run.method).kind == "solver":
+        if get(cfg.run.method).approach == "solver":
             return (f"--etf-start warm-starts the methods that search; {cfg.run.method} computes "
                     "one placement, so drop it")
         lacks = _profile_lacks(devices, profile)

@@ -300,13 +300,13 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     return rows
 
 
-def _list(text: Optional[str], kind=str) -> Optional[list]:
+def _list(text: Optional[str], cast=str) -> Optional[list]:
     if text is None:
         return None
     try:
-        return [kind(x) for x in str(text).split(",") if x.strip()]
+        return [cast(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"{text!r} is not a comma-separated list of {kind.__name__}") from None
+        raise UsageError(f"{text!r} is not a comma-separated list of {cast.__name__}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -356,8 +356,8 @@ def config_from_args(argv: Optional[Sequence[str]]) -> SweepConfig:
         values["train"] = train
     elif args.preset:
         values.update(PRESETS[args.preset], name=args.preset, preset=args.preset)
-    for key, kind in (("models", str), ("methods", str), ("seeds", int)):
-        v = _list(getattr(args, key), kind)
+    for key, cast in (("models", str), ("methods", str), ("seeds", int)):
+        v = _list(getattr(args, key), cast)
         if v is not None:
             values[key] = v
     for key in ("budget", "out", "name", "address", "max_concurrent", "guide"):

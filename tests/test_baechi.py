@@ -41,7 +41,7 @@ def test_registered_for_every_objective_and_as_methods():
         assert set(SOLVERS[name].objectives) == set(OBJECTIVES)
         assert SOLVERS[name].exact == ()
         m = METHODS[name]
-        assert m.kind == "solver" and m.costs and m.run.startswith("policies.solvers.methods:")
+        assert m.approach == "solver" and m.costs and m.run.startswith("policies.solvers.methods:")
 
 
 def test_m_topo_fills_the_devices_in_turn_up_to_their_share():

@@ -171,6 +171,6 @@ def test_the_methods_page_lists_every_method_and_departure():
 
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text().split())
     for m in METHODS.values():
-        assert f"## `{m.name}` ({m.kind})" in page and " ".join(m.description.split()) in page
+        assert f"## `{m.name}` ({m.approach})" in page and " ".join(m.description.split()) in page
         for d in m.departures:
             assert " ".join(d.split()) in page, d

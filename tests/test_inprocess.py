@@ -233,7 +233,7 @@ def test_refit_and_exact_reach_the_exact_optimum(problem):
     assert refit["latency_s"] == pytest.approx(optimum, rel=1e-9) and refit["measured"] <= 5
     exact = run_method("exact", graph, backend, costs, budget=5, say=quiet, progress=False)
     assert exact["latency_s"] == pytest.approx(optimum, rel=1e-9)
-    assert exact["measured"] == exact["proposed"] == 1 and exact["kind"] == "solver"
+    assert exact["measured"] == exact["proposed"] == 1 and exact["approach"] == "solver"
 
 
 @pytest.mark.parametrize("method,budget", [("hsdag", 12), ("random", 15), ("anneal", 15)])

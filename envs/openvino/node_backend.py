@@ -63,8 +63,8 @@ class OpenVINOGraphBackend(Backend):
 
 
 def openvino_graph_backend(graph: CompGraph, *, model=None, devices: Sequence[str] = (),
-                     timing: TimingConfig = TimingConfig(), kind: str = "auto", **_) -> Backend:
+                     timing: TimingConfig = TimingConfig(), backend: str = "auto", **_) -> Backend:
     """Real OpenVINO devices (registered as ``auto``, ``hetero`` and ``pipeline``, the mode)."""
     if model is None:
-        raise GraphError(f"the {kind} backend measures a real model; name one with --model")
-    return OpenVINOGraphBackend(graph, model, devices, kind, timing)
+        raise GraphError(f"the {backend} backend measures a real model; name one with --model")
+    return OpenVINOGraphBackend(graph, model, devices, backend, timing)

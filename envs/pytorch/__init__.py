@@ -13,8 +13,8 @@ from __future__ import annotations
 __all__ = ["torch_backend"]
 
 
-def torch_backend(graph, *, model=None, devices=(), timing=None, kind: str = "torch",
-                  objective: str = "sequential", **_):
+def torch_backend(graph, *, model=None, devices=(), timing=None, objective: str = "sequential",
+                  **_):
     """The torch backend for ``graph`` of the program ``model`` (registered as ``torch``)."""
     from envs.base import TimingConfig
     from envs.pytorch.backend import TorchBackend
