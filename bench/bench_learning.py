@@ -259,7 +259,7 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
 
     own, ref = over_what(base.env.objective)
     exact = own == "optimum"
-    from hsdag_ray.local_ray import start_or_join
+    from hsdag_ray.run.local_ray import start_or_join
 
     started = start_or_join()
     cases = []

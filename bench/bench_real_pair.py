@@ -52,7 +52,7 @@ from envs.measuring_service import remeasure
 #: pair name -> (train's --backend, its devices)
 PAIRS = {"torch": ("torch", ("cpu", "cpu:bf16")), "openvino": ("auto", ("CPU", "CPU_F32"))}
 METHODS = ("refit", "anneal", "hsdag")
-#: the candidate-name prefix the run's summary gives its own placements (hsdag_ray.summary)
+#: the candidate-name prefix the run's summary gives its own placements (hsdag_ray.run.summary)
 METHOD_CANDIDATE = "method#"
 
 Runner = Callable[[list[str]], int]

@@ -3,7 +3,7 @@
 :class:`Measurer` is the one path from a proposed placement to what the method learns
 from, for every way a method runs: the RLlib environment
 (:class:`envs.placement_env.PlacementEnv`, through the run's shared store), in-process
-runs (:func:`hsdag_ray.inprocess.run_method`) and device-set training
+runs (:func:`hsdag_ray.run.inprocess.run_method`) and device-set training
 (:class:`policies.gdp.device_training.Problem`). In order:
 
 1. **Repair.** With a cost graph to repair to (``memory_penalty="repair"`` and a

@@ -55,7 +55,7 @@ from envs.backends import SIMULATOR
 from hsdag_ray import console
 from hsdag_ray.cli import UsageError, run, writable_dir
 from hsdag_ray.arguments import build_parser, given_settings
-from hsdag_ray.config import SECTIONS, TrainConfig, settings_of
+from hsdag_ray.run.config import SECTIONS, TrainConfig, settings_of
 from hsdag_core.families import ACCELERATOR
 
 __all__ = ["pretrain", "family_graph_configs", "main", "profile_file", "file_slug", "default_budget", "PRETRAIN_DEFAULTS"]
@@ -94,7 +94,7 @@ def graph_configs(cfg: TrainConfig, graphs, folder: Optional[Path], say=lambda s
     """:func:`family_graph_configs` for the given graphs (:class:`FamilyGraph` s)."""
     from hsdag_core.coarsening import build_graph
     from hsdag_core.families import family_devices, family_profile
-    from hsdag_ray.resolve import env_config
+    from hsdag_ray.run.resolve import env_config
 
     out = []
     for g in graphs:
@@ -134,10 +134,10 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
     from ray.rllib.core import DEFAULT_MODULE_ID
 
     from envs.multi_graph import MultiGraphEnv, padding_of
-    from hsdag_ray.algos import algo_config
+    from hsdag_ray.run.algos import algo_config
     from hsdag_core.families import family_devices, get_family
-    from hsdag_ray.local_ray import start_or_join
-    from hsdag_ray.pretrained import save_pretrained
+    from hsdag_ray.run.local_ray import start_or_join
+    from hsdag_ray.run.pretrained import save_pretrained
     from policies.registry import get
 
     method = get(cfg.run.method)
@@ -197,7 +197,7 @@ def pretrain(cfg: TrainConfig, family: str, out_dir: Path, say=print,
             algo.learner_group, "_learner") and algo.learner_group._learner else algo.get_module()
         local = _local_env(algo)
         per_graph = local.graph_stats() if isinstance(local, MultiGraphEnv) else []
-        from hsdag_ray.resolve import resolved
+        from hsdag_ray.run.resolve import resolved
 
         cfg = resolved(cfg)  # what --guide decides, written out
         # what train --init adopts from the checkpoint: the network, features and episode

@@ -13,7 +13,7 @@ the sweep folder: per model and method the best latency (median and range
 over seeds), the speedup over CPU-only, the ratio to the exact optimum, the
 measurements used and the wall time, next to the baselines every run was
 compared with (single devices, OpenVINO AUTO with real devices, the exact
-optimum); see :mod:`hsdag_ray.results`. Run again with the same ``--out`` and
+optimum); see :mod:`hsdag_ray.run.results`. Run again with the same ``--out`` and
 ``--name``, an interrupted sweep resumes: finished trials are not run again,
 an unfinished one continues its run folder from its last checkpoint.
 
@@ -52,9 +52,9 @@ from typing import Any, Optional, Sequence
 
 from envs.backends import BACKENDS, SIMULATOR
 from hsdag_ray.cli import UsageError, read_yaml_mapping, run, writable_dir
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.rundir import absolute_model, model_label, slug
-from hsdag_ray.sweep_trials import (SweepInterrupted, _check_resources, _measures, _resources,
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.rundir import absolute_model, model_label, slug
+from hsdag_ray.run.sweep_trials import (SweepInterrupted, _check_resources, _measures, _resources,
                                    _Signals)
 
 #: the backend of a sweep's trials when it names none
@@ -147,10 +147,10 @@ def trials(sc: SweepConfig) -> list[dict[str, Any]]:
 def run_trial(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
     """One trial's training run, idempotent: a finished run folder is read, not run
     again; one with a checkpointed state continues; anything else starts afresh."""
-    from hsdag_ray.results import load_summary
+    from hsdag_ray.run.results import load_summary
     from hsdag_ray.train import train
 
-    from hsdag_ray.rundir import Run
+    from hsdag_ray.run.rundir import Run
 
     summary = load_summary(run_dir)
     if summary is not None:
@@ -181,7 +181,7 @@ def _trainable(config: dict[str, Any]) -> None:
 def _check(sc: SweepConfig) -> list[dict[str, Any]]:
     from hsdag_core.errors import GraphError
     from hsdag_core.models import check_model_spec
-    from hsdag_ray.resolve import unmet_needs
+    from hsdag_ray.run.resolve import unmet_needs
     from policies.registry import METHODS
 
     every = not sc.methods
@@ -230,10 +230,10 @@ def run_sweep(sc: SweepConfig, say=print) -> list[dict[str, Any]]:
     import ray
     from ray import tune
 
-    from hsdag_ray.local_ray import start_or_join
-    from hsdag_ray.results import load_summary, write_all
-    from hsdag_ray.sweep_table import failed_trials, gather, mark_partial
-    from hsdag_ray.rundir import absolute
+    from hsdag_ray.run.local_ray import start_or_join
+    from hsdag_ray.run.results import load_summary, write_all
+    from hsdag_ray.run.sweep_table import failed_trials, gather, mark_partial
+    from hsdag_ray.run.rundir import absolute
 
     grid = _check(sc)
     folder = absolute(Path(sc.out) / sc.name)

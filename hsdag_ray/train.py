@@ -45,18 +45,18 @@ from typing import Any, Callable, Optional, Sequence
 from hsdag_ray import console
 from hsdag_ray.cli import RunError, UsageError, run
 from hsdag_ray.arguments import config_from_args
-from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolved_run import ResolvedRun, resolve_run
-from hsdag_ray.rundir import Run
-from hsdag_ray.tracking import Tracker
-from hsdag_ray.run_start import measure_start
+from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.run.resolved_run import ResolvedRun, resolve_run
+from hsdag_ray.run.rundir import Run
+from hsdag_ray.run.tracking import Tracker
+from hsdag_ray.run.run_start import measure_start
 
 __all__ = ["TrainConfig", "MEASURE_RESOURCE", "train", "main", "config_from_args"]
 
 
 def _start_ray(cfg: TrainConfig, real: bool) -> bool:
     """Start (or join, with ``--address``) Ray unless it runs already; True if started here."""
-    from hsdag_ray.local_ray import start_or_join
+    from hsdag_ray.run.local_ray import start_or_join
 
     return start_or_join(cfg.run.address, real, {"OMP_NUM_THREADS": str(cfg.run.torch_threads),
                                              "WANDB_MODE": os.environ["WANDB_MODE"]})
@@ -69,7 +69,7 @@ def _measuring_runners(cfg: TrainConfig, real: bool, devices: list[str],
     measuring actor asks for besides its GPUs (None: simulator). A machine that names
     CUDA devices without holding GPUs in Ray is not counted: an EnvRunner asking for
     them there would wait forever."""
-    from hsdag_ray.nodes import measuring_gpus, measuring_resources, measuring_slots
+    from hsdag_ray.run.nodes import measuring_gpus, measuring_resources, measuring_slots
 
     if not real:
         return cfg.run.env_runners, None
@@ -228,7 +228,7 @@ def _guide(run: ResolvedRun, env, store):
 
 def _train(cfg: TrainConfig, run_dir: Run, resume: Optional[Path], quiet: bool, say,
            on_iteration) -> dict[str, Any]:
-    """The run's steps: resolve it once (:func:`hsdag_ray.resolved_run.resolve_run`),
+    """The run's steps: resolve it once (:func:`hsdag_ray.run.resolved_run.resolve_run`),
     start Ray, open the measurement store, measure the baselines and first placements,
     learn until the budget is spent, then re-measure and summarise."""
     import ray
@@ -309,7 +309,7 @@ def _describing_env(run: ResolvedRun, say):
 def _driver(run: ResolvedRun, env, baselines, restored, run_dir: Run, state: dict[str, Any], say):
     """The method's driver (its RLlib algorithm, or a search or solver), restored from the
     checkpoint when the run resumes."""
-    from hsdag_ray.drivers import make_driver
+    from hsdag_ray.run.drivers import make_driver
 
     driver = make_driver(run, env, baselines.single_devices())
     if restored is not None:
@@ -354,7 +354,7 @@ def _finish(run: ResolvedRun, run_dir: Run, driver, store, state: dict[str, Any]
     """The last checkpoint, the driver stopped (freeing the measuring slots), on real
     devices the best placements and every baseline re-measured, and the run's summary."""
     from envs.measuring_service import measuring_service, release
-    from hsdag_ray.summary import finish, remeasure_result
+    from hsdag_ray.run.summary import finish, remeasure_result
 
     _checkpoint(driver, store, run_dir, state)
     driver.stop()

@@ -48,8 +48,8 @@ class Method:
             ``advantages`` setting).
         env: ``rl`` and ``search``: ``"pkg.mod:Class"`` of the environment.
         model_config: ``rl``: the ``model_config`` of its RLModule from the run's
-            settings (a :class:`hsdag_ray.config.TrainConfig` as
-            :func:`hsdag_ray.resolve.resolved` writes it out: typically its own section).
+            settings (a :class:`hsdag_ray.run.config.TrainConfig` as
+            :func:`hsdag_ray.run.resolve.resolved` writes it out: typically its own section).
         learner_config: ``rl``: extra settings of its REINFORCE algorithm
             config (e.g. which advantages), from the run's settings.
         ppo_config: ``rl``: extra settings of RLlib's ``PPOConfig.training`` when it

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from hsdag_ray.train import train
 from policies.registry import METHODS
 
@@ -66,7 +66,7 @@ def test_every_learned_method_runs_in_process(method):
     sentence naming the command that runs it."""
     from envs.graph_backend import make_backend
     from hsdag_core.device_profile import cost_graph
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
     from test_inprocess import crossed_profile, layered_cnn
 
     graph = layered_cnn(8, c=16, size=16)

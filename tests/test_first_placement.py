@@ -5,10 +5,10 @@ import json
 import pytest
 
 from envs.store import placement_key
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from hsdag_core.fit import feasible
 from hsdag_ray.pretrain import pretrain
-from hsdag_ray.pretrained import (build_module, first_placement, infer_placements, read_pretrained,
+from hsdag_ray.run.pretrained import (build_module, first_placement, infer_placements, read_pretrained,
                                   save_pretrained)
 from policies.registry import get, load
 
@@ -48,8 +48,8 @@ def _cfg(pre, **kw) -> TrainConfig:
 
 
 def _env(pre):
-    from hsdag_ray.pretrained import adopt_settings
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.pretrained import adopt_settings
+    from hsdag_ray.run.resolve import env_config, resolve_backend
 
     cfg = adopt_settings(_cfg(pre), read_pretrained(pre))
     backend, devices, profile = resolve_backend(cfg, lambda s: None)
@@ -173,8 +173,8 @@ def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_firs
     log = json.loads((tmp_path / "ov" / "store.json").read_text())["log"]
     env = json.loads((tmp_path / "ov" / "config.json").read_text())
     assert s["placements"] >= 6 and log[0]["ok"] and env["resolved"]["env_runners"] == 1
-    from hsdag_ray.pretrained import adopt_settings
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.pretrained import adopt_settings
+    from hsdag_ray.run.resolve import env_config, resolve_backend
 
     cfg = adopt_settings(cfg, read_pretrained(pre))
     backend, devices, profile_json = resolve_backend(cfg, lambda s: None)

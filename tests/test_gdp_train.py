@@ -71,7 +71,7 @@ def test_gdp_pretrains_on_a_family_and_places_a_held_out_graph_zero_shot(tmp_pat
     """The network has no size-dependent parameter: pre-trained on the tiny family (padded to
     its largest graph), it places a held-out graph padded to its own size."""
     from hsdag_ray.pretrain import pretrain
-    from hsdag_ray.pretrained import read_pretrained
+    from hsdag_ray.run.pretrained import read_pretrained
 
     out = tmp_path / "tiny-gdp"
     pretrain(TrainConfig.of(method="gdp", budget=40, episode_len=5, env_runners=0, hidden_dim=16,

@@ -15,8 +15,8 @@ import pytest
 import ray
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import MEASURE_RESOURCE
-from hsdag_ray.nodes import measuring_slots
+from hsdag_ray.run.config import MEASURE_RESOURCE
+from hsdag_ray.run.nodes import measuring_slots
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -40,14 +40,14 @@ def _bundles(tmp_path: Path, **train):
 
 
 def _start(num_gpus: int) -> None:
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     start_local_ray(num_cpus=2, num_gpus=num_gpus, resources={MEASURE_RESOURCE: 1, CUDA_SET: 1},
                     log_to_driver=False, configure_logging=False)
 
 
 def _run_cfg(devices, env_runners=2):
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
 
     return TrainConfig.of(model="tiny_cnn", backend="torch", devices=devices, env_runners=env_runners,
                        wandb="disabled")

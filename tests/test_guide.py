@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from hsdag_ray.config import SECTIONS, TrainConfig
-from hsdag_ray.resolve import guide_parts, resolved
+from hsdag_ray.run.config import SECTIONS, TrainConfig
+from hsdag_ray.run.resolve import guide_parts, resolved
 from hsdag_ray.train import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -39,8 +39,8 @@ def test_no_two_places_disagree_on_a_default():
     method's) or the run's own; the environment is built from the env section itself,
     and every setting has one section but the width every learned method has."""
     from envs.env_config import EnvConfig
-    from hsdag_ray.config import setting_index
-    from hsdag_ray.resolve import env_config
+    from hsdag_ray.run.config import setting_index
+    from hsdag_ray.run.resolve import env_config
     from policies.hsdag.config import HSDAGConfig
 
     defaults = TrainConfig()
@@ -118,7 +118,7 @@ def test_solvers_are_methods_measured_once(tmp_path):
 
 
 def test_measurements_to_a_target_and_the_sweep_table():
-    from hsdag_ray.results import add_targets, markdown, measurements_to
+    from hsdag_ray.run.results import add_targets, markdown, measurements_to
 
     assert measurements_to([3.0, None, 2.0, 1.04, 1.0], 1.05) == 4
     assert measurements_to([3.0, 2.0], 1.0) is None

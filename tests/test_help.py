@@ -24,7 +24,7 @@ def test_every_setting_has_its_help_beside_it():
     """Each section's settings carry their help: the string under the field, or the
     field's entry in its class's ``Attributes:``; none is left without one."""
     from hsdag_ray.arguments import field_docs
-    from hsdag_ray.config import SECTIONS, settings_of
+    from hsdag_ray.run.config import SECTIONS, settings_of
 
     for section, cls in SECTIONS.items():
         docs = field_docs(cls)

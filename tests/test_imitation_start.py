@@ -4,7 +4,7 @@ import json
 import pytest
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from hsdag_ray.train import train
 
 pytestmark = pytest.mark.ray  # runs train in this process

@@ -158,7 +158,7 @@ def test_measure_runs_on_the_toy(toy_profile, capsys):
 
 @pytest.mark.ray
 def test_train_runs_on_the_toy(toy_profile, tmp_path):
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
     from hsdag_ray.train import train
 
     cfg = TrainConfig.of(model="toy:8", backend="toy", profile=str(toy_profile), method="random",

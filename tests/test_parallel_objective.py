@@ -46,7 +46,7 @@ def _heft(path, coarsen="colocation"):
 @pytest.mark.slow
 def test_parallel_runs_measure_heft_on_their_profile(tmp_path):
     from envs.simulator import Simulator
-    from hsdag_ray.results import baseline_rows, rows_from_summary
+    from hsdag_ray.run.results import baseline_rows, rows_from_summary
 
     paths = _profiles(tmp_path)
     placement, value, _ = _heft(paths["known"])

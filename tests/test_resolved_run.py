@@ -1,5 +1,5 @@
-"""A run is resolved once: :func:`hsdag_ray.resolved_run.resolve_run` builds one
-:class:`~hsdag_ray.resolved_run.ResolvedRun`, and train's start, driver and summary and the
+"""A run is resolved once: :func:`hsdag_ray.run.resolved_run.resolve_run` builds one
+:class:`~hsdag_ray.run.resolved_run.ResolvedRun`, and train's start, driver and summary and the
 in-process runner's measurer and learner receive that object."""
 import dataclasses
 
@@ -8,9 +8,9 @@ import pytest
 
 from envs.graph_backend import make_backend
 from hsdag_core.device_profile import cost_graph
-from hsdag_ray import resolve
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.resolved_run import ResolvedRun, resolve_run
+from hsdag_ray.run import resolve
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.resolved_run import ResolvedRun, resolve_run
 from tests.test_inprocess import crossed_profile, layered_cnn
 
 SIM = {"backend": "simulator", "devices": ["CPU", "GPU_SMALLMEM"], "model": "tiny_cnn"}
@@ -79,8 +79,8 @@ def _spy(monkeypatch, module, name, calls):
 
 
 def test_the_in_process_runner_resolves_once_and_hands_the_run_down(monkeypatch):
-    from hsdag_ray import inprocess, resolved_run
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run import inprocess, resolved_run
+    from hsdag_ray.run.inprocess import run_method
 
     graph = layered_cnn(6, c=8, size=8)
     prof = crossed_profile(graph)
@@ -108,7 +108,8 @@ def test_the_in_process_runner_resolves_once_and_hands_the_run_down(monkeypatch)
 
 @pytest.mark.ray  # runs train (a local Ray) in this process
 def test_train_resolves_once_and_its_start_driver_and_summary_receive_the_run(monkeypatch, tmp_path):
-    from hsdag_ray import drivers, resolved_run, run_start, summary, train as train_module
+    from hsdag_ray import train as train_module
+    from hsdag_ray.run import drivers, resolved_run, run_start, summary
 
     calls = []
     _spy(monkeypatch, resolved_run, "resolve_run", calls)

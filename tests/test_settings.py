@@ -8,7 +8,7 @@ import pytest
 
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import SECTIONS, TrainConfig, settings_of
+from hsdag_ray.run.config import SECTIONS, TrainConfig, settings_of
 
 
 def test_the_settings_round_trip_through_config_json():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hsdag_ray.results import read_csv
+from hsdag_ray.run.results import read_csv
 from hsdag_ray.sweep import ABLATION_VARIANTS, SweepConfig, config_from_args, main, run_sweep, trials
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -247,8 +247,8 @@ def test_run_folders_are_named_without_characters_a_shell_or_scp_reads(model, la
     """A train run's folder and a sweep trial's name (and a cached profile's) start with the
     same label: a file's stem, else the spec with ':' and '=' replaced (scp and rsync read
     'tv:...' as a host)."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.rundir import Run
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.rundir import Run
 
     run = Run(TrainConfig.of(model=model, out=str(tmp_path)), resume=None)
     assert run.dir.parent == tmp_path and run.dir.name.startswith(f"{label}-hsdag-")

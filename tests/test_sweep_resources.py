@@ -9,7 +9,7 @@ import pytest
 
 from hsdag_ray import sweep
 from hsdag_ray.cli import run
-from hsdag_ray.config import MEASURE_RESOURCE
+from hsdag_ray.run.config import MEASURE_RESOURCE
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -51,7 +51,7 @@ def _stand_in_tuner(monkeypatch, on_fit=lambda: None) -> list:
 
 
 def test_unsatisfiable_names_the_missing_resource():
-    from hsdag_ray.nodes import unsatisfiable
+    from hsdag_ray.run.nodes import unsatisfiable
 
     machine = {"CPU": 2.0, "memory": 1e9}
     trial = [{"CPU": 1}, {MEASURE_RESOURCE: 1}]
@@ -100,7 +100,7 @@ def test_a_sweep_whose_trials_can_never_start_says_why(monkeypatch, tmp_path, ca
     stops at once with one sentence naming the resource and how to provide it (exit 2)."""
     import ray
 
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     _stand_in_tuner(monkeypatch)
     start_local_ray(num_cpus=2, log_to_driver=False, configure_logging=False)
@@ -120,7 +120,7 @@ def test_a_trial_asks_for_the_device_set_it_will_measure_on(monkeypatch, tmp_pat
     measuring actors will ask for (a bundle without it could never place them)."""
     from pathlib import Path
 
-    from hsdag_ray import nodes
+    from hsdag_ray.run import nodes
 
     cpus = "devices_cpu+cpu:bf16"
     monkeypatch.setattr(nodes, "_alive_resources", lambda: [

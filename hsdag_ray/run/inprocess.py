@@ -19,10 +19,10 @@ started):
   default) or acting in its own environment (Placeto's, one node per step) is refused
   with the command that runs it (docs/architecture.md says why);
 * searches (``random``, ``anneal``, ``refit``): the classes and protocol of
-  :class:`hsdag_ray.drivers.SearchDriver` (start, single devices taught to a search that
+  :class:`hsdag_ray.run.drivers.SearchDriver` (start, single devices taught to a search that
   reads the profile, one proposal and its measured latency at a time);
 * solvers (``exact``, ``heft``, ``m-topo``, ``m-etf``, ``m-sct``): the run functions of
-  :class:`hsdag_ray.drivers.SolverDriver`, their placement measured once.
+  :class:`hsdag_ray.run.drivers.SolverDriver`, their placement measured once.
 
 Placements are measured by the placement environment's own measurer
 (:class:`envs.measurer.Measurer`): repaired to the profile's memory limits first
@@ -35,9 +35,9 @@ graded by how far it is over a memory limit. The budget counts placements measur
 its budget in proposals (a settled policy proposes few new placements). A learned method
 runs with torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
 against each other on small graphs) and its own seeded random generator, both restored
-afterwards. The run is resolved once (:func:`hsdag_ray.resolved_run.resolve_run`, with
+afterwards. The run is resolved once (:func:`hsdag_ray.run.resolved_run.resolve_run`, with
 ``backend`` as what measures it), and its measurer, node features and learner read that
-:class:`~hsdag_ray.resolved_run.ResolvedRun`. The search aids
+:class:`~hsdag_ray.run.resolved_run.ResolvedRun`. The search aids
 (``--guide`` and the settings it turns on) are off here: every method runs as published.
 """
 from __future__ import annotations
@@ -90,12 +90,12 @@ class _Measurer(Measurer):
 
 def _resolve(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]],
              backend: Backend, say):
-    """The run resolved once (:func:`hsdag_ray.resolved_run.resolve_run` of its checked
-    :class:`~hsdag_ray.config.TrainConfig`, measured by ``backend``), refusing what an
+    """The run resolved once (:func:`hsdag_ray.run.resolved_run.resolve_run` of its checked
+    :class:`~hsdag_ray.run.config.TrainConfig`, measured by ``backend``), refusing what an
     in-process run does not do."""
     from hsdag_ray.cli import UsageError
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolved_run import resolve_run
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolved_run import resolve_run
 
     settings = dict(settings or {})
     given = sorted(set(settings) & set(_ARGUMENTS))
@@ -180,7 +180,7 @@ def _learner(spec, cfg, graph: CompGraph, num_features: int, num_devices: int):
 def _run_learned(run, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
                  tick: Callable[[], None]) -> dict[str, Any]:
     """A learned method's iterations until the budget is spent (as
-    :class:`hsdag_ray.drivers.RLDriver` starts it: ``--start best_single`` leans HSDAG on
+    :class:`hsdag_ray.run.drivers.RLDriver` starts it: ``--start best_single`` leans HSDAG on
     the fastest single device)."""
     from envs.incumbent import incumbent, start_placement
 
@@ -224,7 +224,7 @@ def _run_learned(run, graph: CompGraph, measurer: _Measurer, costs: Optional[Cos
 
 def _run_search(run, measurer: _Measurer, costs: Optional[CostGraph],
                 tick: Callable[[], None]) -> dict[str, Any]:
-    """A search, as :class:`hsdag_ray.drivers.SearchDriver` runs it, until the budget is spent."""
+    """A search, as :class:`hsdag_ray.run.drivers.SearchDriver` runs it, until the budget is spent."""
     from envs.incumbent import start_placement
     from policies.registry import load
 
@@ -247,7 +247,7 @@ def _run_search(run, measurer: _Measurer, costs: Optional[CostGraph],
 
 
 def _run_solver(run, measurer: _Measurer, costs: CostGraph) -> dict[str, Any]:
-    """A solver's placement of the costs, as :class:`hsdag_ray.drivers.SolverDriver` runs it."""
+    """A solver's placement of the costs, as :class:`hsdag_ray.run.drivers.SolverDriver` runs it."""
     from policies.registry import load
 
     method, cfg = run.method, run.cfg
@@ -288,7 +288,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         seed: random seed of the method.
         objective: what the methods that read ``costs`` optimise (the backend measures
             with its own).
-        settings: fields of :class:`hsdag_ray.config.TrainConfig` over its defaults (the
+        settings: fields of :class:`hsdag_ray.run.config.TrainConfig` over its defaults (the
             training run's: lr, episode_len, hidden_dim, reward, failure_factor...).
         say: where the one-line summary goes.
         progress: a progress bar (tqdm) of the placements measured; None: on a terminal.

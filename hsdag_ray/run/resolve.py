@@ -1,10 +1,10 @@
 """The steps that resolve a run: the backend, the devices, the profile, the guide, the environment.
 
-:func:`hsdag_ray.resolved_run.resolve_run` takes these steps once per run and hands its
-:class:`~hsdag_ray.resolved_run.ResolvedRun` down; the commands and the in-process runner
+:func:`hsdag_ray.run.resolved_run.resolve_run` takes these steps once per run and hands its
+:class:`~hsdag_ray.run.resolved_run.ResolvedRun` down; the commands and the in-process runner
 read that object rather than call them. :func:`resolve_backend` turns the settings into a
 backend kind, device names and (for the simulator, or to compute the exact optimum) a
-profile; :func:`default_profile` (:mod:`hsdag_ray.implicit_profile`) records the implicit
+profile; :func:`default_profile` (:mod:`hsdag_ray.run.implicit_profile`) records the implicit
 one (the local CPU profiled by OpenVINO plus a modeled accelerator) once and caches it;
 what ``--guide`` turns on is :func:`incumbent_prior`, :func:`neighbour_every`,
 :func:`guide_proposer`, :func:`reads_incumbent` and :func:`guide_parts`; :func:`env_config` is the
@@ -17,8 +17,8 @@ from typing import Any, Optional, Sequence
 
 from envs.backends import REAL_DEFAULT, SIMULATOR, get as get_backend
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.implicit_profile import DEFAULT_ACCELERATOR, default_profile
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.implicit_profile import DEFAULT_ACCELERATOR, default_profile
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_devices", "default_profile", "resolve_backend", "reads_incumbent",
            "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_proposer",

@@ -1,7 +1,8 @@
 """A run's start, before its policy proposes anything: the baselines and the first placements.
 
 Every run measures its baselines once (each single device, the exact solver's placement
-on the run's profile, the backend's own baselines: :func:`hsdag_ray.compute_baselines.compute_baselines`).
+on the run's profile, the backend's own baselines:
+:func:`hsdag_ray.run.compute_baselines.compute_baselines`).
 Some runs then measure placements of their own first, through the run's store and counted
 in its budget, before the measuring actors hold the measuring slots: a fine-tuning run
 (``--init``) the pre-trained policy's greedy placement and the run's start, an exact start
@@ -13,13 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from envs.baselines import Baselines
-from hsdag_ray.compute_baselines import compute_baselines
+from hsdag_ray.run.compute_baselines import compute_baselines
 
 __all__ = ["measure_start"]
 
 
 def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
-    """The baselines of ``run`` (a :class:`hsdag_ray.resolved_run.ResolvedRun`; measured
+    """The baselines of ``run`` (a :class:`hsdag_ray.run.resolved_run.ResolvedRun`; measured
     now, or read from ``state`` when resumed) after measuring the run's first placements
     where it has any; records in ``state`` the baselines and whether the m-ETF start was
     measured."""
@@ -62,7 +63,7 @@ def _measure_first(run, service, env, singles: dict[str, float], say) -> None:
 
     from envs.incumbent import start_placement
     from envs.measuring_service import call
-    from hsdag_ray.pretrained import first_placement
+    from hsdag_ray.run.pretrained import first_placement
 
     p = first_placement(run.ckpt, run.method, run.env_config, run.real, seed=run.cfg.run.seed)
     [latency] = call(service, "measure_batch", [p.tolist()])

@@ -4,7 +4,7 @@
 sections (:data:`SECTIONS`), each a settings class whose fields carry their own type and
 help: the library's own classes (the environment's :class:`envs.env_config.EnvConfig`,
 :class:`envs.base.TimingConfig`, :class:`hsdag_core.features.FeatureConfig`, each learned
-method's network config) and the run's own (:mod:`hsdag_ray.settings`). The types check
+method's network config) and the run's own (:mod:`hsdag_ray.run.settings`). The types check
 the choices (:func:`hsdag_ray.flags.choice_error`); :meth:`TrainConfig.validate` checks
 what they cannot say. :meth:`TrainConfig.with_settings` reads settings nested by section
 (a YAML file, a run's ``config.json``) or flat by name (a name several sections share,
@@ -23,7 +23,7 @@ from envs.env_config import EnvConfig, backend_choices
 from hsdag_core.features import FeatureConfig
 from hsdag_ray.cli import UsageError, read_yaml_mapping
 from hsdag_ray.flags import choice_error, settings_of
-from hsdag_ray.settings import ALGOS, GuideSettings, LearningSettings, RunSettings
+from hsdag_ray.run.settings import ALGOS, GuideSettings, LearningSettings, RunSettings
 from policies.gdp.config import GDPConfig
 from policies.hsdag.config import HSDAGConfig
 from policies.placeto.config import PlacetoConfig

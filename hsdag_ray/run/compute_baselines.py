@@ -7,7 +7,7 @@ They are measured by a :class:`~envs.measuring_service.MeasuringService`, on a
 measuring machine with a real backend (the same kind of machine the run's
 placements are timed on), before the run's EnvRunners start. Each keeps the
 placement it was measured with, so the run's end can time it again next to
-the run's best (:func:`hsdag_ray.summary.remeasure_result`). An optimum whose
+the run's best (:func:`hsdag_ray.run.summary.remeasure_result`). An optimum whose
 solver stopped at its time limit is kept with ``proven: False`` and its gap:
 every table marks ratios against it as such.
 """

@@ -7,7 +7,7 @@ land in the run's measurement store) and returns the method's own metrics;
 ``save(folder)`` / ``restore(folder)`` checkpoint it; ``stop()`` releases it;
 ``handle`` is what ``on_iteration`` callbacks receive; ``done`` says the method has
 nothing more to propose (a solver after its one placement). Each is built from the run
-resolved once (:class:`hsdag_ray.resolved_run.ResolvedRun`: its settings, method, backend,
+resolved once (:class:`hsdag_ray.run.resolved_run.ResolvedRun`: its settings, method, backend,
 environment settings and measuring resources) and the driver's copy of the environment.
 """
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from hsdag_ray.algos import algo_config
-from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolved_run import ResolvedRun
+from hsdag_ray.run.algos import algo_config
+from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.run.resolved_run import ResolvedRun
 from policies.registry import load
 
 __all__ = ["RLDriver", "SearchDriver", "SolverDriver", "make_driver"]
@@ -50,7 +50,7 @@ class RLDriver:
                                 env.steps_per_episode, prior_device=prior,
                                 resources=run.resources).build_algo()
         if cfg.run.init:  # fine-tuning a pre-trained policy: its weights before the first update
-            from hsdag_ray.pretrained import init_soften_factor, load_into_algo
+            from hsdag_ray.run.pretrained import init_soften_factor, load_into_algo
 
             load_into_algo(self.algo, run.ckpt, method.name, init_soften_factor(cfg, method))
         if cfg.guide.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
@@ -212,7 +212,7 @@ class SolverDriver:
         self.cfg, self.method = cfg, method
         self.service = measuring_service(run.env_config, run.real,
                                          run.resources or {MEASURE_RESOURCE: 1}, tracked=True)
-        # checked by train before (hsdag_ray.resolve.unmet_needs): a profile of every device
+        # checked by train before (hsdag_ray.run.resolve.unmet_needs): a profile of every device
         self.placement = load(method.run)(profile_costs(env), cfg.env.objective,
                                           time_limit=cfg.run.solver_time_limit)
 
@@ -250,10 +250,10 @@ def make_driver(run: ResolvedRun, env, singles: Optional[dict] = None):
     """The driver of the run's method's approach (``budget`` 0: zero-shot placement with
     ``init``); ``singles``: each device's single-device latency (where a learned method may
     start its sampling). With a real backend each measuring actor asks for
-    ``run.resources`` (:func:`hsdag_ray.nodes.measuring_resources`)."""
+    ``run.resources`` (:func:`hsdag_ray.run.nodes.measuring_resources`)."""
     method = run.method
     if run.cfg.run.budget == 0:
-        from hsdag_ray.pretrained import ZeroShotDriver
+        from hsdag_ray.run.pretrained import ZeroShotDriver
 
         return ZeroShotDriver(run, env)
     if method.approach == "rl":

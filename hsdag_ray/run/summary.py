@@ -29,8 +29,8 @@ import numpy as np
 
 from envs.backends import get as get_backend
 from envs.baselines import Baselines, single_devices
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.rundir import Run
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.rundir import Run
 
 __all__ = ["choose_best", "remeasure_result", "finish", "METHOD_CANDIDATE"]
 
@@ -80,8 +80,8 @@ def finish(run, run_dir: Run, env, store, state: dict[str, Any],
            baselines: Baselines, remeasured: Optional[dict[str, Any]],
            say: Callable[[str], None]) -> dict[str, Any]:
     """Write ``best_placement.json`` and the pictures; return the summary of ``run``
-    (a :class:`hsdag_ray.resolved_run.ResolvedRun`)."""
-    from hsdag_ray import plots
+    (a :class:`hsdag_ray.run.resolved_run.ResolvedRun`)."""
+    from hsdag_ray.run import plots
 
     cfg: TrainConfig = run.cfg
 
@@ -175,7 +175,7 @@ def _machines(summary: dict[str, Any], nodes: list, say: Callable[[str], None]) 
     run measured on more than one machine or lost one."""
     if not any(nodes):
         return
-    from hsdag_ray.nodes import machines_of
+    from hsdag_ray.run.nodes import machines_of
 
     measured_by, left = machines_of(nodes)
     summary["measured_by"] = measured_by
