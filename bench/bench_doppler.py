@@ -54,7 +54,8 @@ TRAINED = ("gdp", "placeto", "rnn")
 def run_trained(method: str, path: Path, budget: int, seed: int, out: Path) -> list[float]:
     """The best value after every measurement of one ``train`` run on ``doppler:path``
     (the simulator, the parallel objective, the budget in measurements; its curve.jsonl)."""
-    from hsdag_ray.train import TrainConfig, train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     name = f"{path.stem}-{method}-{seed}"
     cfg = TrainConfig.of(model=f"doppler:{path}", method=method, backend="simulator",

@@ -12,7 +12,7 @@ r"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-traine
         --graphs tv:googlenet,hf:roberta,hf:gpt_neo:num_layers=4   # graphs of no family
 
 For each method: pre-train on the family's training graphs
-(:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
+(:func:`hsdag_ray.run.pretraining.pretrain`), then on every held-out graph (simulator,
 ``CPU_MODEL`` + ``--accelerator``: by default ``GPU_PARTMEM``, holding half the
 graph's weights, where the memory limit decides most of the optimum;
 ``NPU_MODEL``, unlimited memory but slow on memory-bound ops, where the kind of
@@ -48,7 +48,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from hsdag_ray.pretrain import file_slug
+from hsdag_ray.run.pretraining import file_slug
 
 
 def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20,
@@ -57,7 +57,7 @@ def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int =
     from hsdag_ray.run.config import TrainConfig
     from hsdag_core.families import FamilyGraph, get_family
     from hsdag_core.device_profile import Profile, cost_graph
-    from hsdag_ray.pretrain import graph_configs
+    from hsdag_ray.run.pretraining import graph_configs
     from hsdag_ray.run.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
     from policies.solvers.exact import solve
     from policies.registry import get, load
@@ -111,7 +111,7 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     from hsdag_ray.run.config import TrainConfig
     from hsdag_core.families import family_devices
     from hsdag_core.device_profile import Profile
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     out.mkdir(parents=True, exist_ok=True)
     prof_file = out / f"profile-{file_slug(graph['graph'])}.json"
@@ -225,7 +225,7 @@ def main() -> None:
     if args.entropy_coeff is not None:
         base["entropy_coeff"] = args.entropy_coeff
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, default_budget, pretrain
+    from hsdag_ray.run.pretraining import PRETRAIN_DEFAULTS, default_budget, pretrain
 
     finetune_settings = parse_settings(args.finetune_set)
     pretrain_settings = parse_settings(args.pretrain_set)

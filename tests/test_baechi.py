@@ -138,7 +138,7 @@ def test_solve_command_prints_the_planning_time(tmp_path, capsys):
 
 def test_train_m_etf_on_the_simulator_is_measured_once(tmp_path):
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name="etf",
@@ -157,7 +157,7 @@ def test_etf_start_measures_m_etf_first_for_a_learned_method(tmp_path):
     from hsdag_core.device_profile import Profile, cost_graph
     from hsdag_ray.run.config import TrainConfig
     from hsdag_ray.run.resolve import resolve_backend
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name="hsdag",

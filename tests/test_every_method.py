@@ -11,7 +11,7 @@ import math
 import pytest
 
 from hsdag_ray.run.config import TrainConfig
-from hsdag_ray.train import train
+from hsdag_ray.run.training import train
 from policies.registry import METHODS
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hsdag_ray.run.config import TrainConfig
-from hsdag_ray.pretrain import pretrain
+from hsdag_ray.run.pretraining import pretrain
 from hsdag_ray.run.pretrained import read_pretrained
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process

@@ -11,7 +11,7 @@ import pytest
 
 from hsdag_ray.run.config import SECTIONS, TrainConfig
 from hsdag_ray.run.resolve import guide_parts, resolved
-from hsdag_ray.train import train
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 

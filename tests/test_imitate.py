@@ -4,7 +4,7 @@ import pytest
 
 from hsdag_ray.run.config import TrainConfig
 from policies.imitate import demonstrations, imitate, optimum_of
-from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, family_graph_configs
+from hsdag_ray.run.pretraining import PRETRAIN_DEFAULTS, family_graph_configs
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 

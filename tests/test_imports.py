@@ -66,8 +66,8 @@ def import_graph(root: Path = ROOT) -> nx.DiGraph:
 #: the ``python -m hsdag_ray.X`` commands, and what they share for parsing and printing
 COMMANDS = ("train", "graph", "measure", "profile", "solve", "apply", "sweep", "pretrain")
 SHARED = ("cli", "flags", "arguments", "console", "placed")
-#: what of the top of ``hsdag_ray`` the run layer may import: errors and flags
-RUN_READS = ("hsdag_ray.cli", "hsdag_ray.flags")
+#: what of the top of ``hsdag_ray`` the run layer may import: errors, flags and printing
+RUN_READS = ("hsdag_ray.cli", "hsdag_ray.flags", "hsdag_ray.console")
 
 
 def layer(module: str) -> str:
@@ -77,7 +77,7 @@ def layer(module: str) -> str:
 def test_the_graph_sees_the_project():
     g = import_graph()
     # a few imports known to exist, so an empty graph cannot pass the tests below
-    assert g.has_edge("hsdag_ray.train", "envs.placement_env")
+    assert g.has_edge("hsdag_ray.run.training", "envs.placement_env")
     assert g.has_edge("envs.simulator", "hsdag_core.costgraph")
     assert g.has_edge("policies.hsdag.module", "policies.hsdag.policy")
 

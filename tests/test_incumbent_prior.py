@@ -111,7 +111,7 @@ def test_the_prior_is_hsdags_with_the_guide_and_only_hsdags():
     observation stays as it was); pre-training and a checkpoint made without it keep it off."""
 
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.pretrain import PRETRAIN_DEFAULTS
+    from hsdag_ray.run.pretraining import PRETRAIN_DEFAULTS
     from hsdag_ray.run.pretrained import adopt_settings
     from hsdag_ray.run.resolve import env_config
     from policies.registry import get

@@ -32,7 +32,7 @@ def test_a_local_run_starts_ray_on_loopback_only():
     import ray
 
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import _start_ray
+    from hsdag_ray.run.training import _start_ray
 
     os.environ.setdefault("WANDB_MODE", "offline")
     assert not ray.is_initialized(), "another test left Ray running"

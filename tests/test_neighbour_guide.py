@@ -236,7 +236,7 @@ def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_
 def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, tiny_recording):
     """A real run: the guide's neighbours are measured, counted and all new placements."""
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                       method="hsdag", budget=30, episode_len=5, env_runners=0, wandb="disabled",
@@ -296,7 +296,7 @@ def test_the_help_gives_the_auto_value(capsys):
 def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, tiny_recording):
     from hsdag_ray.run.config import TrainConfig
     from hsdag_ray.run.resolved_run import resolve_run
-    from hsdag_ray.train import _guide
+    from hsdag_ray.run.training import _guide
 
     path = tiny_recording("known", 3)
     env = make_env(path, measure_reference=False)

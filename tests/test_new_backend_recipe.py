@@ -159,7 +159,7 @@ def test_measure_runs_on_the_toy(toy_profile, capsys):
 @pytest.mark.ray
 def test_train_runs_on_the_toy(toy_profile, tmp_path):
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="toy:8", backend="toy", profile=str(toy_profile), method="random",
                          budget=12, env_runners=0, wandb="disabled", out=str(tmp_path), name="toy",

@@ -134,7 +134,7 @@ def test_device_set_finetuning_measures_what_it_measured_before():
 # ------------------------------------------------------------------ through train
 def _trained(method: str, profile: Path, out: Path) -> dict:
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", method=method, backend="simulator", profile=str(profile),
                       budget=20, episode_len=5, env_runners=0, hidden_dim=16, wandb="disabled",
@@ -170,7 +170,7 @@ def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_d
     benches read it."""
     from bench.bench_learning import best_at, measured_curve
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", method="anneal", backend="simulator",
                       profile=str(four_device_profile),

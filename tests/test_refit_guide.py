@@ -95,7 +95,7 @@ def test_hsdag_with_refits_proposals_reaches_the_machines_optimum(tmp_path, tiny
     the machine's optimum (on this small graph HSDAG alone does too: the difference on
     larger ones is measured by bench/bench_learning.py, see docs/results/search-aids.md)."""
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),

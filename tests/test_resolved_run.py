@@ -108,7 +108,7 @@ def test_the_in_process_runner_resolves_once_and_hands_the_run_down(monkeypatch)
 
 @pytest.mark.ray  # runs train (a local Ray) in this process
 def test_train_resolves_once_and_its_start_driver_and_summary_receive_the_run(monkeypatch, tmp_path):
-    from hsdag_ray import train as train_module
+    from hsdag_ray.run import training as train_module
     from hsdag_ray.run import drivers, resolved_run, run_start, summary
 
     calls = []

@@ -104,7 +104,7 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     (tiny_cnn has few placements: the screened run ends at the proposal cap with fewer
     than its 15 measurements), and its best is a measured latency."""
     from hsdag_ray.run.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     base = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                        method="random", budget=15, budget_unit="measurements", episode_len=5,

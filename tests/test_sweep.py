@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hsdag_ray.run.results import read_csv
-from hsdag_ray.sweep import ABLATION_VARIANTS, SweepConfig, config_from_args, main, run_sweep, trials
+from hsdag_ray.run.sweeping import ABLATION_VARIANTS, SweepConfig, run_sweep, trials
+from hsdag_ray.sweep import config_from_args, main
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -124,7 +125,7 @@ def test_bad_sweep_input_is_one_sentence(argv, words, tmp_path, capsys):
 def test_every_method_by_default_leaves_out_those_the_settings_cannot_run():
     """A sweep of every method on real devices with no profile runs all but the ones
     that read a profile; on the simulator (which always has one) it runs them all."""
-    from hsdag_ray.sweep import _check
+    from hsdag_ray.run.sweeping import _check
     from policies.registry import METHODS
 
     real = SweepConfig(models=["tiny_cnn"], seeds=[0], train={**TINY, "backend": "auto"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from hsdag_ray import sweep
+from hsdag_ray.run import sweeping
 from hsdag_ray.cli import run
 from hsdag_ray.run.config import MEASURE_RESOURCE
 
@@ -27,7 +28,7 @@ def _stand_in_tuner(monkeypatch, on_fit=lambda: None) -> list:
     from ray import tune
 
     asked = []
-    real_resources = sweep._resources
+    real_resources = sweeping._resources
 
     def resources(sc, cfg):
         asked.append(real_resources(sc, cfg))
@@ -45,7 +46,7 @@ def _stand_in_tuner(monkeypatch, on_fit=lambda: None) -> list:
             on_fit()
             raise _TunerStandIn
 
-    monkeypatch.setattr(sweep, "_resources", resources)
+    monkeypatch.setattr(sweeping, "_resources", resources)
     monkeypatch.setattr(tune, "Tuner", Tuner)
     return asked
 
@@ -127,8 +128,8 @@ def test_a_trial_asks_for_the_device_set_it_will_measure_on(monkeypatch, tmp_pat
         {"CPU": 4.0, MEASURE_RESOURCE: 1.0, cpus: 1.0},
         {"CPU": 4.0, MEASURE_RESOURCE: 1.0, "devices_cpu+cuda:0": 1.0, "GPU": 1.0}])
     sc = sweep.config_from_args(REAL + ["--out", str(tmp_path)])
-    [trial] = sweep.trials(sc)
-    pgf = sweep._resources(sc, sc.trial_config(trial, Path(tmp_path)))
+    [trial] = sweeping.trials(sc)
+    pgf = sweeping._resources(sc, sc.trial_config(trial, Path(tmp_path)))
     import ray
 
     # the trial's driver on the sweep's machine (its run folder is read there), then the slot

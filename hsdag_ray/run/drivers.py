@@ -1,6 +1,6 @@
 """What moves a run forward one iteration, for each approach of a method (learning, search, solver).
 
-Every driver has the same small interface, so :func:`hsdag_ray.train.train`
+Every driver has the same small interface, so :func:`hsdag_ray.run.training.train`
 runs the same loop (budget, metrics, checkpoints, outputs) whatever the
 method: ``iterate()`` proposes and measures one iteration's placements (they
 land in the run's measurement store) and returns the method's own metrics;

@@ -58,7 +58,8 @@ from hsdag_core.costgraph import CostGraph
 __all__ = ["run_method", "PROPOSAL_CAP"]
 
 #: a run stops after this many times its budget in placements proposed, measured or not
-#: (``hsdag_ray.train``'s cap with ``--budget-unit measurements``)
+#: (a training run's cap with ``--budget-unit measurements``,
+#: :data:`hsdag_ray.run.training.PROPOSAL_CAP`)
 PROPOSAL_CAP = 5
 #: run_method's arguments, not settings
 _ARGUMENTS = ("method", "budget", "seed", "objective")

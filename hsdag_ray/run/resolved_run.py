@@ -4,8 +4,8 @@ The settings as given say what a user asked for (``--backend default``, ``--guid
 ``--incumbent-prior -1``); what they amount to (the backend kind, the devices, the profile,
 the method's registry entry, what ``--guide`` turns on, the reward, the environment's
 settings) is decided here, once, by :func:`resolve_run`, and handed down whole:
-``hsdag_ray.train`` passes it to the run's start (:mod:`hsdag_ray.run.run_start`), its driver
-(:mod:`hsdag_ray.run.drivers`) and its guide, and :func:`hsdag_ray.run.inprocess.run_method` to
+a training run (:func:`hsdag_ray.run.training.train`) passes it to its start
+(:mod:`hsdag_ray.run.run_start`), its driver (:mod:`hsdag_ray.run.drivers`) and its guide, and :func:`hsdag_ray.run.inprocess.run_method` to
 its measurer and learner. No one downstream recomputes a derived setting. The steps it
 takes are :mod:`hsdag_ray.run.resolve`'s functions.
 """
