@@ -2,11 +2,11 @@
 hsdag_ray.train`` runs.
 
 :func:`train` resolves the run once (:func:`hsdag_ray.run.resolved_run.resolve_run`),
-starts or joins Ray, builds the run's measuring actors, measures its start
-(:func:`hsdag_ray.run.run_start.measure_start`), moves its driver one iteration at a time
-within the budget and its caps, checkpoints, and writes the run folder and the summary
-(:func:`hsdag_ray.run.summary.finish`). A resumed run continues from its newest
-checkpoint.
+starts or joins Ray, opens the measurement store, measures the baselines and the first
+placements (:func:`hsdag_ray.run.run_start.measure_start`), moves its driver one iteration
+at a time within the budget and its caps, checkpointing, then re-measures and writes the
+summary (:func:`hsdag_ray.run.summary.finish`) and the run folder. A resumed run continues
+from its latest checkpoint that verifies.
 """
 from __future__ import annotations
 
