@@ -22,7 +22,7 @@ on the simulator. Then every held-out graph is placed on every held-out device s
 * **fine-tuned**: ``--budget`` measured placements from the pre-trained weights (the
   greedy placement first, then REINFORCE);
 * **from scratch**: the same network and REINFORCE, fresh weights, same budget;
-* **refit** and **random** search (:func:`hsdag_ray.inprocess.run_method`), same budget;
+* **refit** and **random** search (:func:`hsdag_ray.run.inprocess.run_method`), same budget;
 * **per-node**: every node on its own fastest device, repaired (no learning: the rule
   the pair features make easiest to learn);
 * the **fastest single device** that fits, and the **reference**: the best of the
@@ -96,7 +96,7 @@ def evaluate(net, p, graph, args, seeds) -> dict:
     """Every method's latency on problem ``p`` of ``graph`` (module docstring); a run of
     ``--skip`` is left out (an empty list, and no wall time)."""
     from envs.simulator import SimulatorBackend
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
     from policies.gdp.device_net import DeviceGDPNet
     from policies.gdp.device_training import fastest_per_node, finetune, zero_shot
     from policies.gdp.policy import GDPConfig

@@ -7,7 +7,7 @@
 On each of DOPPLER's six usable graphs (``--folder``: the four ``gdp_`` copies on 4 GPUs and
 the two ``8gpu_*`` on 8; :mod:`hsdag_core.doppler`), the ``parallel`` objective in DOPPLER's
 event order (:mod:`envs.doppler_order`), which equals DOPPLER's own simulator. Each method
-of ``--methods`` runs in this process (:func:`hsdag_ray.inprocess.run_method`, measured by
+of ``--methods`` runs in this process (:func:`hsdag_ray.run.inprocess.run_method`, measured by
 the simulator, the graph's own costs as its profile, as published: no search aids) for the
 largest budget of ``--budgets``, GDP, Placeto and the RNN placer through ``train --model
 doppler:FILE`` (the same simulator, the budget in measurements, run folders under
@@ -39,7 +39,7 @@ GRAPHS = ("gdp_chain_mm_112nodes,gdp_ffnn_192nodes,gdp_transformer_block_215node
 def run_learned(method: str, graph, costs, budget: int, seed: int) -> list[float]:
     """The best value after every measurement of one in-process run."""
     from envs.simulator import SimulatorBackend
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
 
     r = run_method(method, graph, SimulatorBackend(costs, "parallel"), costs, budget=budget,
                    seed=seed, objective="parallel", say=lambda _: None, progress=False)
@@ -54,7 +54,8 @@ TRAINED = ("gdp", "placeto", "rnn")
 def run_trained(method: str, path: Path, budget: int, seed: int, out: Path) -> list[float]:
     """The best value after every measurement of one ``train`` run on ``doppler:path``
     (the simulator, the parallel objective, the budget in measurements; its curve.jsonl)."""
-    from hsdag_ray.train import TrainConfig, train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     name = f"{path.stem}-{method}-{seed}"
     cfg = TrainConfig.of(model=f"doppler:{path}", method=method, backend="simulator",
@@ -69,8 +70,8 @@ def start_ray() -> None:
     """A loopback-only local Ray with one measuring slot, as the tests share one."""
     import os
 
-    from hsdag_ray.config import MEASURE_RESOURCE
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.config import MEASURE_RESOURCE
+    from hsdag_ray.run.local_ray import start_local_ray
 
     start_local_ray(include_dashboard=False, log_to_driver=False, configure_logging=False,
                     resources={MEASURE_RESOURCE: 1},

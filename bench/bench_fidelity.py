@@ -39,7 +39,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from envs.base import TimingConfig
-from envs.graph_backend import OpenVINOGraphBackend
+from envs.openvino.node_backend import OpenVINOGraphBackend
 from envs.simulator import Simulator
 from envs.backends import build_graph
 from envs.profiling import calibrate_compute, fit_link_costs, uncalibrated

@@ -4,7 +4,7 @@ no setting was tuned on (issue 48's goal: within 1.01x of the optimum after 10).
     python bench/bench_first_ten.py --methods refit,anneal --seeds 0,1,2 --budget 30 \\
         --models tv:resnet34,tv:efficientnet_b1,tv:regnet_x_800mf,tv:vgg11,hf:roformer,hf:layoutlm
 
-Each run goes through :func:`hsdag_ray.inprocess.run_method` (as ``train`` runs a method,
+Each run goes through :func:`hsdag_ray.run.inprocess.run_method` (as ``train`` runs a method,
 in this process, no Ray): the simulator measures with the model's recorded profile
 (``bench_learning.py``'s, ``--profiles``), the method is given a variant of it with every
 op time off by its own factor ``exp(SIGMA N(0, 1))`` (``--estimate``, seed 1000, as
@@ -34,7 +34,7 @@ TARGET = 1.01
 def run_case(graph, truth, known, method: str, budget: int, seed: int) -> list[float]:
     """The best latency after every measurement of one run of ``method``."""
     from envs.simulator import SimulatorBackend
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
 
     r = run_method(method, graph, SimulatorBackend(truth), known, budget=budget, seed=seed,
                    say=lambda _: None, progress=False)

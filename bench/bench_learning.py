@@ -255,11 +255,11 @@ def run_grid(models, accelerators, methods, seeds, budget: int, profiles: Path, 
     proven). ``on_case(cases)`` is called after every case (to save partial results)."""
     import ray
 
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     own, ref = over_what(base.env.objective)
     exact = own == "optimum"
-    from hsdag_ray.local_ray import start_or_join
+    from hsdag_ray.run.local_ray import start_or_join
 
     started = start_or_join()
     cases = []
@@ -390,7 +390,7 @@ def parse(description: str, default_methods: str, guide_modes: bool = False, ext
     args.train_flags = args.train_flags[1:] if args.train_flags[:1] == ["--"] else args.train_flags
 
     from hsdag_ray.cli import UsageError
-    from hsdag_ray.train import config_from_args
+    from hsdag_ray.arguments import config_from_args
 
     try:
         base = config_from_args(args.train_flags).cfg

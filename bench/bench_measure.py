@@ -53,7 +53,7 @@ import numpy as np
 
 from envs.base import TimingConfig
 from envs.intervals import interval_fields
-from envs.graph_backend import OpenVINOGraphBackend
+from envs.openvino.node_backend import OpenVINOGraphBackend
 from envs.backends import build_graph
 
 #: the settings compared; the last is today's default (TimingConfig())

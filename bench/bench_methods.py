@@ -44,7 +44,7 @@ from pathlib import Path
 from bench.bench_learning import (REFERENCES, TARGET, best_at, parse, plot, run_grid, target_cells,
                                   to_target)
 
-from hsdag_ray.results import cell
+from hsdag_ray.run.results import cell
 
 
 def _flags(ap) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from bench.bench_measure import cold_stream, converging_stream
 from envs.base import TimingConfig
-from envs.graph_backend import OpenVINOGraphBackend
+from envs.openvino.node_backend import OpenVINOGraphBackend
 from envs.racing import far_slower, race_step
 from hsdag_core.coarsening import build_graph
 

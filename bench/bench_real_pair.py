@@ -14,7 +14,7 @@ devices (refit reads it; the others read it as cost features), recorded with
 Then, from the run folders alone: each run's final best placement (the method's own
 placement that its summary re-measured fastest, ``store.json``'s ``top`` as the summary's
 ``method#i``) is re-measured next to every other run's of the same pair and model, and next
-to each device alone, in interleaved rounds (:func:`envs.measuring.remeasure`: round ``r``
+to each device alone, in interleaved rounds (:func:`envs.measuring_service.remeasure`: round ``r``
 times every placement once, in an order rotated from round to round, so drifts of a shared
 machine hit all alike), with racing off and ``--block`` runs per timed block. The fastest
 method placement is the reference. From each run's ``curve.jsonl`` (its measured best after
@@ -47,12 +47,12 @@ import numpy as np
 
 from envs.base import TimingConfig
 from envs.intervals import compare, interval_ms
-from envs.measuring import remeasure
+from envs.measuring_service import remeasure
 
 #: pair name -> (train's --backend, its devices)
 PAIRS = {"torch": ("torch", ("cpu", "cpu:bf16")), "openvino": ("auto", ("CPU", "CPU_F32"))}
 METHODS = ("refit", "anneal", "hsdag")
-#: the candidate-name prefix the run's summary gives its own placements (hsdag_ray.summary)
+#: the candidate-name prefix the run's summary gives its own placements (hsdag_ray.run.summary)
 METHOD_CANDIDATE = "method#"
 
 Runner = Callable[[list[str]], int]

@@ -82,7 +82,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from envs.observation import pad_graph_observation, placement_spaces
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
     from hsdag_core.synthetic import random_cost_graph
     from policies.hsdag.module import GATE_PARTNER
     from policies.registry import get, load
@@ -96,7 +96,7 @@ def measure(method: str, nodes: int, steps: int, seed: int = 0, threads: int = 1
     obs_space, act_space = placement_spaces(nodes, edge_index.shape[1], x.shape[1], 2)
     obs = {k: torch.as_tensor(v) for k, v in
            pad_graph_observation(x, edge_index, nodes, edge_index.shape[1]).items()}
-    from hsdag_ray.resolve import resolved
+    from hsdag_ray.run.resolve import resolved
 
     settings = resolved(TrainConfig.of(episode_len=steps))
     module = RLModuleSpec(module_class=load(spec_m.module), observation_space=obs_space,

@@ -28,7 +28,8 @@ def one(nodes: int, args, out: Path) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from hsdag_ray.train import MEASURE_RESOURCE, TrainConfig, train
+    from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
+    from hsdag_ray.run.training import train
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(nodes):

@@ -42,9 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from envs.simulator import Simulator
-from hsdag_core.costgraph import CostGraph
+from hsdag_core.costgraph import CostGraph, restrict_devices
 from hsdag_core.dnnpart import load_dnnpart, load_expert_split
-from hsdag_ray.solve import restrict_devices
 from policies.solvers.exact import solve
 from policies.solvers.result import SolveResult
 

@@ -4,7 +4,7 @@
     python bench/bench_spread.py --model tiny_cnn --rounds 3
 
 Whole-model placements (each device alone) and contiguous splits of the torch backend are
-re-measured in ``--rounds`` interleaved rounds (:func:`envs.measuring.remeasure`: round
+re-measured in ``--rounds`` interleaved rounds (:func:`envs.measuring_service.remeasure`: round
 ``r`` times every placement once, in an order rotated from round to round, so drifts of a
 shared machine hit all alike), each round ``--repeats`` blocks of ``--block`` runs after a
 warm-up that lasts until two runs agree. Printed per placement: the median, its 95%
@@ -21,7 +21,7 @@ import numpy as np
 
 from envs.base import TimingConfig
 from envs.intervals import compare
-from envs.measuring import remeasure
+from envs.measuring_service import remeasure
 
 
 def main(argv=None) -> int:

@@ -36,9 +36,9 @@ def run(model: str, runners: int, iterations: int) -> dict:
     import ray
 
     from envs.placement_env import EnvConfig, PlacementEnv
-    from hsdag_ray.algos import algo_config
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.algos import algo_config
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import env_config, resolve_backend
     from policies.registry import get
 
     cfg = TrainConfig.of(model=model, env_runners=runners, wandb="disabled", algo="reinforce")
@@ -72,7 +72,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     start_local_ray(log_to_driver=False, runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     res = {r: run(args.model, r, args.iterations) for r in (0, 1, 2)}

@@ -12,7 +12,7 @@ r"""Placing graphs never seen in training: zero-shot and fine-tuning, pre-traine
         --graphs tv:googlenet,hf:roberta,hf:gpt_neo:num_layers=4   # graphs of no family
 
 For each method: pre-train on the family's training graphs
-(:func:`hsdag_ray.pretrain.pretrain`), then on every held-out graph (simulator,
+(:func:`hsdag_ray.run.pretraining.pretrain`), then on every held-out graph (simulator,
 ``CPU_MODEL`` + ``--accelerator``: by default ``GPU_PARTMEM``, holding half the
 graph's weights, where the memory limit decides most of the optimum;
 ``NPU_MODEL``, unlimited memory but slow on memory-bound ops, where the kind of
@@ -20,7 +20,7 @@ op decides; sequential objective, the exact optimum from the MILP solver):
 
 * zero-shot: best/optimum of the policy's greedy placement (1 inference) and of
   its best of 10 (greedy + 9 sampled), made to fit the devices' memory
-  (:func:`hsdag_ray.pretrained.infer_placements`), and the same before that
+  (:func:`hsdag_ray.run.pretrained.infer_placements`), and the same before that
   repair ("unrepaired"), next to random placements (1 and best of 10, mean over
   20 draws) and the best single device;
 * fine-tuning: measured placements until one is within 1.05x and 1.01x of the
@@ -48,17 +48,17 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from hsdag_ray.pretrain import file_slug
+from hsdag_ray.run.pretraining import file_slug
 
 
 def zero_shot_rows(method: str, pre: Path, family: str, base: dict, seeds: int = 20,
                    accelerator: str = "GPU_PARTMEM", graphs: Sequence[str] = ()) -> list[dict]:
     """Zero-shot figures on ``family``'s held-out graphs, or on ``graphs`` (model specs) when given."""
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
     from hsdag_core.families import FamilyGraph, get_family
     from hsdag_core.device_profile import Profile, cost_graph
-    from hsdag_ray.pretrain import graph_configs
-    from hsdag_ray.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
+    from hsdag_ray.run.pretraining import graph_configs
+    from hsdag_ray.run.pretrained import adopt_settings, build_module, infer_placements, read_pretrained
     from policies.solvers.exact import solve
     from policies.registry import get, load
 
@@ -108,10 +108,10 @@ def finetune(method: str, pre: Path, graph: dict, base: dict, budget: int, out: 
     """Measurements to 1.05x / 1.01x of the optimum, pre-trained and from scratch, and with
     ``init_soften`` below 1 also pre-trained with the policy spread once after loading
     (``"softened"``). ``reuse``: a run whose folder in ``out`` is complete is read, not run again."""
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
     from hsdag_core.families import family_devices
     from hsdag_core.device_profile import Profile
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     out.mkdir(parents=True, exist_ok=True)
     prof_file = out / f"profile-{file_slug(graph['graph'])}.json"
@@ -149,7 +149,7 @@ def run_name(method: str, kind: str, soften: float, graph: str, seed: int,
 
 def parse_settings(items: list[str]) -> dict:
     """``FIELD=VALUE`` strings as train settings, each value of its field's type."""
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
 
     defaults = TrainConfig()
     out = {}
@@ -224,8 +224,8 @@ def main() -> None:
             "reward": args.reward}
     if args.entropy_coeff is not None:
         base["entropy_coeff"] = args.entropy_coeff
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, default_budget, pretrain
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.pretraining import PRETRAIN_DEFAULTS, default_budget, pretrain
 
     finetune_settings = parse_settings(args.finetune_set)
     pretrain_settings = parse_settings(args.pretrain_set)
@@ -272,7 +272,7 @@ def main() -> None:
         if args.finetune_graphs:
             import ray
 
-            from hsdag_ray.local_ray import start_local_ray
+            from hsdag_ray.run.local_ray import start_local_ray
 
             start_local_ray(log_to_driver=False, configure_logging=False, num_cpus=1)
             try:

@@ -10,7 +10,8 @@ Factories and sources are named as ``"package.module:attribute"`` and imported o
 used, so listing the backends imports nothing heavy.
 
 A factory is called as ``factory(graph, model=..., devices=..., timing=..., profile=...,
-objective=..., sim_delay_s=...)`` and returns an :class:`envs.base.Backend`.
+objective=..., sim_delay_s=..., backend=...)`` (``backend``: the name it is registered
+under) and returns an :class:`envs.base.Backend`.
 """
 from __future__ import annotations
 
@@ -163,7 +164,7 @@ def build(name: str, graph, **kwargs: Any):
     error = objective_error(name, kwargs.get("objective", "sequential"))
     if error:
         raise GraphError(error)
-    return load_ref(get(name).factory)(graph, **kwargs)
+    return load_ref(get(name).factory)(graph, **{**kwargs, "backend": name})
 
 
 #: a run on OpenVINO that names no devices: two configurations of the CPU plugin
@@ -172,12 +173,12 @@ OPENVINO_DEVICES = ("CPU", "CPU_F32")
 SIMULATOR = "simulator"
 #: a run that names no backend, on a machine with two real devices
 REAL_DEFAULT = "auto"
-register(BackendKind("auto", "envs.openvino.node_backend:openvino_backend", True,
+register(BackendKind("auto", "envs.openvino.node_backend:openvino_graph_backend", True,
                      "OpenVINO: HETERO, falling back to the stage pipeline where HETERO fails",
                      default_devices=OPENVINO_DEVICES, auto_device=True))
-register(BackendKind("hetero", "envs.openvino.node_backend:openvino_backend", True,
+register(BackendKind("hetero", "envs.openvino.node_backend:openvino_graph_backend", True,
                      "OpenVINO HETERO with an affinity on every op", default_devices=OPENVINO_DEVICES))
-register(BackendKind("pipeline", "envs.openvino.node_backend:openvino_backend", True,
+register(BackendKind("pipeline", "envs.openvino.node_backend:openvino_graph_backend", True,
                      "OpenVINO: the model split into stages compiled per device",
                      default_devices=OPENVINO_DEVICES))
 register(BackendKind(SIMULATOR, "envs.graph_backend:simulator_backend", False,

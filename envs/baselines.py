@@ -4,7 +4,7 @@ HETERO's own splits, the exact optimum (or a heuristic's placement on the profil
 :class:`Baselines` holds the figures and the placement each was measured with, so the
 run's end can time them again next to the run's best; an optimum whose solver stopped
 at its time limit is kept with ``proven: False`` and its gap, and every table marks
-ratios against it as such. :func:`hsdag_ray.baselines.compute_baselines` measures them.
+ratios against it as such. :func:`hsdag_ray.run.compute_baselines.compute_baselines` measures them.
 """
 from __future__ import annotations
 

@@ -171,14 +171,15 @@ class EnvConfig:
         return asdict(self)
 
 
-def reward_of(latency_s: float, kind: str, reference_s: float) -> float:
-    """The reward of a placement of latency ``latency_s``."""
-    if kind == "inverse":
+def reward_of(latency_s: float, reward: str, reference_s: float) -> float:
+    """The reward of a placement of latency ``latency_s`` under the run's ``reward``
+    (:data:`REWARDS`)."""
+    if reward == "inverse":
         return 1.0 / latency_s
-    if kind == "speedup":
+    if reward == "speedup":
         return reference_s / latency_s
-    if kind == "neg_log":
+    if reward == "neg_log":
         return -math.log(latency_s)
-    if kind == "neg_sqrt":
+    if reward == "neg_sqrt":
         return -math.sqrt(latency_s)
-    raise ValueError(f"unknown reward {kind!r}; choose one of {', '.join(REWARDS)}")
+    raise ValueError(f"unknown reward {reward!r}; choose one of {', '.join(REWARDS)}")

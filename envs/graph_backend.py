@@ -14,26 +14,24 @@ import numpy as np
 
 from envs.backends import BACKENDS, build
 from envs.base import Backend, TimingConfig
-from envs.openvino.node_backend import OpenVINOGraphBackend, openvino_backend  # noqa: F401 - their home
 from hsdag_core.compgraph import CompGraph, GraphError
 
-__all__ = ["BACKENDS", "OpenVINOGraphBackend", "make_backend", "openvino_backend",
-           "simulator_backend", "parse_placement"]
+__all__ = ["BACKENDS", "make_backend", "simulator_backend", "parse_placement"]
 
 
-def make_backend(kind: str, graph: CompGraph, model=None, devices: Sequence[str] = (),
+def make_backend(name: str, graph: CompGraph, model=None, devices: Sequence[str] = (),
                  timing: TimingConfig = TimingConfig(), profile=None,
                  objective: str = "sequential", sim_delay_s: float = 0.0) -> Backend:
-    """A backend measuring node placements of ``graph``: the one registered as ``kind``
+    """A backend measuring node placements of ``graph``: the one registered as ``name``
     (:data:`envs.backends.BACKENDS`). The OpenVINO ones need the ``model`` and real
     ``devices``; the simulator needs a :class:`~hsdag_core.device_profile.Profile`
     (``devices`` then selects among its devices, all of them by default; ``sim_delay_s``
     > 0 makes every simulated measurement take that long, see
     :class:`envs.simulator.TimedSimulatorBackend`)."""
-    if kind not in BACKENDS:
-        raise GraphError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
-    return build(kind, graph, model=model, devices=devices, timing=timing, profile=profile,
-                 objective=objective, sim_delay_s=sim_delay_s, kind=kind)
+    if name not in BACKENDS:
+        raise GraphError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return build(name, graph, model=model, devices=devices, timing=timing, profile=profile,
+                 objective=objective, sim_delay_s=sim_delay_s)
 
 
 def simulator_backend(graph: CompGraph, *, profile=None, devices: Sequence[str] = (),

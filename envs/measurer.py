@@ -3,7 +3,7 @@
 :class:`Measurer` is the one path from a proposed placement to what the method learns
 from, for every way a method runs: the RLlib environment
 (:class:`envs.placement_env.PlacementEnv`, through the run's shared store), in-process
-runs (:func:`hsdag_ray.inprocess.run_method`) and device-set training
+runs (:func:`hsdag_ray.run.inprocess.run_method`) and device-set training
 (:class:`policies.gdp.device_training.Problem`). In order:
 
 1. **Repair.** With a cost graph to repair to (``memory_penalty="repair"`` and a
@@ -28,7 +28,7 @@ runs (:func:`hsdag_ray.inprocess.run_method`) and device-set training
 6. **Reward.** A measurement that ran is rewarded as its latency; a failure as
    ``failure_factor`` times the reference latency, graded by how far it is over a
    memory limit unless ``memory_penalty`` is ``flat`` (:meth:`Measurer.reward_latency`),
-   then turned into the run's reward kind (:func:`envs.env_config.reward_of`).
+   then turned into the run's reward (:func:`envs.env_config.reward_of`).
 """
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ class Measurer:
     def find_reference(self, devices: Sequence[str], choice: str = "best_single",
                        graph_name: str = "the graph") -> tuple[float, str, dict[str, float]]:
         """Each device's latency (``inf`` when the model does not run on it), and the
-        reference latency of rewards and failures with its kind; sets :attr:`reference_s`.
+        reference latency of rewards and failures with its basis; sets :attr:`reference_s`.
 
         The reference is the fastest single device (or the one named by ``choice``);
         when no single device runs the model, a balanced split (the first ``1/D`` of the
@@ -184,9 +184,9 @@ class Measurer:
             if not m.ok:
                 errors[name] = m.error
         if choice == "best_single":
-            ref, kind = min(singles.values()), "best_single"
+            ref, basis = min(singles.values()), "best_single"
         elif choice in singles:
-            ref, kind = singles[choice], choice
+            ref, basis = singles[choice], choice
         else:
             raise ValueError(f"reference {choice!r} is neither best_single nor a device "
                              f"({', '.join(devices)})")
@@ -195,10 +195,10 @@ class Measurer:
             m = self.measure_untracked(balanced)
             sim = self.backend.sim
             if m.ok:
-                ref, kind = m.latency_s, "balanced_split"
+                ref, basis = m.latency_s, "balanced_split"
             elif sim is not None:
                 ref = min(sim.sequential(np.full(self.n, d)).value for d in range(len(devices)))
-                kind = "estimate_without_memory_limits"
+                basis = "estimate_without_memory_limits"
             else:
                 from hsdag_core.errors import GraphError
 
@@ -207,7 +207,7 @@ class Measurer:
                                  f"on {', '.join(devices)} ({first[0]}: {first[1]}), so placements "
                                  "have no reference latency; check the devices and the model")
         self.reference_s = ref
-        return ref, kind, singles
+        return ref, basis, singles
 
 
 def best_curve(log: Sequence[dict[str, Any]], start: Optional[float] = None) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-__all__ = ["CostGraph", "InvalidCostGraph", "EVENT_ORDERS"]
+__all__ = ["CostGraph", "InvalidCostGraph", "EVENT_ORDERS", "restrict_devices"]
 
 #: how the parallel objective orders ops ready at the same time (CostGraph.event_order)
 EVENT_ORDERS = ("index", "doppler")
@@ -247,3 +247,19 @@ class CostGraph:
     def subgraph_summary(self) -> str:
         return (f"{self.name}: {self.num_nodes} nodes, {len(self.edge_src)} edges, "
                 f"{self.num_tensors} tensors, devices {self.devices}")
+
+
+def restrict_devices(graph: CostGraph, keep: Sequence[int]) -> CostGraph:
+    """The same problem on the devices ``keep`` only (in that order)."""
+    k = np.asarray(keep, dtype=np.int64)
+    return CostGraph(
+        names=list(graph.names), devices=[graph.devices[i] for i in k],
+        compute_s=graph.compute_s[:, k], tensor_src=graph.tensor_src,
+        tensor_bytes=graph.tensor_bytes, edge_src=graph.edge_src, edge_dst=graph.edge_dst,
+        edge_tensor=graph.edge_tensor, link_latency_s=graph.link_latency_s[np.ix_(k, k)],
+        link_bandwidth_Bps=graph.link_bandwidth_Bps[np.ix_(k, k)],
+        tensor_transfer_s=graph.tensor_transfer_s, boundary_s=graph.boundary_s,
+        mem_bytes=graph.mem_bytes, mem_capacity=graph.mem_capacity[k],
+        colocate=graph.colocate, is_backward=graph.is_backward, op_types=graph.op_types,
+        modeled={d: graph.modeled.get(d, False) for d in (graph.devices[i] for i in k)},
+        name=graph.name, event_order=graph.event_order, time_tick_s=graph.time_tick_s)

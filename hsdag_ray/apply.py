@@ -46,7 +46,7 @@ placement runs split into torch stages and is timed next to every device alone a
 Accelerate's ``device_map="auto"`` (the OpenVINO rows, AUTO and HETERO, do not apply);
 the tolerance is that of :data:`envs.pytorch.backend.TOLERANCE`, and ``--save DIR``
 writes the exported program, its inputs and the placement
-(:mod:`envs.pytorch.placed`), which :func:`hsdag_ray.placed.load_placed` loads as well::
+(:mod:`envs.pytorch.saved`), which :func:`hsdag_ray.placed.load_placed` loads as well::
 
     python -m hsdag_ray.apply --backend torch --model tiny_cnn --devices cpu,cpu:bf16 \\
         --placement split:0.5 --save deployed/tiny

@@ -5,7 +5,7 @@
 share), typed, with choices and help from the field (:mod:`hsdag_ray.flags`).
 :func:`config_from_args` fills a :class:`TrainConfig` from ``--config run.yaml``, a
 resumed run's ``config.json`` and the flags, flags winning; a renamed setting's old flag
-(:data:`hsdag_ray.config.RETIRED`) is a one-sentence error naming its new one.
+(:data:`hsdag_ray.run.config.RETIRED`) is a one-sentence error naming its new one.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import RETIRED, SECTIONS, TrainConfig, flag_of, setting_index, settings_of
+from hsdag_ray.run.config import RETIRED, SECTIONS, TrainConfig, flag_of, setting_index, settings_of
 from hsdag_ray.flags import Parser, add_field, field_docs, first_sentence, retire_flag
 
 __all__ = ["Command", "build_parser", "config_from_args", "field_docs", "flag_of"]
@@ -128,7 +128,7 @@ def _method_epilog(method: Optional[str]) -> Optional[str]:
         lines.append("Departures from the paper (each fixes a defect of the published method "
                      "or its reference code):")
         lines += [f"  - {d}" for d in m.departures]
-    elif m.kind == "rl":
+    elif m.approach == "rl":
         lines.append("It runs as its paper specifies.")
     return "\n".join(lines)
 

@@ -111,20 +111,20 @@ def _value_type(cls: type, name: str) -> type:
 def add_field(group, cls: type, name: str, flag: str, dest: str, default: Any, text: str) -> None:
     """One setting's flag: an on/off pair for a switch, a comma-separated list, a typed
     value (choices from its type), its default shown in the help."""
-    kind = _value_type(cls, name)
-    if kind is bool:
+    value_type = _value_type(cls, name)
+    if value_type is bool:
         group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
                            default=None, help=text)
         return
-    if text != argparse.SUPPRESS and kind is not tuple and "(default" not in text:
+    if text != argparse.SUPPRESS and value_type is not tuple and "(default" not in text:
         shown = default if default not in ("", None) else "none"
         text = f"{text.rstrip('.')} (default: {shown})"
-    if kind is tuple:
+    if value_type is tuple:
         group.add_argument(flag, dest=dest, default=None, metavar="A,B",
                            help=text if text == argparse.SUPPRESS else text + " (comma-separated)")
         return
-    metavar = {int: "N", float: "X"}.get(kind, name.split("_")[-1].upper())
-    group.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=text,
+    metavar = {int: "N", float: "X"}.get(value_type, name.split("_")[-1].upper())
+    group.add_argument(flag, dest=dest, type=value_type, default=None, metavar=metavar, help=text,
                        choices=choices_of(cls, name))
 
 

@@ -43,7 +43,7 @@ from envs.simulator import OBJECTIVES
 from envs.timing import precision_words
 from hsdag_ray.cli import UsageError, describe_devices, resolve_devices, run
 from hsdag_ray.flags import Parser, add_timing_args, timing_from_args
-from hsdag_ray.resolve import default_devices
+from hsdag_ray.run.resolve import default_devices
 from hsdag_core.coarsening import COARSENINGS
 from hsdag_core.compgraph import parse_input_shapes
 from hsdag_core.models import MODEL_HELP
@@ -117,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     source = graph_source(args.backend, profile.source if profile is not None else "")
     model, _, graph, _ = source.build(args.model, args.coarsen, parse_input_shapes(args.input_shape))
     if auto:
-        from envs.openvino_backend import AUTO_BACKEND, measure_auto
+        from envs.openvino.auto import AUTO_BACKEND, measure_auto
 
         backend_name = AUTO_BACKEND
         m = measure_auto(model, specs, timing)

@@ -9,12 +9,12 @@ loads and runs on its devices::
     outputs = placed({"input": x})                # or placed([x]) / placed(x): in model order
     print(placed.path, placed.devices, placed.output_names, outputs[0].shape)
 
-:func:`load_placed` (:mod:`envs.placed`) reads the manifest and hands the folder to its
-backend: an OpenVINO save (:mod:`envs.openvino.placed`, layout there) is compiled on its
+:func:`load_placed` (:mod:`envs.open_saved`) reads the manifest and hands the folder to its
+backend: an OpenVINO save (:mod:`envs.openvino.saved`, layout there) is compiled on its
 OpenVINO devices, a torch save (``apply --backend torch --save DIR``,
-:mod:`envs.pytorch.placed`) is built on its PyTorch devices, without OpenVINO.
+:mod:`envs.pytorch.saved`) is built on its PyTorch devices, without OpenVINO.
 """
-from envs.openvino.placed import FORMAT, MANIFEST, PlacedModel, save_placed
-from envs.placed import load_placed
+from envs.openvino.saved import FORMAT, MANIFEST, PlacedModel, save_placed
+from envs.open_saved import load_placed
 
 __all__ = ["FORMAT", "MANIFEST", "PlacedModel", "save_placed", "load_placed"]

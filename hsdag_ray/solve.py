@@ -51,30 +51,14 @@ import numpy as np
 from envs.simulator import OBJECTIVES
 from hsdag_ray.cli import UsageError, run
 from hsdag_core.coarsening import COARSENINGS
-from hsdag_core.costgraph import CostGraph
+from hsdag_core.costgraph import CostGraph, restrict_devices
 from hsdag_core.dnnpart import load_dnnpart
 from hsdag_core.doppler import load_doppler
 from hsdag_core.models import MODEL_HELP
 from policies.solvers.exact import SOLVERS, solve
 from policies.solvers.result import SolveResult
 
-__all__ = ["main", "restrict_devices", "load_graph", "format_result"]
-
-
-def restrict_devices(graph: CostGraph, keep: Sequence[int]) -> CostGraph:
-    """The same problem on the devices ``keep`` only (in that order)."""
-    k = np.asarray(keep, dtype=np.int64)
-    return CostGraph(
-        names=list(graph.names), devices=[graph.devices[i] for i in k],
-        compute_s=graph.compute_s[:, k], tensor_src=graph.tensor_src,
-        tensor_bytes=graph.tensor_bytes, edge_src=graph.edge_src, edge_dst=graph.edge_dst,
-        edge_tensor=graph.edge_tensor, link_latency_s=graph.link_latency_s[np.ix_(k, k)],
-        link_bandwidth_Bps=graph.link_bandwidth_Bps[np.ix_(k, k)],
-        tensor_transfer_s=graph.tensor_transfer_s, boundary_s=graph.boundary_s,
-        mem_bytes=graph.mem_bytes, mem_capacity=graph.mem_capacity[k],
-        colocate=graph.colocate, is_backward=graph.is_backward, op_types=graph.op_types,
-        modeled={d: graph.modeled.get(d, False) for d in (graph.devices[i] for i in k)},
-        name=graph.name, event_order=graph.event_order, time_tick_s=graph.time_tick_s)
+__all__ = ["main", "load_graph", "format_result"]
 
 
 def _select_devices(graph: CostGraph, spec: Optional[str]) -> CostGraph:

@@ -1,6 +1,6 @@
 """Every placement method of the project, by name: what ``train --method`` runs.
 
-A method is one of three kinds:
+A method takes one of three approaches (:attr:`Method.approach`):
 
 ``rl``
     a learned policy: its RLlib ``TorchRLModule``, the algorithm that trains
@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 __all__ = ["Method", "METHODS", "register", "get", "load", "reinforce_config"]
 
-KINDS = ("rl", "search", "solver")
+APPROACHES = ("rl", "search", "solver")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Method:
 
     Attributes:
         name: the ``--method`` name.
-        kind: ``rl``, ``search`` or ``solver``.
+        approach: how it finds a placement: ``rl`` (learns a policy), ``search`` or ``solver``.
         description: one line for ``--help`` and tables.
         module: ``rl``: ``"pkg.mod:Class"`` of its ``TorchRLModule``.
         algo: ``rl``: its default algorithm, ``reinforce`` or ``ppo``.
@@ -48,8 +48,8 @@ class Method:
             ``advantages`` setting).
         env: ``rl`` and ``search``: ``"pkg.mod:Class"`` of the environment.
         model_config: ``rl``: the ``model_config`` of its RLModule from the run's
-            settings (a :class:`hsdag_ray.config.TrainConfig` as
-            :func:`hsdag_ray.resolve.resolved` writes it out: typically its own section).
+            settings (a :class:`hsdag_ray.run.config.TrainConfig` as
+            :func:`hsdag_ray.run.resolve.resolved` writes it out: typically its own section).
         learner_config: ``rl``: extra settings of its REINFORCE algorithm
             config (e.g. which advantages), from the run's settings.
         ppo_config: ``rl``: extra settings of RLlib's ``PPOConfig.training`` when it
@@ -76,7 +76,7 @@ class Method:
     """
 
     name: str
-    kind: str
+    approach: str
     description: str
     module: str = ""
     algo: str = "reinforce"
@@ -97,12 +97,12 @@ class Method:
     departures: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"method {self.name}: kind must be one of {KINDS}")
-        if self.kind == "rl" and not self.module:
+        if self.approach not in APPROACHES:
+            raise ValueError(f"method {self.name}: approach must be one of {APPROACHES}")
+        if self.approach == "rl" and not self.module:
             raise ValueError(f"method {self.name}: an rl method names its RLModule")
-        if self.kind != "rl" and not self.run:
-            raise ValueError(f"method {self.name}: a {self.kind} method names its run function")
+        if self.approach != "rl" and not self.run:
+            raise ValueError(f"method {self.name}: a {self.approach} method names its run function")
 
 
 METHODS: dict[str, Method] = {}
@@ -158,7 +158,7 @@ def _batch_advantages(cfg) -> dict:
 
 
 register(Method(
-    name="hsdag", kind="rl",
+    name="hsdag", approach="rl",
     description="HSDAG (Duan et al., NeurIPS 2024): GCN embeddings, Graph-Parsing grouping, MLP placer",
     module="policies.hsdag.module:HSDAGRLModule", model_config=_hsdag_model_config,
     learner_config=_batch_advantages, incumbent_prior=True,
@@ -187,7 +187,7 @@ def _placeto_learner_config(cfg) -> dict:
 
 
 register(Method(
-    name="placeto", kind="rl",
+    name="placeto", approach="rl",
     description="Placeto (Addanki et al., NeurIPS 2019): one node per step, DAG message passing, "
                 "REINFORCE on runtime improvements",
     module="policies.placeto.module:PlacetoRLModule", learner="policies.placeto.learner:PlacetoTorchLearner",
@@ -204,7 +204,7 @@ def _rnn_model_config(cfg) -> dict:
 
 
 register(Method(
-    name="rnn", kind="rl",
+    name="rnn", approach="rl",
     description="RNN placer (Mirhoseini et al., ICML 2017): seq2seq over ops in topological order, "
                 "bidirectional LSTM encoder, attentional LSTM decoder; --grouper --num-groups G "
                 "adds the learned grouper of the 2018 paper",
@@ -217,15 +217,15 @@ register(Method(
 
 
 register(Method(
-    name="random", kind="search", run="policies.search.local:RandomSearch",
+    name="random", approach="search", run="policies.search.local:RandomSearch",
     description="random search: uniform random placements, the best measured wins"))
 
 register(Method(
-    name="anneal", kind="search", run="policies.search.local:SimulatedAnnealing", starts=True,
+    name="anneal", approach="search", run="policies.search.local:SimulatedAnnealing", starts=True,
     description="simulated annealing from the run's start over node and block moves"))
 
 register(Method(
-    name="refit", kind="search", run="policies.search.refit:ProfileThompson", costs=True,
+    name="refit", approach="search", run="policies.search.refit:ProfileThompson", costs=True,
     objectives=("sequential", "throughput"),  # envs.latency_model.MODELED_OBJECTIVES
     description="the exact solver on the run's profile, refitted to every measurement "
                 "(Bayesian linear regression) and sampled (Thompson sampling); sequential or "
@@ -244,7 +244,7 @@ def _gdp_ppo_config(cfg) -> dict:
 
 
 register(Method(
-    name="gdp", kind="rl", algo="ppo",
+    name="gdp", approach="rl", algo="ppo",
     description="GDP (Zhou et al., 2019): GraphSAGE, segment-recurrent attention placer "
                 "conditioned on the graph (superposition), all nodes in one shot, PPO",
     module="policies.gdp.module:GDPRLModule", model_config=_gdp_model_config,
@@ -258,28 +258,28 @@ register(Method(
 
 
 register(Method(
-    name="exact", kind="solver", run="policies.solvers.methods:exact_placement", costs=True,
+    name="exact", approach="solver", run="policies.solvers.methods:exact_placement", costs=True,
     description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
                 "else MILP; for the latency objective the latency IP; Tarnawski et al., "
                 "NeurIPS 2020; for the parallel objective CP-SAT, its best schedule within "
                 "the time limit), measured"))
 
 register(Method(
-    name="heft", kind="solver", run="policies.solvers.methods:heft_placement", costs=True,
+    name="heft", approach="solver", run="policies.solvers.methods:heft_placement", costs=True,
     description="HEFT list scheduling (Topcuoglu et al., 2002) on the run's profile, measured"))
 
 register(Method(
-    name="m-topo", kind="solver", run="policies.solvers.methods:m_topo_placement", costs=True,
+    name="m-topo", approach="solver", run="policies.solvers.methods:m_topo_placement", costs=True,
     description="Baechi m-TOPO (Jeon et al., SoCC 2020): topological order filling the "
                 "devices in turn within memory, on the run's profile, measured"))
 
 register(Method(
-    name="m-etf", kind="solver", run="policies.solvers.methods:m_etf_placement", costs=True,
+    name="m-etf", approach="solver", run="policies.solvers.methods:m_etf_placement", costs=True,
     description="Baechi m-ETF (Jeon et al., SoCC 2020): earliest-start list scheduling "
                 "within memory, on the run's profile, measured"))
 
 register(Method(
-    name="m-sct", kind="solver", run="policies.solvers.methods:m_sct_placement", costs=True,
+    name="m-sct", approach="solver", run="policies.solvers.methods:m_sct_placement", costs=True,
     description="Baechi m-SCT (Jeon et al., SoCC 2020): m-ETF keeping each favourite child "
                 "with its parent, on the run's profile, measured",
     departures=("favourite children by a greedy rule (edges by decreasing transfer time, at "

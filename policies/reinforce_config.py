@@ -2,7 +2,7 @@
 
 The RLlib algorithm (:class:`policies.reinforce.REINFORCEConfig` takes its defaults and
 checks from here), the in-process training (:mod:`policies.reinforce_core`) and the
-``learning`` section of a run's settings (:class:`hsdag_ray.settings.LearningSettings`
+``learning`` section of a run's settings (:class:`hsdag_ray.run.settings.LearningSettings`
 adds what only a run decides) all read :class:`ReinforceConfig`. Each field's help is
 the string right under it. Importing this module imports nothing heavy.
 """

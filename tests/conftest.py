@@ -35,8 +35,8 @@ def _session_ray(request):
         import ray
 
         if not ray.is_initialized():
-            from hsdag_ray.config import MEASURE_RESOURCE
-            from hsdag_ray.local_ray import start_local_ray
+            from hsdag_ray.run.config import MEASURE_RESOURCE
+            from hsdag_ray.run.local_ray import start_local_ray
 
             start_local_ray(include_dashboard=False, log_to_driver=False, configure_logging=False,
                             resources={MEASURE_RESOURCE: 1},

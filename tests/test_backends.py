@@ -5,7 +5,7 @@ import pytest
 from envs.backends import BACKENDS, BackendKind, graph_source, is_real, register
 from envs.base import Backend, Measurement
 from envs.graph_backend import make_backend
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 
 
 class HalfSimulator(Backend):
@@ -81,7 +81,7 @@ def test_a_backend_kind_carries_its_devices():
     """Default devices, checking and describing devices, and whether a cost model gives
     the latency are declared by the kind; the commands read them from it."""
     from hsdag_ray.cli import UsageError, resolve_devices
-    from hsdag_ray.resolve import default_devices
+    from hsdag_ray.run.resolve import default_devices
 
     assert BACKENDS["simulator"].simulated and not BACKENDS["torch"].simulated
     for name, kind in BACKENDS.items():

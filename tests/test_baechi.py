@@ -41,7 +41,7 @@ def test_registered_for_every_objective_and_as_methods():
         assert set(SOLVERS[name].objectives) == set(OBJECTIVES)
         assert SOLVERS[name].exact == ()
         m = METHODS[name]
-        assert m.kind == "solver" and m.costs and m.run.startswith("policies.solvers.methods:")
+        assert m.approach == "solver" and m.costs and m.run.startswith("policies.solvers.methods:")
 
 
 def test_m_topo_fills_the_devices_in_turn_up_to_their_share():
@@ -137,8 +137,8 @@ def test_solve_command_prints_the_planning_time(tmp_path, capsys):
 
 
 def test_train_m_etf_on_the_simulator_is_measured_once(tmp_path):
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name="etf",
@@ -155,9 +155,9 @@ def test_etf_start_measures_m_etf_first_for_a_learned_method(tmp_path):
     from envs.simulator import Simulator
     from hsdag_core.coarsening import build_graph
     from hsdag_core.device_profile import Profile, cost_graph
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import resolve_backend
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import resolve_backend
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       env_runners=0, wandb="disabled", out=str(tmp_path), name="hsdag",
@@ -178,12 +178,12 @@ def test_etf_start_measures_m_etf_first_for_a_learned_method(tmp_path):
 
 def test_etf_start_needs_a_profile_and_a_searching_method():
     from hsdag_ray.cli import UsageError
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import check_method_inputs
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import check_method_inputs
 
     with pytest.raises(UsageError, match="--etf-start solves m-ETF on the run's profile"):
         check_method_inputs(TrainConfig.of(method="placeto", etf_start=True), ["CPU", "CPU_F32"], None)
-    from hsdag_ray.resolve import resolve_backend
+    from hsdag_ray.run.resolve import resolve_backend
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", devices=["CPU", "GPU_MODEL"],
                       method="m-etf", etf_start=True)

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.train import PROPOSAL_CAP, train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import PROPOSAL_CAP, train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 

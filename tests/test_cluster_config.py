@@ -8,8 +8,8 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from hsdag_ray.config import MEASURE_RESOURCE
-from hsdag_ray.nodes import DEVICES_PREFIX
+from hsdag_ray.run.config import MEASURE_RESOURCE
+from hsdag_ray.run.nodes import DEVICES_PREFIX
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 

@@ -15,8 +15,9 @@ import ray
 from ray.cluster_utils import Cluster
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.nodes import devices_resource
-from hsdag_ray.train import MEASURE_RESOURCE, TrainConfig, train
+from hsdag_ray.run.nodes import devices_resource
+from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.own_ray  # Ray clusters of their own (or none at all)
 

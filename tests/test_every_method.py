@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.train import train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 from policies.registry import METHODS
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in thi
 
 #: every method on four devices; the learned ones on two as well (the searches and solvers
 #: run on two devices in their own tests)
-CASES = [(m, n) for m in sorted(METHODS) for n in ((2, 4) if METHODS[m].kind == "rl" else (4,))]
+CASES = [(m, n) for m in sorted(METHODS) for n in ((2, 4) if METHODS[m].approach == "rl" else (4,))]
 
 
 @pytest.mark.parametrize("method,devices", CASES)
 def test_every_method_runs_through_train(method, devices, tmp_path, tiny_profile_file,
                                          four_device_profile):
-    kind = METHODS[method].kind
+    approach = METHODS[method].approach
     profile = tiny_profile_file if devices == 2 else four_device_profile
     cfg = TrainConfig.of(model="tiny_cnn", method=method, backend="simulator",
                       profile=str(profile), budget=20, episode_len=5, env_runners=0,
@@ -39,7 +39,7 @@ def test_every_method_runs_through_train(method, devices, tmp_path, tiny_profile
     assert [r["iteration"] for r in rows] == list(range(1, len(rows) + 1))
     store = json.loads((run / "store.json").read_text())
     assert s["measurements"] == len(store["log"]) == rows[-1]["measurements"]
-    if kind == "solver":  # one placement, planned once and measured once
+    if approach == "solver":  # one placement, planned once and measured once
         assert s["measurements"] == 1
     else:
         assert s["placements"] >= 20 and s["measurements"] >= 1
@@ -59,14 +59,14 @@ INPROCESS_SETTINGS = {"gdp": {"algo": "reinforce"}}
 NOT_INPROCESS = {"placeto": "acts in its own environment"}
 
 
-@pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].kind == "rl"))
+@pytest.mark.parametrize("method", sorted(m for m in METHODS if METHODS[m].approach == "rl"))
 def test_every_learned_method_runs_in_process(method):
     """Every learned method trains in this process on the simulator with a tiny budget
     (its REINFORCE updates through policies.reinforce_core), or is refused in one
     sentence naming the command that runs it."""
     from envs.graph_backend import make_backend
     from hsdag_core.device_profile import cost_graph
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
     from test_inprocess import crossed_profile, layered_cnn
 
     graph = layered_cnn(8, c=16, size=16)
@@ -86,7 +86,7 @@ def test_every_learned_method_runs_in_process(method):
         assert f"python -m hsdag_ray.train --method {method}" in message and message.count(". ") == 0
         return
     r = run()
-    assert r["kind"] == "rl" and r["iterations"] >= 1 and r["measured"] == len(r["curve"]) <= 8
+    assert r["approach"] == "rl" and r["iterations"] >= 1 and r["measured"] == len(r["curve"]) <= 8
     assert r["failures"] == 0 and r["latency_s"] == min(r["curve"])
     assert math.isfinite(r["last_update"]["policy_loss"])
     assert set(r["placement"]) <= set(range(len(backend.devices)))

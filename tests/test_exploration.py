@@ -145,7 +145,8 @@ def test_a_stalled_run_spreads_the_placement_distribution_again():
 def test_a_real_run_gives_the_learner_each_steps_gate_edges(tmp_path, monkeypatch):
     """The gate edges the sampler keeps (extra model output) reach the learner's batch
     in a real RLlib run, one per node and step, so the learner skips scoring every edge."""
-    from hsdag_ray.train import TrainConfig, train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
     from policies.hsdag.module import GATE_PARTNER
 
     seen = []

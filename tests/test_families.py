@@ -84,8 +84,8 @@ def test_the_npu_like_accelerator_splits_a_graph_by_its_ops_without_a_memory_lim
 
 
 def test_multi_graph_env_draws_graphs_with_their_own_stores():
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.pretrain import family_graph_configs
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.pretraining import family_graph_configs
 
     # without the incumbent (pre-training's default) a graph's store holds its steps only
     cfgs = family_graph_configs(TrainConfig.of(episode_len=2, incumbent_prior=0.0), "tiny", "train", None)

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from envs.store import placement_key
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from hsdag_core.fit import feasible
-from hsdag_ray.pretrain import pretrain
-from hsdag_ray.pretrained import (build_module, first_placement, infer_placements, read_pretrained,
+from hsdag_ray.run.pretraining import pretrain
+from hsdag_ray.run.pretrained import (build_module, first_placement, infer_placements, read_pretrained,
                                   save_pretrained)
 from policies.registry import get, load
 
@@ -48,8 +48,8 @@ def _cfg(pre, **kw) -> TrainConfig:
 
 
 def _env(pre):
-    from hsdag_ray.pretrained import adopt_settings
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.pretrained import adopt_settings
+    from hsdag_ray.run.resolve import env_config, resolve_backend
 
     cfg = adopt_settings(_cfg(pre), read_pretrained(pre))
     backend, devices, profile = resolve_backend(cfg, lambda s: None)
@@ -72,7 +72,7 @@ def test_zero_shot_placements_fit_the_accelerators_memory(checkpoints):
 
 
 def test_a_zero_shot_run_measures_no_overflowing_placement(checkpoints, tmp_path):
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     _, overflowing, _ = checkpoints
     cfg = _cfg(overflowing, budget=0, zero_shot_samples=4, name="zs").replace(out=str(tmp_path))
@@ -87,7 +87,7 @@ def test_fine_tuning_measures_the_greedy_placement_first(checkpoints, tmp_path, 
     """First in the log: the policy's greedy placement (repaired to fit), counted in the
     budget. With a measuring time the simulator stands for real devices: the placement is
     measured on a measuring slot, before the EnvRunner (which holds the only slot) starts."""
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     _, overflowing, _ = checkpoints
     env_runners = 1 if delay else 0
@@ -112,7 +112,7 @@ def test_fine_tuning_measures_the_runs_start_after_the_greedy_placement(checkpoi
     import numpy as np
 
     from envs.incumbent import start_placement
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     pre = checkpoints[which]
     cfg = _cfg(pre, budget=6, name="st").replace(out=str(tmp_path))
@@ -135,7 +135,7 @@ def test_fine_tuning_measures_the_runs_start_after_the_greedy_placement(checkpoi
 def test_a_softened_fine_tuning_run_still_measures_the_checkpoints_greedy_placement_first(
         checkpoints, tmp_path):
     """--init-soften spreads the run's policy after loading, not the placement measured first."""
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     pre, _, _ = checkpoints
     cfg = _cfg(pre, budget=6, init_soften=0.3, name="soft").replace(out=str(tmp_path))
@@ -155,7 +155,7 @@ def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_firs
     import sys
 
     from hsdag_core.device_profile import Profile
-    from hsdag_ray.train import train
+    from hsdag_ray.run.training import train
 
     pre, _, _ = checkpoints
     prof = tmp_path / "tiny.json"
@@ -173,8 +173,8 @@ def test_fine_tuning_on_real_openvino_devices_measures_the_greedy_placement_firs
     log = json.loads((tmp_path / "ov" / "store.json").read_text())["log"]
     env = json.loads((tmp_path / "ov" / "config.json").read_text())
     assert s["placements"] >= 6 and log[0]["ok"] and env["resolved"]["env_runners"] == 1
-    from hsdag_ray.pretrained import adopt_settings
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.pretrained import adopt_settings
+    from hsdag_ray.run.resolve import env_config, resolve_backend
 
     cfg = adopt_settings(cfg, read_pretrained(pre))
     backend, devices, profile_json = resolve_backend(cfg, lambda s: None)

@@ -4,9 +4,9 @@ import json
 import pytest
 import torch
 
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.pretrain import pretrain
-from hsdag_ray.pretrained import read_pretrained
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.pretraining import pretrain
+from hsdag_ray.run.pretrained import read_pretrained
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -25,8 +25,8 @@ def test_init_soften_spreads_gdp_and_keeps_its_greedy_placement(gdp_pretrained):
     """GDP's soften_policy (what --init-soften calls): every node's logits keep their order."""
     from ray.rllib.core.columns import Columns
 
-    from hsdag_ray.pretrained import adopt_settings, build_module
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.pretrained import adopt_settings, build_module
+    from hsdag_ray.run.resolve import env_config, resolve_backend
     from policies.registry import get, load
 
     ckpt = read_pretrained(gdp_pretrained)
@@ -60,9 +60,9 @@ def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrain
 
     import ray
 
-    from hsdag_ray.drivers import RLDriver
-    from hsdag_ray.pretrained import adopt_settings, build_module
-    from hsdag_ray.resolved_run import resolve_run
+    from hsdag_ray.run.drivers import RLDriver
+    from hsdag_ray.run.pretrained import adopt_settings, build_module
+    from hsdag_ray.run.resolved_run import resolve_run
     from policies.registry import get, load
 
     ckpt = read_pretrained(gdp_pretrained)
@@ -89,7 +89,7 @@ def test_a_gdp_fine_tuning_run_spreads_the_loaded_policy_by_default(gdp_pretrain
 
 def test_init_soften_factor_is_the_methods_own_unless_set_and_refused_where_it_cannot_apply():
     from hsdag_ray.cli import UsageError
-    from hsdag_ray.pretrained import init_soften_factor
+    from hsdag_ray.run.pretrained import init_soften_factor
     from policies.registry import get
 
     base = TrainConfig.of(init="ckpt")

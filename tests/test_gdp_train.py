@@ -8,7 +8,8 @@ import json
 import numpy as np
 import torch
 
-from hsdag_ray.train import TrainConfig, train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 
 
 def sampled_mean_latency(module, env, sim, samples: int = 200, seed: int = 0) -> float:
@@ -70,8 +71,8 @@ def test_gdp_learns_and_writes_every_output(tiny_profile_file, tmp_path):
 def test_gdp_pretrains_on_a_family_and_places_a_held_out_graph_zero_shot(tmp_path):
     """The network has no size-dependent parameter: pre-trained on the tiny family (padded to
     its largest graph), it places a held-out graph padded to its own size."""
-    from hsdag_ray.pretrain import pretrain
-    from hsdag_ray.pretrained import read_pretrained
+    from hsdag_ray.run.pretraining import pretrain
+    from hsdag_ray.run.pretrained import read_pretrained
 
     out = tmp_path / "tiny-gdp"
     pretrain(TrainConfig.of(method="gdp", budget=40, episode_len=5, env_runners=0, hidden_dim=16,

@@ -74,8 +74,8 @@ def test_the_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
 
 @pytest.mark.slow  # tests/test_inprocess.py checks the same imports in CI after running HSDAG and refit
 def test_the_gpu_check_needs_neither_openvino_nor_ray():
-    code = ("import sys, bench.gpu_check.run, hsdag_ray.inprocess, envs.pytorch.backend, "
-            "envs.profiling, envs.simulator, policies.hsdag.local, envs.measuring; "
+    code = ("import sys, bench.gpu_check.run, hsdag_ray.run.inprocess, envs.pytorch.backend, "
+            "envs.profiling, envs.simulator, policies.hsdag.local, envs.measuring_service; "
             "assert not {'openvino', 'ray', 'wandb'} & set(m.split('.')[0] for m in sys.modules), "
             "sorted(m for m in sys.modules if m.split('.')[0] in ('openvino', 'ray', 'wandb'))[:5]")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

@@ -3,8 +3,8 @@
 A measuring actor of a real backend on CUDA devices asks Ray for the GPUs it measures on
 (:func:`envs.gpus.measuring_gpus`). In a sweep every actor of a trial is placed in the
 trial's placement group, so each measuring bundle must hold those GPUs too
-(:func:`hsdag_ray.sweep._resources`); a run counts as measuring machines only those that
-have the GPUs in Ray (:func:`hsdag_ray.train._measuring_runners`), since an EnvRunner
+(:func:`hsdag_ray.run.sweep_trials._resources`); a run counts as measuring machines only those that
+have the GPUs in Ray (:func:`hsdag_ray.run.training._measuring_runners`), since an EnvRunner
 placed on a machine that names ``cuda:0`` without holding a GPU in Ray would wait forever.
 Ray lets a local node declare GPUs it does not have (``num_gpus=1``), so these run on a
 machine without one.
@@ -15,8 +15,8 @@ import pytest
 import ray
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import MEASURE_RESOURCE
-from hsdag_ray.nodes import measuring_slots
+from hsdag_ray.run.config import MEASURE_RESOURCE
+from hsdag_ray.run.nodes import measuring_slots
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -25,7 +25,8 @@ CUDA_SET = "devices_cpu+cuda:0"
 
 def _bundles(tmp_path: Path, **train):
     """The bundles of the placement group of the sweep's trial with ``train`` settings."""
-    from hsdag_ray.sweep import SweepConfig, _resources, trials
+    from hsdag_ray.run.sweep_trials import _resources
+    from hsdag_ray.run.sweeping import SweepConfig, trials
 
     sc = SweepConfig(models=["tiny_cnn"], methods=["hsdag"], seeds=[0], budget=10, train=train)
     pgf = _resources(sc, sc.trial_config(trials(sc)[0], tmp_path))
@@ -40,14 +41,14 @@ def _bundles(tmp_path: Path, **train):
 
 
 def _start(num_gpus: int) -> None:
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     start_local_ray(num_cpus=2, num_gpus=num_gpus, resources={MEASURE_RESOURCE: 1, CUDA_SET: 1},
                     log_to_driver=False, configure_logging=False)
 
 
 def _run_cfg(devices, env_runners=2):
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
 
     return TrainConfig.of(model="tiny_cnn", backend="torch", devices=devices, env_runners=env_runners,
                        wandb="disabled")
@@ -83,7 +84,7 @@ def test_a_trial_without_cuda_devices_holds_no_gpu(tmp_path):
 @pytest.mark.slow  # a Ray of its own; CI runs the test of a machine with the GPU
 @pytest.mark.own_ray
 def test_a_machine_naming_cuda_without_a_gpu_in_ray_is_not_a_measuring_machine():
-    from hsdag_ray.train import _measuring_runners
+    from hsdag_ray.run.training import _measuring_runners
 
     _start(num_gpus=0)
     try:
@@ -104,7 +105,7 @@ def test_a_machine_with_the_gpu_in_ray_measures_and_a_trial_bundle_places_its_ru
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from hsdag_ray.train import _measuring_runners
+    from hsdag_ray.run.training import _measuring_runners
 
     _start(num_gpus=1)  # declared, not necessarily there
     try:

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from hsdag_ray.config import SECTIONS, TrainConfig
-from hsdag_ray.resolve import guided_by, resolved
-from hsdag_ray.train import train
+from hsdag_ray.run.config import SECTIONS, TrainConfig
+from hsdag_ray.run.resolve import guide_parts, resolved
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -19,19 +19,19 @@ pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in thi
 def test_methods_are_published_by_default_and_guided_on_request():
     for method in ("hsdag", "placeto", "rnn", "gdp", "random", "anneal", "refit", "exact", "heft"):
         plain = resolved(TrainConfig.of(method=method))
-        assert guided_by(plain, "simulator") == [], method
-        assert plain.hsdag.incumbent_prior == 0 and plain.aids.neighbour_every == 0
+        assert guide_parts(plain, "simulator") == [], method
+        assert plain.hsdag.incumbent_prior == 0 and plain.guide.neighbour_every == 0
         assert not plain.starts_exact("auto")
     hsdag = resolved(TrainConfig.of(method="hsdag"))
     assert hsdag.hsdag.node_moves is False and hsdag.learning.episode_len == 20
     assert hsdag.learning.lr == 1e-3
     guided = resolved(TrainConfig.of(method="hsdag", guide=True))
-    assert guided_by(guided, "simulator") == ["exact start", "incumbent prior", "untried neighbours"]
+    assert guide_parts(guided, "simulator") == ["exact start", "incumbent prior", "untried neighbours"]
     # the same aids for a policy without an incumbent prior, that one left out
     placeto = resolved(TrainConfig.of(method="placeto", guide=True))
-    assert guided_by(placeto, "simulator") == ["exact start", "untried neighbours"]
+    assert guide_parts(placeto, "simulator") == ["exact start", "untried neighbours"]
     # a setting given explicitly wins over the guide
-    assert resolved(TrainConfig.of(guide=True, neighbour_every=0)).aids.neighbour_every == 0
+    assert resolved(TrainConfig.of(guide=True, neighbour_every=0)).guide.neighbour_every == 0
 
 
 def test_no_two_places_disagree_on_a_default():
@@ -39,8 +39,8 @@ def test_no_two_places_disagree_on_a_default():
     method's) or the run's own; the environment is built from the env section itself,
     and every setting has one section but the width every learned method has."""
     from envs.env_config import EnvConfig
-    from hsdag_ray.config import setting_index
-    from hsdag_ray.resolve import env_config
+    from hsdag_ray.run.config import setting_index
+    from hsdag_ray.run.resolve import env_config
     from policies.hsdag.config import HSDAGConfig
 
     defaults = TrainConfig()
@@ -118,7 +118,7 @@ def test_solvers_are_methods_measured_once(tmp_path):
 
 
 def test_measurements_to_a_target_and_the_sweep_table():
-    from hsdag_ray.results import add_targets, markdown, measurements_to
+    from hsdag_ray.run.results import add_targets, markdown, measurements_to
 
     assert measurements_to([3.0, None, 2.0, 1.04, 1.0], 1.05) == 4
     assert measurements_to([3.0, 2.0], 1.0) is None
@@ -171,6 +171,6 @@ def test_the_methods_page_lists_every_method_and_departure():
 
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text().split())
     for m in METHODS.values():
-        assert f"## `{m.name}` ({m.kind})" in page and " ".join(m.description.split()) in page
+        assert f"## `{m.name}` ({m.approach})" in page and " ".join(m.description.split()) in page
         for d in m.departures:
             assert " ".join(d.split()) in page, d

@@ -24,13 +24,13 @@ def test_every_setting_has_its_help_beside_it():
     """Each section's settings carry their help: the string under the field, or the
     field's entry in its class's ``Attributes:``; none is left without one."""
     from hsdag_ray.arguments import field_docs
-    from hsdag_ray.config import SECTIONS, settings_of
+    from hsdag_ray.run.config import SECTIONS, settings_of
 
     for section, cls in SECTIONS.items():
         docs = field_docs(cls)
         for name in settings_of(cls):
             assert len(docs.get(name, "").split()) >= 2, (section, name)
-    assert "off: not; auto: with guide" in field_docs(SECTIONS["aids"])["exact_start"]
+    assert "off: not; auto: with guide" in field_docs(SECTIONS["guide"])["exact_start"]
 
 
 def test_an_attributes_line_starting_with_a_word_and_colon_continues_its_entry():

@@ -6,9 +6,9 @@ import math
 import pytest
 
 from envs.base import TimingConfig
-from envs.openvino_backend import HETERO_MODES, measure_hetero_mode
+from envs.openvino.auto import HETERO_MODES, measure_hetero_mode
 from hsdag_ray.apply import main as apply_main, table
-from hsdag_ray.results import baseline_rows, markdown
+from hsdag_ray.run.results import baseline_rows, markdown
 
 FAST = TimingConfig(warmup=1, repeats=3, precision=0, block=1, validate_outputs=False)
 

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from policies.imitate import demonstrations, imitate, optimum_of
-from hsdag_ray.pretrain import PRETRAIN_DEFAULTS, family_graph_configs
+from hsdag_ray.run.pretraining import PRETRAIN_DEFAULTS, family_graph_configs
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -35,7 +35,7 @@ def _envs_and_module(method_name: str, seed: int = 0):
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["hsdag", "gdp", "placeto"])
 def test_imitation_learns_the_optima_of_the_training_graphs(method):
-    from hsdag_ray.pretrained import infer_placements
+    from hsdag_ray.run.pretrained import infer_placements
 
     envs, module = _envs_and_module(method)
     optima = [optimum_of(e) for e in envs]

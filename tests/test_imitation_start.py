@@ -4,8 +4,8 @@ import json
 import pytest
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.train import train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.ray  # runs train in this process
 

@@ -2,8 +2,9 @@
 
 Layers, bottom up: ``hsdag_core`` (graphs, cost graphs, profiles, features,
 models: the foundation), ``envs`` (measurement backends and environments),
-``policies`` (placement methods), and the commands in ``hsdag_ray`` on top. Every
-import statement counts, including the ones inside functions.
+``policies`` (placement methods), ``hsdag_ray.run`` (a run resolved once and run) and
+the commands in ``hsdag_ray`` on top, beside what they share for parsing and printing.
+Every import statement counts, including the ones inside functions.
 """
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ def import_graph(root: Path = ROOT) -> nx.DiGraph:
     return g
 
 
+#: the ``python -m hsdag_ray.X`` commands, and what they share for parsing and printing
+COMMANDS = ("train", "graph", "measure", "profile", "solve", "apply", "sweep", "pretrain")
+SHARED = ("cli", "flags", "arguments", "console", "placed")
+#: what of the top of ``hsdag_ray`` the run layer may import: errors, flags and printing
+RUN_READS = ("hsdag_ray.cli", "hsdag_ray.flags", "hsdag_ray.console")
+
+
 def layer(module: str) -> str:
     return module.split(".")[0]
 
@@ -69,7 +77,7 @@ def layer(module: str) -> str:
 def test_the_graph_sees_the_project():
     g = import_graph()
     # a few imports known to exist, so an empty graph cannot pass the tests below
-    assert g.has_edge("hsdag_ray.train", "envs.placement_env")
+    assert g.has_edge("hsdag_ray.run.training", "envs.placement_env")
     assert g.has_edge("envs.simulator", "hsdag_core.costgraph")
     assert g.has_edge("policies.hsdag.module", "policies.hsdag.policy")
 
@@ -96,3 +104,25 @@ def test_a_cycle_is_found(tmp_path):
     (tmp_path / "envs" / "b.py").write_text("def f():\n    from envs.a import x\n")
     g = import_graph(tmp_path)
     assert list(nx.simple_cycles(g)) == [["envs.a", "envs.b"]] or list(nx.simple_cycles(g)) == [["envs.b", "envs.a"]]
+
+
+def test_the_top_of_hsdag_ray_is_the_commands_and_what_they_share():
+    top = {m.split(".")[1] for m in project_modules() if m.count(".") == 1 and m.startswith("hsdag_ray.")}
+    assert top == set(COMMANDS) | set(SHARED) | {"run"}, (
+        "modules at the top of hsdag_ray that are neither a command nor shared by the commands "
+        f"(they belong in hsdag_ray/run/): {sorted(top - set(COMMANDS) - set(SHARED) - {'run'})}")
+
+
+def test_the_run_layer_imports_no_command():
+    g = import_graph()
+    bad = [(a, b) for a, b in g.edges if a.startswith("hsdag_ray.run") and b.startswith("hsdag_ray")
+           and not b.startswith("hsdag_ray.run") and b not in RUN_READS]
+    assert not bad, "the run layer imports above itself: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+    assert g.has_edge("hsdag_ray.run.resolve", "hsdag_ray.run.config")  # the graph sees the layer
+
+
+def test_the_shared_modules_import_no_command():
+    g = import_graph()
+    bad = [(a, b) for a, b in g.edges if a.split(".")[-1] in SHARED and a.count(".") == 1
+           and b.startswith("hsdag_ray.") and b.split(".")[1] in COMMANDS]
+    assert not bad, "a shared module imports a command: " + ", ".join(f"{a} -> {b}" for a, b in bad)

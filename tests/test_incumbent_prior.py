@@ -94,8 +94,8 @@ def test_proposals_are_the_incumbent_with_few_changes_and_logp_is_the_samplers()
 
 def test_incumbent_prior_turns_on_the_incumbent_features_and_is_checked():
     from hsdag_ray.cli import UsageError
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import env_config
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import env_config
 
     with pytest.raises(UsageError, match="incumbent_prior must be -1"):
         TrainConfig.of(incumbent_prior=-0.5).validate()
@@ -110,16 +110,16 @@ def test_the_prior_is_hsdags_with_the_guide_and_only_hsdags():
     """On for HSDAG with --guide, off as published; the other methods ignore it (their
     observation stays as it was); pre-training and a checkpoint made without it keep it off."""
 
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.pretrain import PRETRAIN_DEFAULTS
-    from hsdag_ray.pretrained import adopt_settings
-    from hsdag_ray.resolve import env_config
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.pretraining import PRETRAIN_DEFAULTS
+    from hsdag_ray.run.pretrained import adopt_settings
+    from hsdag_ray.run.resolve import env_config
     from policies.registry import get
 
     def features_on(cfg):
         return env_config(cfg, "simulator", ["CPU", "GPU_SMALLMEM"], None, "")["incumbent"]
 
-    from hsdag_ray.resolve import resolved
+    from hsdag_ray.run.resolve import resolved
 
     assert not features_on(TrainConfig()) and resolved(TrainConfig()).hsdag.incumbent_prior == 0.0
     guided = resolved(TrainConfig.of(guide=True))

@@ -1,4 +1,4 @@
-"""Placement methods run in one process (hsdag_ray.inprocess, policies.hsdag.local), on the
+"""Placement methods run in one process (hsdag_ray.run.inprocess, policies.hsdag.local), on the
 simulator, without Ray: HSDAG learns, refit and exact reach the optimum, the budget holds,
 and nothing imports Ray, RLlib or OpenVINO.
 
@@ -24,7 +24,7 @@ import pytest
 from envs.graph_backend import make_backend
 from hsdag_core.compgraph import CompGraph, Edge, Node
 from hsdag_core.device_profile import DeviceSpec, MODELED_DEVICES, Profile, add_modeled_device, cost_graph
-from hsdag_ray.inprocess import PROPOSAL_CAP, run_method
+from hsdag_ray.run.inprocess import PROPOSAL_CAP, run_method
 from policies.solvers.exact import exact_method, solve
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -120,8 +120,8 @@ def test_the_local_policy_samples_faster_placements_as_it_trains(problem, one_th
     import torch
 
     from hsdag_core.features import node_features
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import resolved
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import resolved
     from policies.hsdag.local import LocalHSDAG, configs_from_settings
 
     graph, _, backend, costs, optimum = problem
@@ -158,8 +158,8 @@ def test_hsdag_samples_and_scores_placements_as_the_rllib_module(one_thread):
 
     from envs.observation import pad_graph_observation, placement_spaces
     from hsdag_core.features import node_features
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import resolved
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import resolved
     from policies.distributions import pack_dist_inputs
     from policies.hsdag.local import LocalHSDAG, configs_from_settings
     from policies.hsdag.module import GATE_PARTNER, GROUPING_PARTNER, HSDAGRLModule
@@ -233,7 +233,7 @@ def test_refit_and_exact_reach_the_exact_optimum(problem):
     assert refit["latency_s"] == pytest.approx(optimum, rel=1e-9) and refit["measured"] <= 5
     exact = run_method("exact", graph, backend, costs, budget=5, say=quiet, progress=False)
     assert exact["latency_s"] == pytest.approx(optimum, rel=1e-9)
-    assert exact["measured"] == exact["proposed"] == 1 and exact["kind"] == "solver"
+    assert exact["measured"] == exact["proposed"] == 1 and exact["approach"] == "solver"
 
 
 @pytest.mark.parametrize("method,budget", [("hsdag", 12), ("random", 15), ("anneal", 15)])
@@ -262,9 +262,9 @@ def test_the_best_after_every_measurement_is_recorded(problem):
 
 
 def test_failures_get_the_environments_failure_reward():
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.inprocess import _Measurer
-    from hsdag_ray.resolved_run import resolve_run
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.inprocess import _Measurer
+    from hsdag_ray.run.resolved_run import resolve_run
 
     graph = layered_cnn(8, c=16, size=16)
     prof = crossed_profile(graph, accelerator_memory=0.3)
@@ -304,11 +304,11 @@ def test_what_runs_only_through_ray_is_refused_with_the_command_to_use(problem):
 
 SCRIPT = """
 import json, sys
-import hsdag_ray.inprocess, policies.hsdag.local, envs.simulator
+import hsdag_ray.run.inprocess, policies.hsdag.local, envs.simulator
 from envs.graph_backend import make_backend
 from hsdag_core.compgraph import CompGraph
 from hsdag_core.device_profile import Profile, cost_graph
-from hsdag_ray.inprocess import run_method
+from hsdag_ray.run.inprocess import run_method
 
 graph, prof = CompGraph.load(sys.argv[1]), Profile.load(sys.argv[2])
 backend = make_backend("simulator", graph, profile=prof)

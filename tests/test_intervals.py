@@ -10,7 +10,7 @@ import pytest
 
 from envs.base import Measurement, TimingConfig
 from envs.intervals import WITHIN_NOISE, compare, interval_fields, median_interval, speedup_interval
-from envs.measuring import remeasure
+from envs.measuring_service import remeasure
 from envs.timing import time_runs
 
 
@@ -112,7 +112,7 @@ def test_the_run_table_and_the_sweep_table_say_within_the_noise():
     from rich.console import Console
 
     from hsdag_ray.console import result_table
-    from hsdag_ray.results import markdown, rows_from_summary
+    from hsdag_ray.run.results import markdown, rows_from_summary
 
     summary = {"model": "m", "method": "hsdag", "backend": "pipeline", "devices": ["CPU", "CPU_F32"],
                "best_source": "learner", "seed": 0, "method_best_latency_s": 0.0100,

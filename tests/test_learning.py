@@ -2,7 +2,7 @@
 
 Each test records a profile the way a user would (the local CPU timed by
 OpenVINO per op, plus a modeled accelerator), trains HSDAG through
-``hsdag_ray.train.train`` for the paper's 500 placements and compares the best
+``hsdag_ray.run.training.train`` for the paper's 500 placements and compares the best
 placement it measured with the exact optimum (``baselines["optimum"]``: the
 min cut, or the MILP when a device's memory is limited) and with the best
 single device that can hold the model. The acceptance criterion is a median
@@ -70,7 +70,8 @@ from pathlib import Path
 
 import pytest
 
-from hsdag_ray.train import TrainConfig, train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 

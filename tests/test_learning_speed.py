@@ -177,7 +177,8 @@ def test_run_with_every_mechanism_learns_on_the_simulator(tmp_path):
     """node moves + start around the best single device + elite replay + two epochs:
     a real RLlib run whose best is feasible and no slower than the best single
     device it starts around, and which keeps exploring (distinct placements)."""
-    from hsdag_ray.train import TrainConfig, train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="resnet50", budget=60, env_runners=0, wandb="disabled",
                       out=str(tmp_path), name="fast", seed=0, backend="simulator",

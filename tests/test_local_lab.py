@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hsdag_ray import results
+from hsdag_ray.run import results
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = dict(head="10.77.0.10", workers="10.77.0.11,10.77.0.12,10.77.0.13", user="hsdaglab", key="/lab/key")

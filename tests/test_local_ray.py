@@ -31,8 +31,8 @@ def _is_loopback(ip: str) -> bool:
 def test_a_local_run_starts_ray_on_loopback_only():
     import ray
 
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import _start_ray
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import _start_ray
 
     os.environ.setdefault("WANDB_MODE", "offline")
     assert not ray.is_initialized(), "another test left Ray running"
@@ -74,7 +74,7 @@ def test_the_loopback_start_leaves_ray_cluster_setting_as_it_was():
     import ray
     from ray._private import ray_constants
 
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     before = ray_constants.ENABLE_RAY_CLUSTER
     with pytest.raises(Exception):

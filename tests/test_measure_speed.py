@@ -16,7 +16,8 @@ import envs.openvino.pipeline as pipeline_module
 from envs.base import TimingConfig
 from envs.racing import far_slower, race_step
 from envs.openvino.runners import RequestRunner, StageFailure, ov_errors, random_inputs, time_runs
-from envs.openvino_backend import STRUCTURAL_OPS, OpenVINOBackend, complete_affinity, plan_stages
+from envs.openvino.backend import OpenVINOBackend
+from envs.openvino.stages import STRUCTURAL_OPS, complete_affinity, plan_stages
 from hsdag_core.errors import GraphError
 from hsdag_core.models import tiny_cnn
 

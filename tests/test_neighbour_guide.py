@@ -235,8 +235,8 @@ def test_neighbours_the_profile_says_do_not_fit_are_left_out_unless_too_many_to_
 
 def test_hsdag_with_untried_neighbours_measures_each_as_the_runs_own(tmp_path, tiny_recording):
     """A real run: the guide's neighbours are measured, counted and all new placements."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                       method="hsdag", budget=30, episode_len=5, env_runners=0, wandb="disabled",
@@ -269,20 +269,20 @@ def test_untried_neighbours_refuse_in_one_sentence(tmp_path, capsys, args, says)
     ({"guide": True, "refit_every": 4, "profile": "p.json"}, 0),
 ])
 def test_untried_neighbours_are_on_with_the_guide(change, every):
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import NEIGHBOUR_EVERY, env_config, neighbour_every
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import NEIGHBOUR_EVERY, env_config, neighbour_every
 
     every = NEIGHBOUR_EVERY if every == "auto" else every
     cfg = TrainConfig.of(model="tiny_cnn").replace(**change)
-    if not cfg.aids.refit_every:
+    if not cfg.guide.refit_every:
         cfg.validate()
     assert neighbour_every(cfg) == every
     on = env_config(cfg, "simulator", ["CPU_MODEL", "GPU_MODEL"], None, "")["suggestions"]
-    assert on == (every > 0 or cfg.aids.refit_every > 0)
+    assert on == (every > 0 or cfg.guide.refit_every > 0)
 
 
 def test_the_help_gives_the_auto_value(capsys):
-    from hsdag_ray.resolve import NEIGHBOUR_EVERY
+    from hsdag_ray.run.resolve import NEIGHBOUR_EVERY
     from hsdag_ray.train import main
 
     try:
@@ -294,9 +294,9 @@ def test_the_help_gives_the_auto_value(capsys):
 
 @pytest.mark.parametrize("order", ["profile", "random"])
 def test_the_run_orders_its_neighbours_by_the_profile_unless_told_random(order, tiny_recording):
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolved_run import resolve_run
-    from hsdag_ray.train import _guide
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolved_run import resolve_run
+    from hsdag_ray.run.training import _guide
 
     path = tiny_recording("known", 3)
     env = make_env(path, measure_reference=False)

@@ -106,7 +106,7 @@ class ToySource(GraphSource):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "placed.json").write_text(json.dumps(
                 {"format": "hsdag_ray.placed/1", "backend": self.name, "placement": job.placement}))
-            from envs.placed import load_placed
+            from envs.open_saved import load_placed
 
             loaded = load_placed(folder)
             ok = loaded(1.0) == ToyPlaced(dict.fromkeys(job.graph.names))(1.0)
@@ -158,8 +158,8 @@ def test_measure_runs_on_the_toy(toy_profile, capsys):
 
 @pytest.mark.ray
 def test_train_runs_on_the_toy(toy_profile, tmp_path):
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="toy:8", backend="toy", profile=str(toy_profile), method="random",
                          budget=12, env_runners=0, wandb="disabled", out=str(tmp_path), name="toy",
@@ -186,7 +186,7 @@ def test_apply_runs_on_the_toy_and_saves_it(toy, tmp_path, capsys):
     assert res["backend"] == "toy" and res["saved"]["ok"] and (save / "apply.json").is_file()
     assert set(res["single"]) == {"slow", "fast"}
     assert res["single"]["slow"]["placement_speedup"] > 1  # half on the fast device beats none
-    from envs.placed import load_placed
+    from envs.open_saved import load_placed
 
     assert isinstance(load_placed(save), ToyPlaced)
     # a device the toy does not have: one sentence, exit 2

@@ -1,17 +1,17 @@
 """Device sets as Ray resources, and the GPUs a measuring actor asks for.
 
 A measuring machine advertises its devices as one custom resource
-(:func:`hsdag_ray.nodes.devices_resource`); PyTorch device names such as
+(:func:`hsdag_ray.run.nodes.devices_resource`); PyTorch device names such as
 ``cuda:0`` keep their ``:`` (Ray 2.60 accepts it; a local Ray started here with
 such a resource schedules on it). A measuring actor of a real backend on CUDA
-devices asks Ray for the GPUs it measures on (:func:`hsdag_ray.nodes.gpus_needed`).
+devices asks Ray for the GPUs it measures on (:func:`hsdag_ray.run.nodes.gpus_needed`).
 """
 import pytest
 import ray
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import MEASURE_RESOURCE
-from hsdag_ray.nodes import (device_name, devices_resource, gpus_needed, measuring_gpus,
+from hsdag_ray.run.config import MEASURE_RESOURCE
+from hsdag_ray.run.nodes import (device_name, devices_resource, gpus_needed, measuring_gpus,
                              measuring_resources, measuring_slots)
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
@@ -61,8 +61,8 @@ def test_only_a_real_backend_asks_for_gpus():
 
 
 def _runner_config(backend, devices, real, env_runners=2):
-    from hsdag_ray.algos import algo_config
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.algos import algo_config
+    from hsdag_ray.run.config import TrainConfig
     from policies.registry import get
 
     cfg = TrainConfig.of(model="tiny_cnn", backend=backend, devices=devices, env_runners=env_runners,
@@ -89,7 +89,7 @@ def test_a_measuring_env_runner_asks_for_the_gpu_it_measures_on():
 @pytest.mark.slow  # a Ray of its own; CI runs the GPU-resources test on a CUDA device set
 @pytest.mark.own_ray
 def test_a_machine_advertising_a_cuda_device_set_is_found_by_its_devices():
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     cuda_set = "devices_cpu+cuda:0"
     start_local_ray(num_cpus=1, resources={MEASURE_RESOURCE: 1, cuda_set: 1},

@@ -3,8 +3,8 @@ coarsening is one node) still gives a policy that learns, with finite weights.""
 import numpy as np
 import torch
 
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.resolve import resolved
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.resolve import resolved
 from policies.hsdag.local import LocalHSDAG, configs_from_settings
 
 

@@ -19,20 +19,10 @@ from openvino import opset13 as ops
 import envs.openvino.backend as backend_module
 import envs.timing as timing_module
 from envs.base import Backend, TimingConfig
-from envs.openvino_backend import (
-    AUTO_BACKEND,
-    STRUCTURAL_OPS,
-    DeviceSet,
-    DeviceSpec,
-    OpenVINOBackend,
-    auto_candidates,
-    check_devices,
-    complete_affinity,
-    find_plugin_library,
-    measure_auto,
-    plan_stages,
-    split_stages,
-)
+from envs.openvino.auto import AUTO_BACKEND, auto_candidates, measure_auto
+from envs.openvino.backend import OpenVINOBackend
+from envs.openvino.devices import DeviceSet, DeviceSpec, check_devices, find_plugin_library
+from envs.openvino.stages import STRUCTURAL_OPS, complete_affinity, plan_stages, split_stages
 from hsdag_core.models import load_model
 
 FAST = TimingConfig(warmup=1, repeats=3, block=2, timeout_s=60.0, threads=1, precision=0)

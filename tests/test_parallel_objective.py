@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from hsdag_ray.train import TrainConfig, train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -46,7 +47,7 @@ def _heft(path, coarsen="colocation"):
 @pytest.mark.slow
 def test_parallel_runs_measure_heft_on_their_profile(tmp_path):
     from envs.simulator import Simulator
-    from hsdag_ray.results import baseline_rows, rows_from_summary
+    from hsdag_ray.run.results import baseline_rows, rows_from_summary
 
     paths = _profiles(tmp_path)
     placement, value, _ = _heft(paths["known"])

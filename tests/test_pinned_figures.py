@@ -1,7 +1,7 @@
 """The same seed gives the same figures: short fixed-seed simulator runs of every method,
 pinned to the figures recorded in ``tests/data/pinned_figures.json``.
 
-Every method is run where it runs: in this process (:func:`hsdag_ray.inprocess.run_method`:
+Every method is run where it runs: in this process (:func:`hsdag_ray.run.inprocess.run_method`:
 HSDAG, the RNN placer, GDP by REINFORCE, the searches and the solvers), through ``train`` (every registered method, its
 ``metrics.jsonl`` and every measurement's latency), and device-set fine-tuning
 (:func:`policies.gdp.device_training.finetune`). The runs measure on memory-limited
@@ -100,7 +100,7 @@ def unhurried_refit(monkeypatch):
 
 @pytest.mark.parametrize("method", INPROCESS)
 def test_an_inprocess_run_measures_what_it_measured_before(limited, method):
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
 
     graph, backend, costs = limited
     r = run_method(method, graph, backend, costs, budget=24, seed=1, say=lambda _: None,
@@ -133,8 +133,8 @@ def test_device_set_finetuning_measures_what_it_measured_before():
 
 # ------------------------------------------------------------------ through train
 def _trained(method: str, profile: Path, out: Path) -> dict:
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", method=method, backend="simulator", profile=str(profile),
                       budget=20, episode_len=5, env_runners=0, hidden_dim=16, wandb="disabled",
@@ -169,8 +169,8 @@ def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_d
     other counts than 10, and its best after 10 measurements is read off the curve, as the
     benches read it."""
     from bench.bench_learning import best_at, measured_curve
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", method="anneal", backend="simulator",
                       profile=str(four_device_profile),

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from envs.backends import BACKENDS
-from envs.placed import load_placed
+from envs.open_saved import load_placed
 
 
 def test_the_manifest_picks_the_loader_and_an_unknown_backend_is_one_sentence(tmp_path):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.pretrain import pretrain
-from hsdag_ray.pretrained import CHECKPOINT_FILE, read_pretrained
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.pretraining import pretrain
+from hsdag_ray.run.pretrained import CHECKPOINT_FILE, read_pretrained
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -56,9 +56,9 @@ def _held_out_cfg(out, **kw):
 def test_init_loads_the_weights_into_the_learner_and_the_env_runner(pretrained):
     import ray
 
-    from hsdag_ray.algos import algo_config
-    from hsdag_ray.pretrained import adopt_settings, load_into_algo
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.algos import algo_config
+    from hsdag_ray.run.pretrained import adopt_settings, load_into_algo
+    from hsdag_ray.run.resolve import env_config, resolve_backend
     from policies.registry import get
 
     out, _ = pretrained
@@ -105,9 +105,9 @@ def test_init_soften_spreads_the_loaded_policy_and_keeps_its_preferences(pretrai
     entropy on the held-out graph) and every group still prefers the device it preferred."""
     import ray
 
-    from hsdag_ray.algos import algo_config
-    from hsdag_ray.pretrained import adopt_settings, build_module, load_into_algo
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.algos import algo_config
+    from hsdag_ray.run.pretrained import adopt_settings, build_module, load_into_algo
+    from hsdag_ray.run.resolve import env_config, resolve_backend
     from policies.registry import get, load
 
     out, _ = pretrained
@@ -177,9 +177,9 @@ def test_zero_shot_measures_only_on_a_machine_with_the_runs_devices(pretrained, 
     import ray
     from ray.cluster_utils import Cluster
 
-    from hsdag_ray.config import MEASURE_RESOURCE
-    from hsdag_ray.nodes import devices_resource
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import MEASURE_RESOURCE
+    from hsdag_ray.run.nodes import devices_resource
+    from hsdag_ray.run.training import train
 
     out, _ = pretrained
     cfg = _held_out_cfg(out, sim_delay_s=0.01, remeasure_rounds=1, zero_shot_samples=3,
@@ -227,7 +227,8 @@ def test_placeto_pretrains_by_imitation_only_unless_a_budget_is_given(tmp_path):
     """After --imitate-steps, Placeto's own pre-training budget is 0 placements of
     reinforcement (its Method.budget_after_imitation; docs/results/transfer.md); an explicit
     --budget still runs them, and without imitation the general default applies."""
-    from hsdag_ray.pretrain import DEFAULT_BUDGET, default_budget, main
+    from hsdag_ray.pretrain import main
+    from hsdag_ray.run.pretraining import DEFAULT_BUDGET, default_budget
 
     assert default_budget("placeto", 5) == 0
     assert default_budget("placeto", 0) == DEFAULT_BUDGET  # else nothing would train the policy
@@ -308,8 +309,8 @@ def test_bench_transfer_names_fine_tuning_runs_by_their_settings():
 def test_a_policy_pretrained_without_graphnorm_is_fine_tuned_without_it(tmp_path):
     """--no-graph-norm in pre-training: the checkpoint's network has no GraphNorm, and
     train --init adopts the setting (a run naming --graph-norm is refused in one sentence)."""
-    from hsdag_ray.pretrained import adopt_settings, build_module
-    from hsdag_ray.train import train
+    from hsdag_ray.run.pretrained import adopt_settings, build_module
+    from hsdag_ray.run.training import train
     from policies.registry import get
 
     out = tmp_path / "pre"
@@ -327,7 +328,7 @@ def test_a_policy_pretrained_without_graphnorm_is_fine_tuned_without_it(tmp_path
     s = train(TrainConfig.of(**base, budget=6, name="ft"), quiet=True)
     assert s["placements"] >= 6
     # a run that names GraphNorm itself gets a network the checkpoint does not fit
-    from hsdag_ray.resolve import env_config, resolve_backend
+    from hsdag_ray.run.resolve import env_config, resolve_backend
     from policies.registry import load
 
     cfg = adopt_settings(TrainConfig.of(**base), ckpt)

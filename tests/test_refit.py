@@ -138,8 +138,8 @@ def test_refit_does_not_model_the_parallel_objective():
 def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path, tiny_recording):
     """``train --method refit`` with ``--sim-profile``: it ends at the machine's optimum,
     where the exact solver's placement on the run's profile is 30 % slower."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
@@ -163,8 +163,8 @@ def test_train_refit_on_a_machine_its_profile_describes_wrongly(tmp_path, tiny_r
 def test_train_refit_for_throughput(tmp_path, tiny_recording):
     """``train --method refit --objective throughput`` on a machine its profile describes
     wrongly ends at the machine's throughput optimum."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", objective="throughput",

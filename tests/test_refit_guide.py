@@ -94,8 +94,8 @@ def test_hsdag_with_refits_proposals_reaches_the_machines_optimum(tmp_path, tiny
     the run's own, each a new placement, every count of them agrees, and the run ends at
     the machine's optimum (on this small graph HSDAG alone does too: the difference on
     larger ones is measured by bench/bench_learning.py, see docs/results/search-aids.md)."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     paths = {"known": tiny_recording("known", 3), "machine": tiny_recording("machine", 5)}
     cfg = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(paths["known"]),
@@ -122,8 +122,8 @@ def test_hsdag_with_refits_proposals_reaches_the_machines_optimum(tmp_path, tiny
     ({"profile": ""}, "--profile FILE"),
 ])
 def test_refits_proposals_say_what_they_cannot_use(tiny_recording, change, says):
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import guide_needs
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import guide_needs
 
     run = TrainConfig.of(model="tiny_cnn", refit_every=4, profile=str(tiny_recording("known", 3)))
     assert guide_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.env.profile).to_json()) == ""

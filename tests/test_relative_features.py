@@ -3,10 +3,10 @@ checkpoint's settings: what lets one policy read graphs of very different sizes 
 import numpy as np
 import pytest
 
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from hsdag_core.features import FeatureConfig, MAX_MEMORY_FRACTION, node_features
 from hsdag_core.coarsening import build_graph
-from hsdag_ray.pretrained import adopt_settings
+from hsdag_ray.run.pretrained import adopt_settings
 
 SPEC = "gen:layered:n=12:c=32:w=4:seed=3"
 

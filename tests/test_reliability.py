@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.rundir import Run
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.rundir import Run
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -383,7 +383,7 @@ def test_a_pretrained_checkpoint_is_written_whole_or_not_at_all(tmp_path):
     or the new one, never a half-written pretrained.pt (no temporary file left)."""
     import torch
 
-    from hsdag_ray.pretrained import read_pretrained, save_pretrained
+    from hsdag_ray.run.pretrained import read_pretrained, save_pretrained
 
     module = torch.nn.Linear(3, 2)
     save_pretrained(tmp_path, module, {"method": "hsdag"})
@@ -453,7 +453,7 @@ def test_a_run_on_two_measuring_nodes_survives_a_node_killed_and_a_driver_killed
     every iteration once and no measurement lost."""
     from ray.cluster_utils import Cluster
 
-    from hsdag_ray.config import MEASURE_RESOURCE
+    from hsdag_ray.run.config import MEASURE_RESOURCE
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
     nodes = [cluster.add_node(num_cpus=1, resources={MEASURE_RESOURCE: 1}) for _ in range(2)]

@@ -1,5 +1,5 @@
-"""A run is resolved once: :func:`hsdag_ray.resolved_run.resolve_run` builds one
-:class:`~hsdag_ray.resolved_run.ResolvedRun`, and train's start, driver and summary and the
+"""A run is resolved once: :func:`hsdag_ray.run.resolved_run.resolve_run` builds one
+:class:`~hsdag_ray.run.resolved_run.ResolvedRun`, and train's start, driver and summary and the
 in-process runner's measurer and learner receive that object."""
 import dataclasses
 
@@ -8,9 +8,9 @@ import pytest
 
 from envs.graph_backend import make_backend
 from hsdag_core.device_profile import cost_graph
-from hsdag_ray import resolve
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.resolved_run import ResolvedRun, resolve_run
+from hsdag_ray.run import resolve
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.resolved_run import ResolvedRun, resolve_run
 from tests.test_inprocess import crossed_profile, layered_cnn
 
 SIM = {"backend": "simulator", "devices": ["CPU", "GPU_SMALLMEM"], "model": "tiny_cnn"}
@@ -21,15 +21,15 @@ def _quiet(_):
 
 
 @pytest.mark.parametrize("settings, want", [
-    ({}, {"incumbent_prior": 0.0, "neighbour_every": 0, "guide_of": None, "reads_incumbent": False,
-          "samples_around_incumbent": False, "starts_exact": False, "guided_by": ()}),
-    ({"guide": True}, {"incumbent_prior": 2.0, "neighbour_every": 10, "guide_of": "neighbours",
+    ({}, {"incumbent_prior": 0.0, "neighbour_every": 0, "guide_proposer": None, "reads_incumbent": False,
+          "samples_around_incumbent": False, "starts_exact": False, "guide_parts": ()}),
+    ({"guide": True}, {"incumbent_prior": 2.0, "neighbour_every": 10, "guide_proposer": "neighbours",
                        "reads_incumbent": True, "samples_around_incumbent": True, "starts_exact": True,
-                       "guided_by": ("exact start", "incumbent prior", "untried neighbours")}),
-    ({"guide": True, "refit_every": 5}, {"incumbent_prior": 2.0, "neighbour_every": 0, "guide_of": "refit",
-                                         "guided_by": ("exact start", "incumbent prior", "refit's proposals")}),
+                       "guide_parts": ("exact start", "incumbent prior", "untried neighbours")}),
+    ({"guide": True, "refit_every": 5}, {"incumbent_prior": 2.0, "neighbour_every": 0, "guide_proposer": "refit",
+                                         "guide_parts": ("exact start", "incumbent prior", "refit's proposals")}),
     ({"incumbent_prior": 3.0, "incumbent": True}, {"incumbent_prior": 3.0, "reads_incumbent": True,
-                                                  "guide_of": None, "guided_by": ("incumbent prior",)}),
+                                                  "guide_proposer": None, "guide_parts": ("incumbent prior",)}),
     ({"method": "random", "guide": True}, {"incumbent_prior": 0.0, "samples_around_incumbent": False,
                                            "neighbour_every": 10, "reads_incumbent": False}),
 ])
@@ -41,14 +41,14 @@ def test_the_derived_settings_are_those_the_steps_give(settings, want):
     # the same as each of resolve's steps gives, on the settings as given
     assert run.incumbent_prior == resolve.incumbent_prior(cfg)
     assert run.neighbour_every == resolve.neighbour_every(cfg)
-    assert run.guide_of == resolve.guide_of(cfg)
+    assert run.guide_proposer == resolve.guide_proposer(cfg)
     assert run.reads_incumbent == resolve.reads_incumbent(cfg)
-    assert run.guided_by == tuple(resolve.guided_by(cfg, "simulator"))
+    assert run.guide_parts == tuple(resolve.guide_parts(cfg, "simulator"))
     # the method reads plain numbers: --guide's choices written out
     assert run.cfg.hsdag.incumbent_prior == run.incumbent_prior
-    assert run.cfg.aids.neighbour_every == run.neighbour_every
+    assert run.cfg.guide.neighbour_every == run.neighbour_every
     assert run.env_config["incumbent"] == run.reads_incumbent
-    assert run.env_config["suggestions"] == (run.guide_of is not None)
+    assert run.env_config["suggestions"] == (run.guide_proposer is not None)
     assert run.given == cfg and run.settings == resolve.resolved(cfg)
 
 
@@ -79,8 +79,8 @@ def _spy(monkeypatch, module, name, calls):
 
 
 def test_the_in_process_runner_resolves_once_and_hands_the_run_down(monkeypatch):
-    from hsdag_ray import inprocess, resolved_run
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run import inprocess, resolved_run
+    from hsdag_ray.run.inprocess import run_method
 
     graph = layered_cnn(6, c=8, size=8)
     prof = crossed_profile(graph)
@@ -91,7 +91,7 @@ def test_the_in_process_runner_resolves_once_and_hands_the_run_down(monkeypatch)
     seen = []
     real_learned = inprocess._run_learned
     monkeypatch.setattr(inprocess, "_run_learned", lambda run, *a: seen.append(run) or real_learned(run, *a))
-    for helper in ("incumbent_prior", "neighbour_every", "guide_of", "reads_incumbent", "resolved"):
+    for helper in ("incumbent_prior", "neighbour_every", "guide_proposer", "reads_incumbent", "resolved"):
         _spy(monkeypatch, resolve, helper, calls)
     r = run_method("hsdag", graph, backend, costs, budget=6, settings={"episode_len": 3}, say=_quiet,
                    progress=False)
@@ -103,12 +103,13 @@ def test_the_in_process_runner_resolves_once_and_hands_the_run_down(monkeypatch)
     assert seen == [built]  # the learner's loop receives the object resolve_run built
     # every derived setting is computed inside that one resolve_run (a spy records a call
     # when it returns): none after it, by the measurer, the features or the learner
-    assert names[-1] == "resolve_run" and {"resolved", "guide_of", "reads_incumbent"} <= set(names)
+    assert names[-1] == "resolve_run" and {"resolved", "guide_proposer", "reads_incumbent"} <= set(names)
 
 
 @pytest.mark.ray  # runs train (a local Ray) in this process
 def test_train_resolves_once_and_its_start_driver_and_summary_receive_the_run(monkeypatch, tmp_path):
-    from hsdag_ray import drivers, resolved_run, run_start, summary, train as train_module
+    from hsdag_ray.run import training as train_module
+    from hsdag_ray.run import drivers, resolved_run, run_start, summary
 
     calls = []
     _spy(monkeypatch, resolved_run, "resolve_run", calls)

@@ -134,9 +134,9 @@ def test_training_raises_the_probability_of_the_faster_placement(tiny_profile, l
     clearly more likely than the slower one. Measured: the log-ratio went 0.00 -> 52 over 5
     updates; with the advantages' sign flipped it went to -11 (the slower one wins)."""
     from envs.placement_env import PlacementEnv
-    from hsdag_ray.algos import algo_config
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolve import env_config
+    from hsdag_ray.run.algos import algo_config
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolve import env_config
     from policies.registry import get
 
     cfg = TrainConfig.of(model="tiny_cnn", method="rnn", env_runners=0, seed=0, lr=1e-2,

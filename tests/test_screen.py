@@ -103,8 +103,8 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     its measurements go to the proposals that may win, so its best is as fast or faster
     (tiny_cnn has few placements: the screened run ends at the proposal cap with fewer
     than its 15 measurements), and its best is a measured latency."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.train import train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     base = TrainConfig.of(model="tiny_cnn", backend="simulator", profile=str(tiny_recording("known", 3)),
                        method="random", budget=15, budget_unit="measurements", episode_len=5,
@@ -127,9 +127,9 @@ def test_a_screened_search_finds_at_least_as_fast_a_placement_per_measurement(tm
     ({"profile": ""}, "--profile FILE"),
 ])
 def test_the_screen_says_what_it_cannot_predict(tiny_recording, change, says):
-    from hsdag_ray.config import TrainConfig
+    from hsdag_ray.run.config import TrainConfig
     from hsdag_core.device_profile import Profile
-    from hsdag_ray.resolve import screen_needs
+    from hsdag_ray.run.resolve import screen_needs
 
     run = TrainConfig.of(model="tiny_cnn", screen=1.0, profile=str(tiny_recording("known", 3)))
     assert screen_needs(run, ["CPU_MODEL", "GPU_X"], Profile.load(run.env.profile).to_json()) == ""

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from hsdag_ray.train import TrainConfig, train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 from policies.search.local import RandomSearch, SimulatedAnnealing
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process

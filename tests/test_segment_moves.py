@@ -74,7 +74,8 @@ def test_module_with_segment_moves_keeps_logp_between_sampling_and_training():
 
 def test_run_with_segment_moves_learns_on_the_simulator(tmp_path):
     """A real RLlib run with segment moves: feasible, no slower than the best single device."""
-    from hsdag_ray.train import TrainConfig, train
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.training import train
 
     cfg = TrainConfig.of(model="tiny_cnn", budget=60, env_runners=0, wandb="disabled",
                       out=str(tmp_path), name="seg", seed=0, backend="simulator",

@@ -8,7 +8,7 @@ import pytest
 
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import SECTIONS, TrainConfig, settings_of
+from hsdag_ray.run.config import SECTIONS, TrainConfig, settings_of
 
 
 def test_the_settings_round_trip_through_config_json():
@@ -89,7 +89,7 @@ def test_method_help_groups_the_settings_by_section(capsys):
     with pytest.raises(SystemExit):
         main(["--method", "rnn", "--help"])
     out = capsys.readouterr().out
-    for section in ("run", "env", "timing", "features", "learning", "aids", "rnn"):
+    for section in ("run", "env", "timing", "features", "learning", "guide", "rnn"):
         assert f"\n{section} settings:" in out, section
     assert "\nhsdag settings:" not in out and "--rnn.hidden-dim" in out and "--grouper" in out
     assert "--no-fractal" in out and "--block" in out  # a library class's fields, help included

@@ -13,8 +13,8 @@ import pytest
 from envs.env_config import EnvConfig
 from hsdag_ray.arguments import config_from_args
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import SECTIONS, TrainConfig
-from hsdag_ray.resolve import env_config
+from hsdag_ray.run.config import SECTIONS, TrainConfig
+from hsdag_ray.run.resolve import env_config
 
 
 @dataclass(frozen=True)

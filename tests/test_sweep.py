@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hsdag_ray.results import read_csv
-from hsdag_ray.sweep import ABLATION_VARIANTS, SweepConfig, config_from_args, main, run_sweep, trials
+from hsdag_ray.run.results import read_csv
+from hsdag_ray.run.sweeping import ABLATION_VARIANTS, SweepConfig, run_sweep, trials
+from hsdag_ray.sweep import config_from_args, main
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -124,7 +125,7 @@ def test_bad_sweep_input_is_one_sentence(argv, words, tmp_path, capsys):
 def test_every_method_by_default_leaves_out_those_the_settings_cannot_run():
     """A sweep of every method on real devices with no profile runs all but the ones
     that read a profile; on the simulator (which always has one) it runs them all."""
-    from hsdag_ray.sweep import _check
+    from hsdag_ray.run.sweeping import _check
     from policies.registry import METHODS
 
     real = SweepConfig(models=["tiny_cnn"], seeds=[0], train={**TINY, "backend": "auto"})
@@ -247,8 +248,8 @@ def test_run_folders_are_named_without_characters_a_shell_or_scp_reads(model, la
     """A train run's folder and a sweep trial's name (and a cached profile's) start with the
     same label: a file's stem, else the spec with ':' and '=' replaced (scp and rsync read
     'tv:...' as a host)."""
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.rundir import Run
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.rundir import Run
 
     run = Run(TrainConfig.of(model=model, out=str(tmp_path)), resume=None)
     assert run.dir.parent == tmp_path and run.dir.name.startswith(f"{label}-hsdag-")

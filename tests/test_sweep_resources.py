@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from hsdag_ray import sweep
+from hsdag_ray.run import sweeping
 from hsdag_ray.cli import run
-from hsdag_ray.config import MEASURE_RESOURCE
+from hsdag_ray.run.config import MEASURE_RESOURCE
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 
@@ -27,7 +28,7 @@ def _stand_in_tuner(monkeypatch, on_fit=lambda: None) -> list:
     from ray import tune
 
     asked = []
-    real_resources = sweep._resources
+    real_resources = sweeping._resources
 
     def resources(sc, cfg):
         asked.append(real_resources(sc, cfg))
@@ -45,13 +46,13 @@ def _stand_in_tuner(monkeypatch, on_fit=lambda: None) -> list:
             on_fit()
             raise _TunerStandIn
 
-    monkeypatch.setattr(sweep, "_resources", resources)
+    monkeypatch.setattr(sweeping, "_resources", resources)
     monkeypatch.setattr(tune, "Tuner", Tuner)
     return asked
 
 
 def test_unsatisfiable_names_the_missing_resource():
-    from hsdag_ray.nodes import unsatisfiable
+    from hsdag_ray.run.nodes import unsatisfiable
 
     machine = {"CPU": 2.0, "memory": 1e9}
     trial = [{"CPU": 1}, {MEASURE_RESOURCE: 1}]
@@ -100,7 +101,7 @@ def test_a_sweep_whose_trials_can_never_start_says_why(monkeypatch, tmp_path, ca
     stops at once with one sentence naming the resource and how to provide it (exit 2)."""
     import ray
 
-    from hsdag_ray.local_ray import start_local_ray
+    from hsdag_ray.run.local_ray import start_local_ray
 
     _stand_in_tuner(monkeypatch)
     start_local_ray(num_cpus=2, log_to_driver=False, configure_logging=False)
@@ -120,15 +121,15 @@ def test_a_trial_asks_for_the_device_set_it_will_measure_on(monkeypatch, tmp_pat
     measuring actors will ask for (a bundle without it could never place them)."""
     from pathlib import Path
 
-    from hsdag_ray import nodes
+    from hsdag_ray.run import nodes
 
     cpus = "devices_cpu+cpu:bf16"
     monkeypatch.setattr(nodes, "_alive_resources", lambda: [
         {"CPU": 4.0, MEASURE_RESOURCE: 1.0, cpus: 1.0},
         {"CPU": 4.0, MEASURE_RESOURCE: 1.0, "devices_cpu+cuda:0": 1.0, "GPU": 1.0}])
     sc = sweep.config_from_args(REAL + ["--out", str(tmp_path)])
-    [trial] = sweep.trials(sc)
-    pgf = sweep._resources(sc, sc.trial_config(trial, Path(tmp_path)))
+    [trial] = sweeping.trials(sc)
+    pgf = sweeping._resources(sc, sc.trial_config(trial, Path(tmp_path)))
     import ray
 
     # the trial's driver on the sweep's machine (its run folder is read there), then the slot

@@ -91,7 +91,7 @@ def test_apply_save_and_reload_in_a_fresh_process_without_openvino(tmp_path, tin
 def test_a_hugging_face_save_reloads_in_a_fresh_process(tmp_path):
     """A Hugging Face model returns a ModelOutput, which ``torch.export.load`` reads back only
     once transformers registered it: the manifest names the module, the loader imports it."""
-    from envs.pytorch.placed import save_placed
+    from envs.pytorch.saved import save_placed
     from envs.pytorch.stages import to_host
 
     program, graph, _, _ = build_graph("hf:gpt2:num_hidden_layers=2:n_embd=64:n_head=2", "none",
@@ -111,7 +111,7 @@ def test_a_hugging_face_save_reloads_in_a_fresh_process(tmp_path):
 
 
 def test_saved_placement_errors(tmp_path, tiny):
-    from envs.pytorch.placed import load_placed as load_torch, save_placed
+    from envs.pytorch.saved import load_placed as load_torch, save_placed
 
     program, graph = tiny
     affinity = graph.expand_placement(parse_placement("split:0.5", graph, DEVICES))

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hsdag_ray.train import TrainConfig, train
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.training import train
 
 pytestmark = pytest.mark.ray  # runs train, sweep, pretrain or Ray itself in this process
 

@@ -2,7 +2,7 @@
 
 Run it as ``bash bench/gpu_check.sh OUT_DIR`` on a machine with PyTorch, transformers and
 accelerate (no Ray, OpenVINO or W&B needed: the methods run in-process,
-:mod:`hsdag_ray.inprocess`). It writes ``OUT_DIR/gpu_check.json`` and
+:mod:`hsdag_ray.run.inprocess`). It writes ``OUT_DIR/gpu_check.json`` and
 ``OUT_DIR/gpu_check.md`` after every section, so a run stopped early keeps what it measured,
 and ends with a one-line verdict per section: met or not, and by how much.
 

@@ -103,7 +103,7 @@ def verdict(met: bool, what: str, by: str) -> str:
 def remeasure_until(measure, candidates: dict, rounds: int, least: int = 2,
                     tight: Optional[float] = None) -> dict:
     """Re-measure ``candidates`` (name -> placement) in interleaved rounds, as
-    :func:`envs.measuring.remeasure` does (round ``r`` in an order rotated by ``r``), but
+    :func:`envs.measuring_service.remeasure` does (round ``r`` in an order rotated by ``r``), but
     stop after ``least`` rounds once every candidate's 95% interval is within ``tight`` of
     its median (half-width over median; default ``TimingConfig.precision``): a quiet
     machine spends fewer rounds. Returns per

@@ -66,7 +66,7 @@ def offload(spec: str, gpu: str, shares, budget: int, seed: int,
     from envs.pytorch.accelerate_map import accelerate_placement
     from envs.pytorch.backend import TorchBackend
     from hsdag_core.device_profile import cost_graph
-    from hsdag_ray.inprocess import run_method
+    from hsdag_ray.run.inprocess import run_method
     from policies.solvers.exact import exact_method, solve
 
     t_model = time.perf_counter()

@@ -4,7 +4,7 @@
 stage models), ``runners`` (infer requests, the stage pipeline, timing, error
 translation), ``backend`` (:class:`~envs.openvino.backend.OpenVINOBackend`),
 ``auto`` (the OpenVINO AUTO baseline), ``op_times`` (profiling
-attribution), ``placed`` (a placed model saved and loaded), ``apply`` (a placement applied
+attribution), ``saved`` (a placed model saved and loaded), ``apply`` (a placement applied
 next to AUTO and HETERO's own splits) and ``source`` (the graph source the backends
-register: :data:`envs.openvino.source.SOURCE`). :mod:`envs.openvino_backend` re-exports the public names.
+register: :data:`envs.openvino.source.SOURCE`).
 """

@@ -5,7 +5,7 @@ whole model compiled on it, its outputs validated too), OpenVINO's AUTO device a
 HETERO's own splits (``hetero_auto``: HETERO's default, each op on the first device in
 ``--devices`` order that supports it; ``hetero_pipeline``:
 ``MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL``), interleaved; ``--save DIR`` writes the
-placed model (:mod:`envs.openvino.placed`), loads it back in a fresh Core and compares its
+placed model (:mod:`envs.openvino.saved`), loads it back in a fresh Core and compares its
 outputs with the unsplit model's at f32.
 """
 from __future__ import annotations
@@ -42,8 +42,9 @@ def _reference(model, device_set, inputs: list[np.ndarray]) -> list[np.ndarray]:
 def apply_openvino(job: ApplyJob) -> dict[str, Any]:
     """The placement compiled as ``job.backend`` runs it, each device alone, OpenVINO AUTO and
     HETERO's own splits, interleaved; saved and checked with ``job.save``."""
-    from envs.openvino_backend import (HETERO_MODES, OpenVINOBackend, complete_affinity, measure_auto,
-                                       measure_hetero_mode)
+    from envs.openvino.auto import HETERO_MODES, measure_auto, measure_hetero_mode
+    from envs.openvino.backend import OpenVINOBackend
+    from envs.openvino.stages import complete_affinity
 
     model, specs, timing = job.model, job.specs, job.timing
     affinity = complete_affinity(model, job.graph.expand_placement(job.placement))
@@ -84,9 +85,9 @@ def apply_openvino(job: ApplyJob) -> dict[str, Any]:
 def _save_and_check(directory: str, model, affinity, specs, timing: TimingConfig,
                     placed: Measurement, device_set, seed: int) -> dict[str, Any]:
     """Write the placed model, load it back in a fresh Core and compare its outputs."""
-    from envs.openvino.placed import save_placed
-    from envs.openvino_backend import TOLERANCE, random_inputs
-    from envs.placed import load_placed
+    from envs.openvino.saved import save_placed
+    from envs.openvino.runners import TOLERANCE, random_inputs
+    from envs.open_saved import load_placed
 
     path = str(placed.info.get("path", "pipeline"))
     try:

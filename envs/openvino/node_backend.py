@@ -10,7 +10,7 @@ import numpy as np
 from envs.base import Backend, Measurement, OwnRun, TimingConfig
 from hsdag_core.compgraph import CompGraph, GraphError
 
-__all__ = ["OpenVINOGraphBackend", "openvino_backend"]
+__all__ = ["OpenVINOGraphBackend", "openvino_graph_backend"]
 
 
 class OpenVINOGraphBackend(Backend):
@@ -22,7 +22,7 @@ class OpenVINOGraphBackend(Backend):
 
     def __init__(self, graph: CompGraph, model, devices: Sequence[str], mode: str = "auto",
                  timing: TimingConfig = TimingConfig()) -> None:
-        from envs.openvino_backend import OpenVINOBackend
+        from envs.openvino.backend import OpenVINOBackend
 
         self.graph, self.model, self.specs, self.timing = graph, model, list(devices), timing
         self.ov = OpenVINOBackend(model, list(devices), mode=mode, timing=timing)  # type: ignore[arg-type]
@@ -36,13 +36,13 @@ class OpenVINOGraphBackend(Backend):
         (``openvino_auto``: the whole model on the device AUTO picks) and HETERO's own splits
         (``hetero_auto``: its default per-op fallback in device order; ``hetero_pipeline``:
         MODEL_DISTRIBUTION_POLICY=PIPELINE_PARALLEL)."""
-        from envs.openvino_backend import HETERO_MODES
+        from envs.openvino.auto import HETERO_MODES
 
         return {"openvino_auto": OwnRun("OpenVINO AUTO"),
                 **{mode: OwnRun(f"OpenVINO HETERO {mode}") for mode in HETERO_MODES}}
 
     def measure_own(self, name: str) -> Measurement:
-        from envs.openvino_backend import HETERO_MODES, measure_auto, measure_hetero_mode
+        from envs.openvino.auto import HETERO_MODES, measure_auto, measure_hetero_mode
 
         if name == "openvino_auto":
             return measure_auto(self.model, self.devices, self.timing)
@@ -62,9 +62,9 @@ class OpenVINOGraphBackend(Backend):
                             race=race)
 
 
-def openvino_backend(graph: CompGraph, *, model=None, devices: Sequence[str] = (),
-                     timing: TimingConfig = TimingConfig(), kind: str = "auto", **_) -> Backend:
+def openvino_graph_backend(graph: CompGraph, *, model=None, devices: Sequence[str] = (),
+                     timing: TimingConfig = TimingConfig(), backend: str = "auto", **_) -> Backend:
     """Real OpenVINO devices (registered as ``auto``, ``hetero`` and ``pipeline``, the mode)."""
     if model is None:
-        raise GraphError(f"the {kind} backend measures a real model; name one with --model")
-    return OpenVINOGraphBackend(graph, model, devices, kind, timing)
+        raise GraphError(f"the {backend} backend measures a real model; name one with --model")
+    return OpenVINOGraphBackend(graph, model, devices, backend, timing)

@@ -25,12 +25,12 @@ class OpenVINOSource(GraphSource):
         return f"{len(model.get_ordered_ops())} OpenVINO ops"
 
     def check_devices(self, specs: Sequence[str], threads: int = 0, here: bool = True) -> list[str]:
-        from envs.openvino_backend import check_devices
+        from envs.openvino.devices import check_devices
 
         return [i.name for i in check_devices(list(specs), default_threads=threads)]
 
     def describe_devices(self, specs: Sequence[str], threads: int = 0) -> list[str]:
-        from envs.openvino_backend import DeviceSet
+        from envs.openvino.devices import DeviceSet
 
         return DeviceSet(list(specs), default_threads=threads).describe()
 
@@ -55,7 +55,7 @@ class OpenVINOSource(GraphSource):
         return apply_openvino(job)
 
     def load_placed(self, folder, manifest: dict, threads: Optional[int]):
-        from envs.openvino.placed import load_openvino
+        from envs.openvino.saved import load_openvino
 
         return load_openvino(folder, manifest, threads)
 

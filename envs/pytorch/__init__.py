@@ -4,7 +4,7 @@
 placement cut into stages with ``torch.fx`` and run on its devices), ``backend``
 (:class:`~envs.pytorch.backend.TorchBackend`), ``profile_ops`` (per-node times),
 ``pipelined`` (pipelined inference, the throughput objective), ``accelerate_map``
-(Hugging Face Accelerate's device map as a baseline), ``placed``
+(Hugging Face Accelerate's device map as a baseline), ``saved``
 (a placed program saved and loaded), ``apply`` (a placement applied) and ``source`` (the
 graph source the backend registers: :data:`envs.pytorch.source.SOURCE`). Nothing here imports OpenVINO or Ray.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 __all__ = ["torch_backend"]
 
 
-def torch_backend(graph, *, model=None, devices=(), timing=None, kind: str = "torch",
-                  objective: str = "sequential", **_):
+def torch_backend(graph, *, model=None, devices=(), timing=None, objective: str = "sequential",
+                  **_):
     """The torch backend for ``graph`` of the program ``model`` (registered as ``torch``)."""
     from envs.base import TimingConfig
     from envs.pytorch.backend import TorchBackend

@@ -4,7 +4,7 @@ The placement runs split into torch stages, timed next to each device alone and 
 backend's own splits (Accelerate's ``device_map="auto"``), interleaved; its outputs are
 compared with the unsplit program's within :data:`envs.pytorch.backend.TOLERANCE`, and
 ``--save DIR`` writes the exported program, its inputs and the placement
-(:mod:`envs.pytorch.placed`), loads it back and compares its outputs too.
+(:mod:`envs.pytorch.saved`), loads it back and compares its outputs too.
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def apply_torch(job: ApplyJob) -> dict[str, Any]:
     for r in [*result["single"].values(), *result["own"].values()]:
         versus(r, placed)
     if job.save:
-        from envs.placed import load_placed
-        from envs.pytorch.placed import save_placed
+        from envs.open_saved import load_placed
+        from envs.pytorch.saved import save_placed
 
         try:
             save_placed(job.save, program, affinity, job.specs)

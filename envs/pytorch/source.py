@@ -48,7 +48,7 @@ class TorchSource(GraphSource):
         return apply_torch(job)
 
     def load_placed(self, folder, manifest: dict, threads: Optional[int]):
-        from envs.pytorch.placed import load_torch
+        from envs.pytorch.saved import load_torch
 
         return load_torch(folder, manifest, threads)
 

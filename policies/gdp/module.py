@@ -5,7 +5,7 @@ placement observation (:mod:`envs.observation`, the same as HSDAG's), places
 every node in one shot (one action = one device per node) and gives PPO its
 value (``ValueFunctionAPI``) from the graph embedding. Each step of an episode
 is an independent one-shot placement of the same graph, so PPO runs with
-``gamma = 0`` and ``lambda = 0`` (:mod:`hsdag_ray.algos`): a step's advantage
+``gamma = 0`` and ``lambda = 0`` (:mod:`hsdag_ray.run.algos`): a step's advantage
 is its reward minus the value of the graph.
 
 The action distribution is :class:`policies.distributions.GroupedPlacementDistribution`

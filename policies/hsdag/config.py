@@ -83,9 +83,9 @@ class HSDAGConfig:
             so changes that pay only together can be sampled
             (:mod:`policies.hsdag.segment_moves`).
 
-    A run's settings (:class:`hsdag_ray.config.TrainConfig`) hold one of these as their
+    A run's settings (:class:`hsdag_ray.run.config.TrainConfig`) hold one of these as their
     ``hsdag`` section, with ``incumbent_prior`` -1 meaning "the run decides": 2 with
-    ``--guide``, else 0 (:func:`hsdag_ray.resolve.resolved` writes it out before the
+    ``--guide``, else 0 (:func:`hsdag_ray.run.resolve.resolved` writes it out before the
     network is built), and ``prior_device`` set by the run (``--start best_single``).
     """
 

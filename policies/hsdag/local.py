@@ -5,7 +5,7 @@ The method is the one ``python -m hsdag_ray.train --method hsdag`` trains throug
 :class:`policies.reinforce.REINFORCETorchLearner`), on the same network
 (:class:`policies.hsdag.policy.HSDAGNet`) with the same settings and defaults
 (:func:`configs_from_settings` reads a run's settings through the method's entry in
-:mod:`policies.registry`, as :func:`hsdag_ray.algos.algo_config` does):
+:mod:`policies.registry`, as :func:`hsdag_ray.run.algos.algo_config` does):
 
 * **Sampling** (:meth:`LocalHSDAG.sample_episode`, without gradients): an episode is
   ``episode_len`` placements of one observation. Each step parses a grouping with Gumbel
@@ -58,7 +58,7 @@ __all__ = ["Episode", "LocalHSDAG", "configs_from_settings"]
 
 def configs_from_settings(cfg: Any) -> tuple[HSDAGConfig, ReinforceConfig]:
     """The network's and REINFORCE's settings of a run from its settings (a
-    :class:`hsdag_ray.config.TrainConfig` as :func:`hsdag_ray.resolve.resolved` writes it
+    :class:`hsdag_ray.run.config.TrainConfig` as :func:`hsdag_ray.run.resolve.resolved` writes it
     out), read as the RLlib path reads them (the network's through the method's
     ``model_config``, REINFORCE's through :func:`policies.registry.reinforce_config`)."""
     from policies.registry import get, reinforce_config

@@ -22,7 +22,7 @@ best changes.
 The environments measure the neighbours as placements of the run, counted in the
 budget (as ``--refit-every``'s, :mod:`policies.search.refit_guide`); a better one
 becomes the run's best. It works with any objective and backend. ``--guide``
-turns it on at one neighbour per :data:`hsdag_ray.resolve.NEIGHBOUR_EVERY`
+turns it on at one neighbour per :data:`hsdag_ray.run.resolve.NEIGHBOUR_EVERY`
 placements unless ``--refit-every`` is set; ``--neighbour-every 0`` is off.
 Measured results are in docs/results/search-aids.md.
 """

@@ -194,21 +194,21 @@ class ProfileThompson:
         # the first proposal is the model's optimum after the single devices: its whole time
         first = not any(self.proposals.values())
         p = self._placement(self.model.posterior_mean(), 1.0 if first else 0.5)
-        kind = "mean"
+        made_from = "mean"
         spread = self.spread
         if not self._new(p) and self.candidates > 1:
-            p, kind = self._best_sample(), "sample"
+            p, made_from = self._best_sample(), "sample"
         for _ in range(self.retries if not self._new(p) else 0):
             if self.solver == "milp" and self._deadline - time.perf_counter() < 2 * MIN_SOLVE_S:
                 break  # the proposal's time is spent: a change of the best placement instead
             prior = self.model.prior_sample(self.rng, spread)
             p = self._placement(self.model.condition(prior, self.rng.standard_normal(len(self.latencies))))
-            kind, spread = "sample", spread * 1.5
+            made_from, spread = "sample", spread * 1.5
             if self._new(p):
                 break
         if not self._new(p):
-            p, kind = self._local(), "local"
-        self.proposals[kind] += 1
+            p, made_from = self._local(), "local"
+        self.proposals[made_from] += 1
         self.seen.add(p.tobytes())
         return p
 

@@ -19,10 +19,10 @@ started):
   default) or acting in its own environment (Placeto's, one node per step) is refused
   with the command that runs it (docs/architecture.md says why);
 * searches (``random``, ``anneal``, ``refit``): the classes and protocol of
-  :class:`hsdag_ray.drivers.SearchDriver` (start, single devices taught to a search that
+  :class:`hsdag_ray.run.drivers.SearchDriver` (start, single devices taught to a search that
   reads the profile, one proposal and its measured latency at a time);
 * solvers (``exact``, ``heft``, ``m-topo``, ``m-etf``, ``m-sct``): the run functions of
-  :class:`hsdag_ray.drivers.SolverDriver`, their placement measured once.
+  :class:`hsdag_ray.run.drivers.SolverDriver`, their placement measured once.
 
 Placements are measured by the placement environment's own measurer
 (:class:`envs.measurer.Measurer`): repaired to the profile's memory limits first
@@ -35,9 +35,9 @@ graded by how far it is over a memory limit. The budget counts placements measur
 its budget in proposals (a settled policy proposes few new placements). A learned method
 runs with torch on ``torch_threads`` threads (1, as the training run sets it: more threads spin
 against each other on small graphs) and its own seeded random generator, both restored
-afterwards. The run is resolved once (:func:`hsdag_ray.resolved_run.resolve_run`, with
+afterwards. The run is resolved once (:func:`hsdag_ray.run.resolved_run.resolve_run`, with
 ``backend`` as what measures it), and its measurer, node features and learner read that
-:class:`~hsdag_ray.resolved_run.ResolvedRun`. The search aids
+:class:`~hsdag_ray.run.resolved_run.ResolvedRun`. The search aids
 (``--guide`` and the settings it turns on) are off here: every method runs as published.
 """
 from __future__ import annotations
@@ -58,7 +58,8 @@ from hsdag_core.costgraph import CostGraph
 __all__ = ["run_method", "PROPOSAL_CAP"]
 
 #: a run stops after this many times its budget in placements proposed, measured or not
-#: (``hsdag_ray.train``'s cap with ``--budget-unit measurements``)
+#: (a training run's cap with ``--budget-unit measurements``,
+#: :data:`hsdag_ray.run.training.PROPOSAL_CAP`)
 PROPOSAL_CAP = 5
 #: run_method's arguments, not settings
 _ARGUMENTS = ("method", "budget", "seed", "objective")
@@ -90,12 +91,12 @@ class _Measurer(Measurer):
 
 def _resolve(method: str, budget: int, seed: int, objective: str, settings: Optional[Mapping[str, Any]],
              backend: Backend, say):
-    """The run resolved once (:func:`hsdag_ray.resolved_run.resolve_run` of its checked
-    :class:`~hsdag_ray.config.TrainConfig`, measured by ``backend``), refusing what an
+    """The run resolved once (:func:`hsdag_ray.run.resolved_run.resolve_run` of its checked
+    :class:`~hsdag_ray.run.config.TrainConfig`, measured by ``backend``), refusing what an
     in-process run does not do."""
     from hsdag_ray.cli import UsageError
-    from hsdag_ray.config import TrainConfig
-    from hsdag_ray.resolved_run import resolve_run
+    from hsdag_ray.run.config import TrainConfig
+    from hsdag_ray.run.resolved_run import resolve_run
 
     settings = dict(settings or {})
     given = sorted(set(settings) & set(_ARGUMENTS))
@@ -110,9 +111,9 @@ def _resolve(method: str, budget: int, seed: int, objective: str, settings: Opti
     if cfg.run.init or cfg.env.sim_profile:  # refused before a checkpoint or profile is read
         _needs_train("init" if cfg.run.init else "sim_profile")
     run = resolve_run(cfg, say, measured_by=backend)
-    off = {"guide": cfg.run.guide, "exact_start": run.starts_exact, "etf_start": cfg.aids.etf_start,
-           "neighbour_every": run.neighbour_every > 0, "refit_every": cfg.aids.refit_every > 0,
-           "screen": cfg.env.screen > 0, "imitate_steps": cfg.aids.imitate_steps > 0}
+    off = {"guide": cfg.run.guide, "exact_start": run.starts_exact, "etf_start": cfg.guide.etf_start,
+           "neighbour_every": run.neighbour_every > 0, "refit_every": cfg.guide.refit_every > 0,
+           "screen": cfg.env.screen > 0, "imitate_steps": cfg.guide.imitate_steps > 0}
     on = [name for name, value in off.items() if value]
     if on:
         _needs_train(on[0])
@@ -180,7 +181,7 @@ def _learner(spec, cfg, graph: CompGraph, num_features: int, num_devices: int):
 def _run_learned(run, graph: CompGraph, measurer: _Measurer, costs: Optional[CostGraph],
                  tick: Callable[[], None]) -> dict[str, Any]:
     """A learned method's iterations until the budget is spent (as
-    :class:`hsdag_ray.drivers.RLDriver` starts it: ``--start best_single`` leans HSDAG on
+    :class:`hsdag_ray.run.drivers.RLDriver` starts it: ``--start best_single`` leans HSDAG on
     the fastest single device)."""
     from envs.incumbent import incumbent, start_placement
 
@@ -224,7 +225,7 @@ def _run_learned(run, graph: CompGraph, measurer: _Measurer, costs: Optional[Cos
 
 def _run_search(run, measurer: _Measurer, costs: Optional[CostGraph],
                 tick: Callable[[], None]) -> dict[str, Any]:
-    """A search, as :class:`hsdag_ray.drivers.SearchDriver` runs it, until the budget is spent."""
+    """A search, as :class:`hsdag_ray.run.drivers.SearchDriver` runs it, until the budget is spent."""
     from envs.incumbent import start_placement
     from policies.registry import load
 
@@ -247,7 +248,7 @@ def _run_search(run, measurer: _Measurer, costs: Optional[CostGraph],
 
 
 def _run_solver(run, measurer: _Measurer, costs: CostGraph) -> dict[str, Any]:
-    """A solver's placement of the costs, as :class:`hsdag_ray.drivers.SolverDriver` runs it."""
+    """A solver's placement of the costs, as :class:`hsdag_ray.run.drivers.SolverDriver` runs it."""
     from policies.registry import load
 
     method, cfg = run.method, run.cfg
@@ -288,13 +289,13 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
         seed: random seed of the method.
         objective: what the methods that read ``costs`` optimise (the backend measures
             with its own).
-        settings: fields of :class:`hsdag_ray.config.TrainConfig` over its defaults (the
+        settings: fields of :class:`hsdag_ray.run.config.TrainConfig` over its defaults (the
             training run's: lr, episode_len, hidden_dim, reward, failure_factor...).
         say: where the one-line summary goes.
         progress: a progress bar (tqdm) of the placements measured; None: on a terminal.
 
     Returns:
-        ``method``, ``kind``, ``placement`` (the best measured, device indices, None when
+        ``method``, ``approach``, ``placement`` (the best measured, device indices, None when
         none ran), ``placement_by_name`` (node name -> device), ``latency_s`` (its latency,
         ``inf`` when none ran), ``measured``, ``proposed``, ``failures``, ``curve`` (the
         latency of every measurement in order, ``inf`` for a failure), ``best_curve``
@@ -307,13 +308,13 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     t0, t_wall = time.perf_counter(), time.time()
     run = _resolve(method, budget, seed, objective, settings, backend, say)
     spec, cfg = run.method, run.cfg
-    if spec.kind == "rl":
+    if spec.approach == "rl":
         _check_learned(spec, run)
     devices = list(backend.devices)
     if costs is not None and (costs.num_nodes != graph.num_nodes or list(costs.devices) != devices):
         raise ValueError(f"costs must be those of the graph's {graph.num_nodes} nodes on the backend's "
                          f"devices {devices}; they have {costs.num_nodes} nodes on {list(costs.devices)}")
-    if costs is None and (spec.costs or spec.kind == "solver"):
+    if costs is None and (spec.costs or spec.approach == "solver"):
         raise ValueError(f"method {method!r} reads a profile of every device: pass costs="
                          "hsdag_core.device_profile.cost_graph(graph, profile, backend.devices)")
     measurer = _Measurer(graph, backend, costs, run)
@@ -324,7 +325,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
             bar.update(measurer.measured - bar.n)
 
     try:
-        if spec.kind == "rl":
+        if spec.approach == "rl":
             import torch
 
             threads = torch.get_num_threads()
@@ -335,7 +336,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
                     extra = _run_learned(run, graph, measurer, costs, tick)
             finally:
                 torch.set_num_threads(threads)
-        elif spec.kind == "search":
+        elif spec.approach == "search":
             extra = _run_search(run, measurer, costs, tick)
         else:
             extra = _run_solver(run, measurer, costs)
@@ -345,7 +346,7 @@ def run_method(method: str, graph: CompGraph, backend: Backend, costs: Optional[
     best, log = measurer.store.best(), measurer.store.log_since(0)
     placement = best["placement"] if best else None
     result = {
-        "method": method, "kind": spec.kind, "placement": placement,
+        "method": method, "approach": spec.approach, "placement": placement,
         "placement_by_name": None if placement is None else
         {name: devices[d] for name, d in zip(graph.names, placement)},
         "latency_s": best["latency_s"] if best else math.inf,

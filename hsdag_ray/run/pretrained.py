@@ -88,7 +88,7 @@ def adopt_settings(cfg, ckpt: Mapping[str, Any]):
     run left them at their defaults (a setting the run names itself is kept, and a
     mismatch is then refused by :func:`check_compatible`): ``train --init`` needs no
     copy of the pre-training's flags."""
-    from hsdag_ray.config import TrainConfig, expand
+    from hsdag_ray.run.config import TrainConfig, expand
 
     defaults = TrainConfig()
     # a checkpoint that does not name the incumbent settings was trained without them;
@@ -268,15 +268,15 @@ class ZeroShotDriver:
     done = False
 
     def __init__(self, run, env) -> None:
-        """``run``: the :class:`hsdag_ray.resolved_run.ResolvedRun` (its checkpoint read once)."""
-        from envs.measuring import measuring_service
-        from hsdag_ray.config import MEASURE_RESOURCE
+        """``run``: the :class:`hsdag_ray.run.resolved_run.ResolvedRun` (its checkpoint read once)."""
+        from envs.measuring_service import measuring_service
+        from hsdag_ray.run.config import MEASURE_RESOURCE
         from policies.registry import load
 
         cfg, method, env_cfg, real, resources = run.cfg, run.method, run.env_config, run.real, run.resources
         if not cfg.run.init:
             raise UsageError("--budget 0 places with a pre-trained policy: pass --init CHECKPOINT")
-        if method.kind != "rl":
+        if method.approach != "rl":
             raise UsageError(f"--budget 0 places with a pre-trained policy; {method.name} learns none")
         self.cfg, self.done = cfg, False
         self.ckpt = run.ckpt
@@ -286,7 +286,7 @@ class ZeroShotDriver:
         self.env = load(method.env)(own)
         self.module = build_module(self.ckpt, method, self.env)
         # pinned like the training drivers' measuring actors: a measuring slot on a
-        # machine with the run's devices (hsdag_ray.nodes.measuring_resources)
+        # machine with the run's devices (hsdag_ray.run.nodes.measuring_resources)
         self.service = measuring_service(env_cfg, real, resources or {MEASURE_RESOURCE: 1},
                                          tracked=True)
 
@@ -295,7 +295,7 @@ class ZeroShotDriver:
         return self.module
 
     def iterate(self) -> dict[str, Optional[float]]:
-        from envs.measuring import call
+        from envs.measuring_service import call
 
         if self.done:
             return {}
@@ -317,6 +317,6 @@ class ZeroShotDriver:
         self.done = True
 
     def stop(self) -> None:
-        from envs.measuring import release
+        from envs.measuring_service import release
 
         release(self.service)

@@ -2,7 +2,7 @@
 
 :func:`algo_config` reads the method's entry in :mod:`policies.registry` (its
 RLModule, environment, learner and network settings) and the run's
-:class:`~hsdag_ray.config.TrainConfig`, and returns the RLlib config: REINFORCE
+:class:`~hsdag_ray.run.config.TrainConfig`, and returns the RLlib config: REINFORCE
 (:mod:`policies.reinforce`, the paper's) or PPO, EnvRunners pinned one per
 measuring machine when a real backend measures (each holding the GPUs it
 measures on when its devices are CUDA ones), failed EnvRunners restarted.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
 from policies.registry import Method, load, reinforce_config
 
 __all__ = ["algo_config"]
@@ -25,14 +25,14 @@ def algo_config(cfg: TrainConfig, method: Method, env_cfg: dict, real: bool,
     is the environment's (an iteration samples ``episodes_per_iteration`` episodes);
     ``prior_device``: the device sampling starts around (``--start best_single``), -1 none;
     ``resources``: what each EnvRunner asks for with a real backend (default: a
-    measuring slot; see :func:`hsdag_ray.nodes.measuring_resources`). With a real
+    measuring slot; see :func:`hsdag_ray.run.nodes.measuring_resources`). With a real
     backend on CUDA devices each EnvRunner also asks for the GPUs it measures on
     (:func:`envs.gpus.measuring_gpus`), since Ray hides from an actor the GPUs it
     does not hold; RLlib then runs the EnvRunner's copy of the policy on that GPU too."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from envs.gpus import measuring_gpus
-    from hsdag_ray.resolve import resolved
+    from hsdag_ray.run.resolve import resolved
     from policies.reinforce import REINFORCEConfig
 
     cfg = resolved(cfg, prior_device)  # what --guide decides, written out for the method

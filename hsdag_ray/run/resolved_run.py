@@ -4,17 +4,17 @@ The settings as given say what a user asked for (``--backend default``, ``--guid
 ``--incumbent-prior -1``); what they amount to (the backend kind, the devices, the profile,
 the method's registry entry, what ``--guide`` turns on, the reward, the environment's
 settings) is decided here, once, by :func:`resolve_run`, and handed down whole:
-``hsdag_ray.train`` passes it to the run's start (:mod:`hsdag_ray.run_start`), its driver
-(:mod:`hsdag_ray.drivers`) and its guide, and :func:`hsdag_ray.inprocess.run_method` to
+a training run (:func:`hsdag_ray.run.training.train`) passes it to its start
+(:mod:`hsdag_ray.run.run_start`), its driver (:mod:`hsdag_ray.run.drivers`) and its guide, and :func:`hsdag_ray.run.inprocess.run_method` to
 its measurer and learner. No one downstream recomputes a derived setting. The steps it
-takes are :mod:`hsdag_ray.resolve`'s functions.
+takes are :mod:`hsdag_ray.run.resolve`'s functions.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 from policies.registry import Method
 
 __all__ = ["ResolvedRun", "resolve_run"]
@@ -50,15 +50,16 @@ class ResolvedRun:
     #: one untried neighbour of the best per this many proposals (0: off)
     neighbour_every: int
     #: which guide queues suggested placements: ``"refit"``, ``"neighbours"`` or None
-    guide_of: Optional[str]
+    guide_proposer: Optional[str]
     #: whether the environment carries the incumbent's features
     reads_incumbent: bool
     #: whether the run measures the exact solver's placement on its profile first
     starts_exact: bool
     #: whether the run measures its own profile (then the exact solver's placement is the optimum)
     profile_measured: bool
-    #: the search aids the run has, in words (empty: the method as published)
-    guided_by: tuple[str, ...]
+    #: the parts of the guide the run has, in words (empty: the method as published; the
+    #: summary's ``guided_by``)
+    guide_parts: tuple[str, ...]
     #: the environment's settings (:class:`envs.env_config.EnvConfig` as a mapping), what
     #: every measuring actor builds its environment from (None in one process: the run is
     #: handed its graph and backend)
@@ -102,19 +103,20 @@ def resolve_run(cfg: TrainConfig, say: Callable[[str], Any] = print, *, store: s
         measured_by: an :class:`envs.base.Backend` already built (an in-process run): its
             name and devices are the run's, and no profile is resolved; None: the backend,
             devices and profile are resolved from the settings
-            (:func:`hsdag_ray.resolve.resolve_backend`).
+            (:func:`hsdag_ray.run.resolve.resolve_backend`).
         check: refuse, before anything starts, a method, screen or guide that reads what
-            the run does not have (:func:`hsdag_ray.resolve.check_method_inputs`); only
+            the run does not have (:func:`hsdag_ray.run.resolve.check_method_inputs`); only
             with the backend resolved here.
     """
     from envs.backends import is_real
-    from hsdag_ray import resolve
+    from hsdag_ray.run import resolve
     from policies.registry import get
 
     method = get(cfg.run.method)
     ckpt = None
     if cfg.run.init:  # a checkpoint of another method is refused before anything starts
-        from hsdag_ray.pretrained import adopt_settings, check_method, init_soften_factor, read_pretrained
+        from hsdag_ray.run.pretrained import (adopt_settings, check_method, init_soften_factor,
+                                              read_pretrained)
 
         ckpt = read_pretrained(cfg.run.init)
         check_method(ckpt, cfg.run.method)
@@ -137,10 +139,10 @@ def resolve_run(cfg: TrainConfig, say: Callable[[str], Any] = print, *, store: s
         reward=resolve.reward_of_run(cfg), algo=algo,
         incumbent_prior=settings.hsdag.incumbent_prior,
         samples_around_incumbent=resolve.samples_around_incumbent(cfg),
-        neighbour_every=settings.aids.neighbour_every, guide_of=resolve.guide_of(cfg),
+        neighbour_every=settings.guide.neighbour_every, guide_proposer=resolve.guide_proposer(cfg),
         reads_incumbent=resolve.reads_incumbent(cfg), starts_exact=cfg.starts_exact(backend),
         profile_measured=cfg.profile_measured(backend),
-        guided_by=tuple(resolve.guided_by(cfg, backend)),
+        guide_parts=tuple(resolve.guide_parts(cfg, backend)),
         env_config=None if measured_by is not None else
         resolve.env_config(cfg, backend, list(devices), profile, store),
         ckpt=ckpt)

@@ -14,11 +14,11 @@ The layout (written by :func:`save_placed`, e.g. through ``python -m hsdag_ray.a
 
 OpenVINO does not write an op's own ``affinity`` rt_info into IR, so the
 placement travels in the model's rt_info and :func:`load_openvino` puts it back
-on the ops before compiling on HETERO. :func:`envs.placed.load_placed` reads any
+on the ops before compiling on HETERO. :func:`envs.open_saved.load_placed` reads any
 save's manifest and hands an OpenVINO one here.
 
 The devices are recreated from their specs (``CPU_F32`` is a second CPU
-plugin instance at f32, see :mod:`envs.openvino_backend`), so the machine
+plugin instance at f32, see :mod:`envs.openvino.devices`), so the machine
 that loads must have the real devices behind them.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # annotations only
     import openvino as ov
 
     from envs.openvino.runners import Runner
-    from envs.openvino_backend import DeviceSet
+    from envs.openvino.devices import DeviceSet
 
 __all__ = ["FORMAT", "MANIFEST", "PlacedModel", "save_placed", "load_openvino"]
 
@@ -104,7 +104,7 @@ def save_placed(directory: Union[str, Path], model: ov.Model, affinity: Mapping[
 
 
 def _names(specs: Sequence[str]) -> list[str]:
-    from envs.openvino_backend import DeviceSpec
+    from envs.openvino.devices import DeviceSpec
 
     return [DeviceSpec.parse(s).name for s in specs]
 
@@ -113,7 +113,7 @@ def _save_stages(out: Path, model: ov.Model, affinity: Mapping[str, str]) -> lis
     """One IR per stage; results renamed after the tensor they hand on."""
     import openvino as ov
 
-    from envs.openvino_backend import split_stages
+    from envs.openvino.stages import split_stages
 
     stages, output_keys = split_stages(model, affinity)
     produced = {key for stage in stages for key in stage.outputs}
@@ -232,7 +232,7 @@ def load_openvino(folder: Path, manifest: dict, threads: Optional[int] = None) -
     devices; ``threads``: INFERENCE_NUM_THREADS per device (None = the value saved).
     ValueError with one sentence when a device is missing here or a part cannot compile."""
     from envs.openvino.runners import StageFailure
-    from envs.openvino_backend import DeviceSet
+    from envs.openvino.devices import DeviceSet
     from hsdag_core.models import openvino_error_text
 
     device_set = DeviceSet(manifest["devices"],

@@ -1,13 +1,13 @@
-"""The steps that resolve a run: the backend, the devices, the profile, the aids, the environment.
+"""The steps that resolve a run: the backend, the devices, the profile, the guide, the environment.
 
-:func:`hsdag_ray.resolved_run.resolve_run` takes these steps once per run and hands its
-:class:`~hsdag_ray.resolved_run.ResolvedRun` down; the commands and the in-process runner
+:func:`hsdag_ray.run.resolved_run.resolve_run` takes these steps once per run and hands its
+:class:`~hsdag_ray.run.resolved_run.ResolvedRun` down; the commands and the in-process runner
 read that object rather than call them. :func:`resolve_backend` turns the settings into a
 backend kind, device names and (for the simulator, or to compute the exact optimum) a
-profile; :func:`default_profile` (:mod:`hsdag_ray.implicit_profile`) records the implicit
+profile; :func:`default_profile` (:mod:`hsdag_ray.run.implicit_profile`) records the implicit
 one (the local CPU profiled by OpenVINO plus a modeled accelerator) once and caches it;
 what ``--guide`` turns on is :func:`incumbent_prior`, :func:`neighbour_every`,
-:func:`guide_of`, :func:`reads_incumbent` and :func:`guided_by`; :func:`env_config` is the
+:func:`guide_proposer`, :func:`reads_incumbent` and :func:`guide_parts`; :func:`env_config` is the
 environment configuration every measuring actor builds its environment from.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any, Optional, Sequence
 
 from envs.backends import REAL_DEFAULT, SIMULATOR, get as get_backend
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.implicit_profile import DEFAULT_ACCELERATOR, default_profile
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.implicit_profile import DEFAULT_ACCELERATOR, default_profile
 
 __all__ = ["DEFAULT_ACCELERATOR", "default_devices", "default_profile", "resolve_backend", "reads_incumbent",
-           "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_of",
-           "guided_by", "unmet_needs", "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
+           "samples_around_incumbent", "incumbent_prior", "neighbour_every", "resolved", "guide_proposer",
+           "guide_parts", "unmet_needs", "screen_needs", "guide_needs", "check_method_inputs", "env_config"]
 
 
 def default_devices(backend: str) -> list[str]:
@@ -142,10 +142,10 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
     """What ``--refit-every``, ``--neighbour-every``, ``--etf-start`` or ``--imitate-steps``
     lacks in the run, in one sentence ("" when nothing or off)."""
     every = neighbour_every(cfg)
-    if cfg.aids.imitate_steps > 0:
+    if cfg.guide.imitate_steps > 0:
         from policies.registry import get
 
-        if get(cfg.run.method).kind != "rl":
+        if get(cfg.run.method).approach != "rl":
             return (f"--imitate-steps starts a learned policy by imitation; {cfg.run.method} "
                     "learns no policy, so drop it")
         if cfg.env.objective != "sequential":
@@ -155,19 +155,19 @@ def guide_needs(cfg: TrainConfig, devices: Sequence[str], profile: Optional[dict
         if lacks:
             return (f"--imitate-steps imitates the exact placement on the run's profile of every "
                     f"device, and the run has {lacks}; give one with --profile FILE")
-    if cfg.aids.etf_start:
+    if cfg.guide.etf_start:
         from policies.registry import get
 
-        if get(cfg.run.method).kind == "solver":
+        if get(cfg.run.method).approach == "solver":
             return (f"--etf-start warm-starts the methods that search; {cfg.run.method} computes "
                     "one placement, so drop it")
         lacks = _profile_lacks(devices, profile)
         if lacks:
             return (f"--etf-start solves m-ETF on the run's profile of every device, and the run "
                     f"has {lacks}; give one with --profile FILE")
-    if cfg.aids.refit_every > 0 and every > 0:
+    if cfg.guide.refit_every > 0 and every > 0:
         return "--refit-every and --neighbour-every both queue the run's proposals; use one of them"
-    if cfg.aids.refit_every <= 0:
+    if cfg.guide.refit_every <= 0:
         return ""
     if cfg.env.objective != "sequential":
         return (f"--refit-every refits the sequential objective; drop it for the {cfg.env.objective} "
@@ -234,9 +234,9 @@ def samples_around_incumbent(cfg: TrainConfig) -> bool:
 def neighbour_every(cfg: TrainConfig) -> int:
     """``--neighbour-every`` resolved: as given, or (-1) :data:`NEIGHBOUR_EVERY` with
     ``--guide`` unless ``--refit-every`` queues the run's proposals, else 0."""
-    if cfg.aids.neighbour_every >= 0:
-        return cfg.aids.neighbour_every
-    return NEIGHBOUR_EVERY if cfg.run.guide and cfg.aids.refit_every <= 0 else 0
+    if cfg.guide.neighbour_every >= 0:
+        return cfg.guide.neighbour_every
+    return NEIGHBOUR_EVERY if cfg.run.guide and cfg.guide.refit_every <= 0 else 0
 
 
 def resolved(cfg: TrainConfig, prior_device: int = -1) -> TrainConfig:
@@ -246,13 +246,13 @@ def resolved(cfg: TrainConfig, prior_device: int = -1) -> TrainConfig:
     hsdag = dataclasses.replace(cfg.hsdag, incumbent_prior=incumbent_prior(cfg),
                                 prior_device=prior_device)
     return dataclasses.replace(cfg, hsdag=hsdag,
-                               aids=dataclasses.replace(cfg.aids, neighbour_every=neighbour_every(cfg)))
+                               guide=dataclasses.replace(cfg.guide, neighbour_every=neighbour_every(cfg)))
 
 
-def guide_of(cfg: TrainConfig) -> Optional[str]:
+def guide_proposer(cfg: TrainConfig) -> Optional[str]:
     """Which guide queues the run's suggested placements: ``"refit"`` (``--refit-every``),
     ``"neighbours"`` (``--neighbour-every``, resolved) or None."""
-    if cfg.aids.refit_every > 0:
+    if cfg.guide.refit_every > 0:
         return "refit"
     return "neighbours" if neighbour_every(cfg) > 0 else None
 
@@ -263,24 +263,24 @@ def reads_incumbent(cfg: TrainConfig) -> bool:
     return cfg.env.incumbent or samples_around_incumbent(cfg)
 
 
-def guided_by(cfg: TrainConfig, backend: str) -> list[str]:
-    """The search aids the run has, in words, for the summary and tables (empty: the
+def guide_parts(cfg: TrainConfig, backend: str) -> list[str]:
+    """The parts of the guide the run has, in words, for the summary and tables (empty: the
     method as published)."""
-    aids = []
+    parts = []
     if cfg.starts_exact(backend):
-        aids.append("exact start")
-    if cfg.aids.etf_start:
-        aids.append("m-ETF start")
-    if cfg.aids.imitate_steps > 0:
-        aids.append("imitation start")
+        parts.append("exact start")
+    if cfg.guide.etf_start:
+        parts.append("m-ETF start")
+    if cfg.guide.imitate_steps > 0:
+        parts.append("imitation start")
     if samples_around_incumbent(cfg):
-        aids.append("incumbent prior")
-    kind = guide_of(cfg)
-    if kind == "neighbours":
-        aids.append("untried neighbours")
-    elif kind == "refit":
-        aids.append("refit's proposals")
-    return aids
+        parts.append("incumbent prior")
+    proposer = guide_proposer(cfg)
+    if proposer == "neighbours":
+        parts.append("untried neighbours")
+    elif proposer == "refit":
+        parts.append("refit's proposals")
+    return parts
 
 
 def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Optional[dict],
@@ -296,7 +296,7 @@ def env_config(cfg: TrainConfig, backend: str, devices: list[str], profile: Opti
         cfg.env, backend=backend, devices=tuple(devices), profile=profile, sim_profile=sim,
         incumbent=reads_incumbent(cfg), model=cfg.run.model, input_shape=cfg.run.input_shape,
         reward=reward_of_run(cfg), episode_len=cfg.learning.episode_len, features=cfg.features,
-        timing=cfg.timing, store=store, suggestions=guide_of(cfg) is not None).to_dict()
+        timing=cfg.timing, store=store, suggestions=guide_proposer(cfg) is not None).to_dict()
 
 
 def check_two_devices(devices: Sequence[str], real: bool = False) -> None:

@@ -1,7 +1,8 @@
 """A run's start, before its policy proposes anything: the baselines and the first placements.
 
 Every run measures its baselines once (each single device, the exact solver's placement
-on the run's profile, the backend's own baselines: :func:`hsdag_ray.baselines.compute_baselines`).
+on the run's profile, the backend's own baselines:
+:func:`hsdag_ray.run.compute_baselines.compute_baselines`).
 Some runs then measure placements of their own first, through the run's store and counted
 in its budget, before the measuring actors hold the measuring slots: a fine-tuning run
 (``--init``) the pre-trained policy's greedy placement and the run's start, an exact start
@@ -13,22 +14,22 @@ from __future__ import annotations
 from typing import Any
 
 from envs.baselines import Baselines
-from hsdag_ray.baselines import compute_baselines
+from hsdag_ray.run.compute_baselines import compute_baselines
 
 __all__ = ["measure_start"]
 
 
 def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
-    """The baselines of ``run`` (a :class:`hsdag_ray.resolved_run.ResolvedRun`; measured
+    """The baselines of ``run`` (a :class:`hsdag_ray.run.resolved_run.ResolvedRun`; measured
     now, or read from ``state`` when resumed) after measuring the run's first placements
     where it has any; records in ``state`` the baselines and whether the m-ETF start was
     measured."""
-    from envs.measuring import measuring_service, release
+    from envs.measuring_service import measuring_service, release
 
     cfg, exact = run.cfg, run.starts_exact
 
     known = "latency_s" in (state.get("baselines") or {})
-    first = (bool(cfg.run.init) or exact or cfg.aids.etf_start) and cfg.run.budget > 0 \
+    first = (bool(cfg.run.init) or exact or cfg.guide.etf_start) and cfg.run.budget > 0 \
         and store.stats()["placements"] == 0
     baselines = Baselines.from_json(state["baselines"]) if known else None
     if not known or first:
@@ -41,7 +42,7 @@ def measure_start(run, env, store, state: dict[str, Any], say) -> Baselines:
                 _measure_first(run, service, env, baselines.single_devices(), say)
             if first and exact:
                 _measure_exact(baselines, service, say)
-            if first and cfg.aids.etf_start:
+            if first and cfg.guide.etf_start:
                 state["etf_start"] = _measure_etf(env, service, cfg.env.objective, say)
         finally:
             release(service)
@@ -61,8 +62,8 @@ def _measure_first(run, service, env, singles: dict[str, float], say) -> None:
     import numpy as np
 
     from envs.incumbent import start_placement
-    from envs.measuring import call
-    from hsdag_ray.pretrained import first_placement
+    from envs.measuring_service import call
+    from hsdag_ray.run.pretrained import first_placement
 
     p = first_placement(run.ckpt, run.method, run.env_config, run.real, seed=run.cfg.run.seed)
     [latency] = call(service, "measure_batch", [p.tolist()])
@@ -78,7 +79,7 @@ def _measure_exact(baselines, service, say) -> None:
     for the parallel objective) through the run's store (``--exact-start``): a placement
     of the run, so sampling around the run's best starts from it when it beats the
     run's own start."""
-    from envs.measuring import call
+    from envs.measuring_service import call
 
     placement = baselines.profile_solution()
     if placement is None:
@@ -94,7 +95,7 @@ def _measure_etf(env, service, objective: str, say) -> bool:
     """Measure Baechi's m-ETF placement on the run's profile through the run's store
     (``--etf-start``, a critical-path warm start), as :func:`_measure_exact` does the exact
     solver's; whether it was measured."""
-    from envs.measuring import call
+    from envs.measuring_service import call
     from envs.baselines import profile_costs
     from policies.solvers.exact import solve
 

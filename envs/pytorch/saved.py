@@ -22,7 +22,7 @@ registered with ``torch.utils._pytree``, which importing its module does: the ma
 lists those modules (``pytree_modules``) and :func:`load_torch` imports them first.
 Nothing here imports OpenVINO or Ray::
 
-    from hsdag_ray.placed import load_placed      # any save, as envs.placed.load_placed
+    from hsdag_ray.placed import load_placed      # any save, as envs.open_saved.load_placed
 
     placed = load_placed("DIR")
     outputs = placed(*placed.example_inputs)       # a list of tensors on the host
@@ -217,7 +217,7 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None) -> T
 
 def load_torch(folder: Path, manifest: dict, threads: Optional[int] = None) -> TorchPlaced:
     """Build the torch placed program of ``folder`` (its ``manifest`` read) on its devices,
-    as :func:`envs.placed.load_placed` hands it a torch save; ``threads``:
+    as :func:`envs.open_saved.load_placed` hands it a torch save; ``threads``:
     ``torch.set_num_threads`` for this process (None: leave it)."""
     from hsdag_core.torch_graph import program_from_exported
 

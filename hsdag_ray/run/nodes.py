@@ -31,7 +31,7 @@ from typing import Mapping, Optional, Sequence
 
 from hsdag_ray.cli import UsageError
 from envs.gpus import gpus_needed, measuring_gpus  # noqa: F401 - re-exported
-from hsdag_ray.config import MEASURE_RESOURCE
+from hsdag_ray.run.config import MEASURE_RESOURCE
 
 __all__ = ["DEVICES_PREFIX", "device_name", "devices_resource", "gpus_needed", "machines_of",
            "measuring_gpus", "measuring_resources", "measuring_slots", "unsatisfiable"]

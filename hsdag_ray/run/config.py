@@ -4,7 +4,7 @@
 sections (:data:`SECTIONS`), each a settings class whose fields carry their own type and
 help: the library's own classes (the environment's :class:`envs.env_config.EnvConfig`,
 :class:`envs.base.TimingConfig`, :class:`hsdag_core.features.FeatureConfig`, each learned
-method's network config) and the run's own (:mod:`hsdag_ray.settings`). The types check
+method's network config) and the run's own (:mod:`hsdag_ray.run.settings`). The types check
 the choices (:func:`hsdag_ray.flags.choice_error`); :meth:`TrainConfig.validate` checks
 what they cannot say. :meth:`TrainConfig.with_settings` reads settings nested by section
 (a YAML file, a run's ``config.json``) or flat by name (a name several sections share,
@@ -23,7 +23,7 @@ from envs.env_config import EnvConfig, backend_choices
 from hsdag_core.features import FeatureConfig
 from hsdag_ray.cli import UsageError, read_yaml_mapping
 from hsdag_ray.flags import choice_error, settings_of
-from hsdag_ray.settings import ALGOS, AidSettings, LearningSettings, RunSettings
+from hsdag_ray.run.settings import ALGOS, GuideSettings, LearningSettings, RunSettings
 from policies.gdp.config import GDPConfig
 from policies.hsdag.config import HSDAGConfig
 from policies.placeto.config import PlacetoConfig
@@ -41,7 +41,7 @@ MEASURE_RESOURCE = "measure_slot"
 #: YAML file and run folder
 SECTIONS: dict[str, type] = {
     "run": RunSettings, "env": EnvConfig, "timing": TimingConfig, "features": FeatureConfig,
-    "learning": LearningSettings, "aids": AidSettings, "hsdag": HSDAGConfig,
+    "learning": LearningSettings, "guide": GuideSettings, "hsdag": HSDAGConfig,
     "placeto": PlacetoConfig, "rnn": RNNPlacerConfig, "gdp": GDPConfig,
 }
 #: where a training run's defaults differ from a library class's own
@@ -69,7 +69,7 @@ class TrainConfig:
     timing: TimingConfig = _section("timing")
     features: FeatureConfig = _section("features")
     learning: LearningSettings = _section("learning")
-    aids: AidSettings = _section("aids")
+    guide: GuideSettings = _section("guide")
     hsdag: HSDAGConfig = _section("hsdag")
     placeto: PlacetoConfig = _section("placeto")
     rnn: RNNPlacerConfig = _section("rnn")
@@ -132,7 +132,7 @@ class TrainConfig:
         files that are not there (a :class:`UsageError`, one sentence each)."""
         from envs.backends import BACKENDS, objective_error
 
-        run, env, aids = self.run, self.env, self.aids
+        run, env, guide = self.run, self.env, self.guide
         checks = [
             (objective_error(env.backend, env.objective) if env.backend in BACKENDS else ""),
             env.range_error(),
@@ -148,10 +148,10 @@ class TrainConfig:
             "checkpoint_every and torch_threads must be at least 1",
             "" if run.remeasure_rounds >= 1 and run.solver_time_limit > 0 else
             "remeasure_rounds must be at least 1 and solver_time_limit positive",
-            "" if aids.imitate_steps >= 0 else "imitate_steps must be 0 (off) or a number of steps",
-            "" if aids.refit_every == 0 or aids.refit_every >= 2 else
+            "" if guide.imitate_steps >= 0 else "imitate_steps must be 0 (off) or a number of steps",
+            "" if guide.refit_every == 0 or guide.refit_every >= 2 else
             "refit_every must be 0 (off) or at least 2 placements per refit proposal",
-            "" if aids.neighbour_every in (-1, 0) or aids.neighbour_every >= 2 else
+            "" if guide.neighbour_every in (-1, 0) or guide.neighbour_every >= 2 else
             "neighbour_every must be -1 (auto), 0 (off) or at least 2 placements per neighbour",
         ]
         why = next((c for c in checks if c), "")
@@ -178,9 +178,9 @@ class TrainConfig:
 
     def starts_exact(self, backend: str) -> bool:
         """Whether ``exact_start`` is on for a run on ``backend`` (auto: with ``guide``)."""
-        if self.aids.exact_start == "auto":  # not a backend name: exact_start's choice
+        if self.guide.exact_start == "auto":  # not a backend name: exact_start's choice
             return self.run.guide
-        return self.aids.exact_start == "on"
+        return self.guide.exact_start == "on"
 
     @classmethod
     def from_yaml(cls, path: str) -> "TrainConfig":

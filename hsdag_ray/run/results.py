@@ -1,7 +1,7 @@
 """The comparison table of many runs: ``results.csv``, ``results.md`` and ``results.png``.
 
 Every figure is read from the runs' ``summary.json`` (written by
-:func:`hsdag_ray.train.train`); nothing is measured or solved again here.
+:func:`hsdag_ray.run.training.train`); nothing is measured or solved again here.
 
 One row per run (``kind: run``) and, per model, one row per baseline the runs
 were compared with (``kind: baseline``: each single device, OpenVINO AUTO and HETERO's

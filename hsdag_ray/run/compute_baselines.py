@@ -3,11 +3,11 @@ devices, the backend's own baselines (OpenVINO's: AUTO and HETERO's own splits, 
 and pipeline-parallel; the torch backend's: Accelerate's map), the exact optimum (or, where no exact solver applies, a heuristic's
 placement on the profile).
 
-They are measured by a :class:`~envs.measuring.MeasuringService`, on a
+They are measured by a :class:`~envs.measuring_service.MeasuringService`, on a
 measuring machine with a real backend (the same kind of machine the run's
 placements are timed on), before the run's EnvRunners start. Each keeps the
 placement it was measured with, so the run's end can time it again next to
-the run's best (:func:`hsdag_ray.summary.remeasure_result`). An optimum whose
+the run's best (:func:`hsdag_ray.run.summary.remeasure_result`). An optimum whose
 solver stopped at its time limit is kept with ``proven: False`` and its gap:
 every table marks ratios against it as such.
 """
@@ -32,7 +32,7 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
     placement's (named after it), all measured by ``service`` (the run's backend on a
     measuring machine).
     ``env`` is the driver's copy of the environment (graph, devices, profile)."""
-    from envs.measuring import call
+    from envs.measuring_service import call
     from policies.solvers.exact import exact_method, solve
 
     n = env.graph.num_nodes
@@ -79,7 +79,7 @@ def compute_baselines(service, env, objective: str, say, time_limit: float = 120
 
 def _heuristic(b: Baselines, service, cg, objective: str, say, time_limit: float) -> None:
     """Add the heuristic's placement on the profile to ``b``, measured, where one applies."""
-    from envs.measuring import call
+    from envs.measuring_service import call
     from policies.solvers.exact import heuristic_method, solve
 
     method = heuristic_method(objective)

@@ -62,7 +62,7 @@ def start_or_join(address: str = "", measures: bool = False,
         ray.init(address=address, include_dashboard=False, **opts)
         return True
     if measures:
-        from hsdag_ray.config import MEASURE_RESOURCE
+        from hsdag_ray.run.config import MEASURE_RESOURCE
 
         opts["resources"] = {MEASURE_RESOURCE: 1}
     start_local_ray(**opts)

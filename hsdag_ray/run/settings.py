@@ -1,6 +1,6 @@
 """The sections of a training run's settings that belong to no library class.
 
-:class:`hsdag_ray.config.TrainConfig` nests these beside the library's own settings
+:class:`hsdag_ray.run.config.TrainConfig` nests these beside the library's own settings
 classes (:class:`envs.env_config.EnvConfig`, :class:`envs.base.TimingConfig`,
 :class:`hsdag_core.features.FeatureConfig` and each learned method's network config). Each field's help is the string right under
 it: ``--help``, the flags and the YAML keys are built from the fields
@@ -14,7 +14,7 @@ from typing import Literal, get_args
 from envs.env_config import Reward
 from policies.reinforce_config import ReinforceConfig
 
-__all__ = ["RunSettings", "LearningSettings", "AidSettings", "ALGOS"]
+__all__ = ["RunSettings", "LearningSettings", "GuideSettings", "ALGOS"]
 
 Algo = Literal["reinforce", "ppo"]
 #: how a learned method updates its policy (``--algo``)
@@ -97,7 +97,7 @@ class RunSettings:
     remeasure_rounds: int = 5
     """with a real backend, the run's best few placements and every baseline are timed
     again this many interleaved rounds at the end, and every reported figure is a
-    re-measured one (see hsdag_ray/summary.py)."""
+    re-measured one (see hsdag_ray/run/summary.py)."""
     solver_time_limit: float = 120.0
     """seconds the exact solver may take for the optimum; an optimum not proven within it
     is reported as such (optimum_proven, optimum_gap)."""
@@ -123,9 +123,9 @@ class LearningSettings(ReinforceConfig):
 
 
 @dataclass(frozen=True)
-class AidSettings:
-    """The details of the project's search aids (``--guide`` switches them on together),
-    open to every method alike; every table says which rows had them."""
+class GuideSettings:
+    """The details of the guide, the project's search aids (``--guide`` switches them on
+    together), open to every method alike; every table says which rows had them."""
 
     exact_start: Literal["auto", "on", "off"] = "auto"
     """on: measure the exact solver's placement on the run's profile (for the parallel

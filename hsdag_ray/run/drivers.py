@@ -1,13 +1,13 @@
-"""What moves a run forward one iteration, for each kind of method.
+"""What moves a run forward one iteration, for each approach of a method (learning, search, solver).
 
-Every driver has the same small interface, so :func:`hsdag_ray.train.train`
+Every driver has the same small interface, so :func:`hsdag_ray.run.training.train`
 runs the same loop (budget, metrics, checkpoints, outputs) whatever the
 method: ``iterate()`` proposes and measures one iteration's placements (they
 land in the run's measurement store) and returns the method's own metrics;
 ``save(folder)`` / ``restore(folder)`` checkpoint it; ``stop()`` releases it;
 ``handle`` is what ``on_iteration`` callbacks receive; ``done`` says the method has
 nothing more to propose (a solver after its one placement). Each is built from the run
-resolved once (:class:`hsdag_ray.resolved_run.ResolvedRun`: its settings, method, backend,
+resolved once (:class:`hsdag_ray.run.resolved_run.ResolvedRun`: its settings, method, backend,
 environment settings and measuring resources) and the driver's copy of the environment.
 """
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from hsdag_ray.algos import algo_config
-from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
-from hsdag_ray.resolved_run import ResolvedRun
+from hsdag_ray.run.algos import algo_config
+from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.run.resolved_run import ResolvedRun
 from policies.registry import load
 
 __all__ = ["RLDriver", "SearchDriver", "SolverDriver", "make_driver"]
@@ -50,10 +50,10 @@ class RLDriver:
                                 env.steps_per_episode, prior_device=prior,
                                 resources=run.resources).build_algo()
         if cfg.run.init:  # fine-tuning a pre-trained policy: its weights before the first update
-            from hsdag_ray.pretrained import init_soften_factor, load_into_algo
+            from hsdag_ray.run.pretrained import init_soften_factor, load_into_algo
 
             load_into_algo(self.algo, run.ckpt, method.name, init_soften_factor(cfg, method))
-        if cfg.aids.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
+        if cfg.guide.imitate_steps > 0:  # DOPPLER's start: imitate the profile's exact placement
             self._imitate(cfg, env)
 
     def _imitate(self, cfg: TrainConfig, env) -> None:
@@ -65,7 +65,7 @@ class RLDriver:
         from policies.imitate import imitate
 
         module = self.algo.learner_group._learner.module[DEFAULT_MODULE_ID]
-        self.imitation = imitate(module, [env], cfg.aids.imitate_steps, lr=cfg.learning.lr,
+        self.imitation = imitate(module, [env], cfg.guide.imitate_steps, lr=cfg.learning.lr,
                                  seed=cfg.run.seed)
         self.algo.env_runner_group.sync_weights(from_worker_or_learner_group=self.algo.learner_group,
                                                 inference_only=True)
@@ -109,7 +109,7 @@ class SearchDriver:
 
     def __init__(self, run: ResolvedRun, env) -> None:
         from envs.incumbent import start_placement
-        from envs.measuring import call, measuring_service
+        from envs.measuring_service import call, measuring_service
 
         cfg, method, env_cfg = run.cfg, run.method, run.env_config
         self.cfg = cfg
@@ -128,7 +128,7 @@ class SearchDriver:
                                 getattr(env, "repair_limits", None))
         if start is None:
             start = np.zeros(env.graph.num_nodes, dtype=np.int64)
-        elif (run.starts_exact or cfg.aids.etf_start) and env_cfg.get("store"):
+        elif (run.starts_exact or cfg.guide.etf_start) and env_cfg.get("store"):
             start = self._faster_than_measured(start, env_cfg["store"])
         costs = {}
         if method.costs:  # a search that reads the run's profile (checked by train before)
@@ -149,7 +149,7 @@ class SearchDriver:
         """With ``--exact-start`` (or ``--etf-start``) the run has measured the exact solver's
         (m-ETF's) placement on its profile: the start is measured too (once, counted, as HSDAG's is) and the search
         begins from the faster of the two."""
-        from envs.measuring import call
+        from envs.measuring_service import call
         from envs.store import StoreClient
 
         best = StoreClient.connect(store).best()
@@ -165,7 +165,7 @@ class SearchDriver:
     def _measure_suggestion(self) -> None:
         """With a guide (``--guide``, ``--neighbour-every``, ``--refit-every``): measure the
         placement it queued in the run's store, if any, as the search's own observation."""
-        from envs.measuring import call
+        from envs.measuring_service import call
 
         p = self.store.take_suggestion(self.graph_id)
         if p is not None:
@@ -173,7 +173,7 @@ class SearchDriver:
             self.search.observe(np.asarray(p, dtype=np.int64), latency)
 
     def iterate(self) -> dict[str, Optional[float]]:
-        from envs.measuring import call
+        from envs.measuring_service import call
 
         for _ in range(self.cfg.learning.episode_len):
             if self.store is not None:
@@ -192,7 +192,7 @@ class SearchDriver:
         self.search.load_state_dict(json.loads((Path(folder) / "search.json").read_text()))
 
     def stop(self) -> None:
-        from envs.measuring import release
+        from envs.measuring_service import release
 
         release(self.service)
 
@@ -205,14 +205,14 @@ class SolverDriver:
     done = False
 
     def __init__(self, run: ResolvedRun, env) -> None:
-        from envs.measuring import measuring_service
+        from envs.measuring_service import measuring_service
         from envs.baselines import profile_costs
 
         cfg, method = run.cfg, run.method
         self.cfg, self.method = cfg, method
         self.service = measuring_service(run.env_config, run.real,
                                          run.resources or {MEASURE_RESOURCE: 1}, tracked=True)
-        # checked by train before (hsdag_ray.resolve.unmet_needs): a profile of every device
+        # checked by train before (hsdag_ray.run.resolve.unmet_needs): a profile of every device
         self.placement = load(method.run)(profile_costs(env), cfg.env.objective,
                                           time_limit=cfg.run.solver_time_limit)
 
@@ -221,7 +221,7 @@ class SolverDriver:
         return self.placement
 
     def iterate(self) -> dict[str, Optional[float]]:
-        from envs.measuring import call
+        from envs.measuring_service import call
         from hsdag_ray.cli import RunError
 
         if self.placement is None:
@@ -241,25 +241,25 @@ class SolverDriver:
         self.done = bool(json.loads((Path(folder) / "solver.json").read_text())["done"])
 
     def stop(self) -> None:
-        from envs.measuring import release
+        from envs.measuring_service import release
 
         release(self.service)
 
 
 def make_driver(run: ResolvedRun, env, singles: Optional[dict] = None):
-    """The driver of the run's method's kind (``budget`` 0: zero-shot placement with
+    """The driver of the run's method's approach (``budget`` 0: zero-shot placement with
     ``init``); ``singles``: each device's single-device latency (where a learned method may
     start its sampling). With a real backend each measuring actor asks for
-    ``run.resources`` (:func:`hsdag_ray.nodes.measuring_resources`)."""
+    ``run.resources`` (:func:`hsdag_ray.run.nodes.measuring_resources`)."""
     method = run.method
     if run.cfg.run.budget == 0:
-        from hsdag_ray.pretrained import ZeroShotDriver
+        from hsdag_ray.run.pretrained import ZeroShotDriver
 
         return ZeroShotDriver(run, env)
-    if method.kind == "rl":
+    if method.approach == "rl":
         return RLDriver(run, env, singles)
-    if method.kind == "search":
+    if method.approach == "search":
         return SearchDriver(run, env)
-    if method.kind == "solver":
+    if method.approach == "solver":
         return SolverDriver(run, env)
-    raise ValueError(f"method {method.name}: no driver for kind {method.kind!r}")
+    raise ValueError(f"method {method.name}: no driver for approach {method.approach!r}")

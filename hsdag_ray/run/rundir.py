@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 from hsdag_ray.cli import UsageError, writable_dir
-from hsdag_ray.config import TrainConfig
+from hsdag_ray.run.config import TrainConfig
 
 __all__ = ["Run", "Restored", "absolute", "KEEP_CHECKPOINTS"]
 

@@ -2,7 +2,7 @@
 
 :func:`failed_trials` names the trials Ray Tune reports as failed; :func:`gather`
 reads the run folders' summaries into ``results.csv`` rows
-(:func:`hsdag_ray.results.rows_from_summary`) and says why each missing trial is
+(:func:`hsdag_ray.run.results.rows_from_summary`) and says why each missing trial is
 missing; :func:`mark_partial` puts that list at the top of ``results.md``.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ def gather(grid: Sequence[dict[str, Any]], runs: Path, errored: set[str]
     """The rows and summaries of the trials of ``grid`` that finished (their run folders
     under ``runs`` hold a summary), the names of those that did not, and why each did
     not (``errored``: the trials Ray Tune reports as failed)."""
-    from hsdag_ray.results import load_summary, rows_from_summary
+    from hsdag_ray.run.results import load_summary, rows_from_summary
 
     rows, summaries, missing, why = [], [], [], {}
     for t in grid:

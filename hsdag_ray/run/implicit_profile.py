@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from hsdag_ray.rundir import model_label
+from hsdag_ray.run.rundir import model_label
 
 __all__ = ["DEFAULT_ACCELERATOR", "PROFILE_FORMAT", "default_profile"]
 

@@ -2,8 +2,8 @@
 
 A placed model is a folder with a ``placed.json`` manifest (format
 ``hsdag_ray.placed/1``) and the files its backend wrote: OpenVINO IR
-(:mod:`envs.openvino.placed`) or a ``torch.export`` program
-(:mod:`envs.pytorch.placed`). :func:`load_placed` reads the manifest and hands the
+(:mod:`envs.openvino.saved`) or a ``torch.export`` program
+(:mod:`envs.pytorch.saved`). :func:`load_placed` reads the manifest and hands the
 folder to the graph source it names (:meth:`envs.source.GraphSource.load_placed`),
 importing only that backend (a process that runs a torch save never imports OpenVINO).
 """
@@ -24,15 +24,15 @@ def load_placed(directory: Union[str, Path], threads: Optional[int] = None):
             count); None = the value saved.
 
     Returns:
-        A callable placed model: :class:`envs.openvino.placed.PlacedModel` (called with
-        arrays) or :class:`envs.pytorch.placed.TorchPlaced` (called with tensors).
+        A callable placed model: :class:`envs.openvino.saved.PlacedModel` (called with
+        arrays) or :class:`envs.pytorch.saved.TorchPlaced` (called with tensors).
 
     Raises:
         ValueError: one sentence when the folder is not a placed model, its backend is
             unknown, a device is missing here, or a part cannot be built.
     """
     from envs.backends import BACKENDS, OPENVINO_SOURCE, load_ref, source_named
-    from envs.pytorch.placed import read_manifest
+    from envs.pytorch.saved import read_manifest
 
     folder = Path(directory)
     manifest = read_manifest(folder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from hsdag_ray.cli import UsageError
-from hsdag_ray.config import MEASURE_RESOURCE, TrainConfig
+from hsdag_ray.run.config import MEASURE_RESOURCE, TrainConfig
 
 __all__ = ["SweepInterrupted"]
 
@@ -28,13 +28,13 @@ def _resources(sc, cfg: TrainConfig):
     bundles, and Ray refuses one asking for a GPU that no bundle holds. With no
     EnvRunner, the one measuring bundle is the measuring service's. A real backend's
     devices are the ones the trial will measure on: its default ones when the sweep names
-    none (:func:`hsdag_ray.resolve.default_devices`), so on a cluster that names device
+    none (:func:`hsdag_ray.run.resolve.default_devices`), so on a cluster that names device
     sets the bundle holds the set its measuring actors ask for."""
     import ray
     from ray import tune
 
-    from hsdag_ray.nodes import measuring_gpus, measuring_resources
-    from hsdag_ray.resolve import default_devices
+    from hsdag_ray.run.nodes import measuring_gpus, measuring_resources
+    from hsdag_ray.run.resolve import default_devices
 
     from envs.backends import is_real
 
@@ -57,7 +57,7 @@ def _check_resources(pgf, cfg: TrainConfig) -> None:
     for them forever, starting no trial)."""
     import ray
 
-    from hsdag_ray.nodes import unsatisfiable
+    from hsdag_ray.run.nodes import unsatisfiable
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     key, why = unsatisfiable(pgf.bundles, nodes)

@@ -5,7 +5,7 @@ result is the best placement its method measured. With a real backend each
 placement was timed once, and the minimum over hundreds of noisy timings is
 biased low against baselines timed once; so the best few placements the
 method measured are timed again next to every baseline, interleaved, on a
-measuring machine (:meth:`envs.measuring.MeasuringService.remeasure`), and
+measuring machine (:meth:`envs.measuring_service.MeasuringService.remeasure`), and
 every figure of the summary (the result, the baselines, the speedups) is a
 re-measured one. The raw minimum stays as a diagnostic
 (``best_raw_latency_s``), as do the baselines of the run's start
@@ -29,8 +29,8 @@ import numpy as np
 
 from envs.backends import get as get_backend
 from envs.baselines import Baselines, single_devices
-from hsdag_ray.config import TrainConfig
-from hsdag_ray.rundir import Run
+from hsdag_ray.run.config import TrainConfig
+from hsdag_ray.run.rundir import Run
 
 __all__ = ["choose_best", "remeasure_result", "finish", "METHOD_CANDIDATE"]
 
@@ -57,9 +57,9 @@ def remeasure_result(service, store, baselines: Baselines, rounds: int, say) -> 
     """Time the method's best few placements and every baseline again, interleaved.
 
     Returns ``candidates`` (name -> re-measurement, see
-    :meth:`~envs.measuring.MeasuringService.remeasure`), ``placements`` (the
+    :meth:`~envs.measuring_service.MeasuringService.remeasure`), ``placements`` (the
     method's candidates: name -> placement), ``rounds`` and ``node``."""
-    from envs.measuring import call
+    from envs.measuring_service import call
     from envs.timing import precision_words
 
     top = store.top()
@@ -80,8 +80,8 @@ def finish(run, run_dir: Run, env, store, state: dict[str, Any],
            baselines: Baselines, remeasured: Optional[dict[str, Any]],
            say: Callable[[str], None]) -> dict[str, Any]:
     """Write ``best_placement.json`` and the pictures; return the summary of ``run``
-    (a :class:`hsdag_ray.resolved_run.ResolvedRun`)."""
-    from hsdag_ray import plots
+    (a :class:`hsdag_ray.run.resolved_run.ResolvedRun`)."""
+    from hsdag_ray.run import plots
 
     cfg: TrainConfig = run.cfg
 
@@ -110,7 +110,7 @@ def finish(run, run_dir: Run, env, store, state: dict[str, Any],
         "iterations": state["iteration"], "placements": stats["placements"],
         "measurements": stats["measurements"], "failures": stats["failures"],
         "screened": stats.get("screened", 0), "suggested": stats.get("suggested", 0),
-        "suggested_by": run.guide_of, "guided_by": list(state.get("guided_by") or []),
+        "suggested_by": run.guide_proposer, "guided_by": list(state.get("guided_by") or []),
         "best_from_guide": bool(raw_best and raw_best.get("suggested")),
         "baselines": figures, "best_latency_s": None,
         "best_source": source,
@@ -175,7 +175,7 @@ def _machines(summary: dict[str, Any], nodes: list, say: Callable[[str], None]) 
     run measured on more than one machine or lost one."""
     if not any(nodes):
         return
-    from hsdag_ray.nodes import machines_of
+    from hsdag_ray.run.nodes import machines_of
 
     measured_by, left = machines_of(nodes)
     summary["measured_by"] = measured_by
