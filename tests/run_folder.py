@@ -1,5 +1,6 @@
 """What a reader sees in a run folder: its metrics rows, its stores and its checkpoints
-(test_reliability.py and test_checkpoints.py read run folders with these)."""
+(test_reliability.py, test_checkpoints.py, test_train.py and test_memory_limits.py read run
+folders with these)."""
 import json
 from pathlib import Path
 
@@ -35,3 +36,7 @@ def keys(store: dict) -> set[str]:
 def checkpoint_names(run: Path) -> set[str]:
     d = run / "checkpoints"
     return {p.name for p in d.iterdir()} if d.is_dir() else set()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
