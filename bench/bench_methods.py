@@ -41,8 +41,8 @@ import math
 import statistics
 from pathlib import Path
 
-from bench.bench_learning import (REFERENCES, TARGET, best_at, parse, plot, run_grid, target_cells,
-                                  to_target)
+from bench.bench_learning import REFERENCES, parse, run_grid
+from bench.learning_curves import TARGET, best_at, plot, target_cells, to_target
 
 from hsdag_ray.run.results import cell
 

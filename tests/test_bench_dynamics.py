@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.bench_learning import learning_state, optimum_shape
+from bench.learning_curves import learning_state, optimum_shape
 from bench.bench_methods import dynamics_table
 from hsdag_core.compgraph import CompGraph, Edge, Node
 

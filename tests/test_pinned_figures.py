@@ -168,7 +168,7 @@ def test_a_run_of_ten_measurements_has_a_curve_of_one_row_per_measurement(four_d
     """The best after every measurement: a run's iterations (7 placements each here) end at
     other counts than 10, and its best after 10 measurements is read off the curve, as the
     benches read it."""
-    from bench.bench_learning import best_at, measured_curve
+    from bench.learning_curves import best_at, measured_curve
     from hsdag_ray.run.config import TrainConfig
     from hsdag_ray.run.training import train
 
