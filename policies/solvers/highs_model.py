@@ -23,6 +23,12 @@ __all__ = ["Model", "MipResult", "new_highs"]
 _banner_shown = False
 
 
+def _scale(magnitude: float) -> float:
+    """The factor that brings an objective of about ``magnitude`` to about 1000 for HiGHS
+    (1 when the magnitude is unknown)."""
+    return 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
+
+
 def new_highs() -> highspy.Highs:
     """A silent HiGHS instance. HiGHS prints its copyright banner to the process's
     standard output when the first instance is made, before any option can turn output
@@ -138,7 +144,7 @@ class Model:
         least: HiGHS completes the others by an LP) is the MIP start. The objective is
         scaled to about 1000 for the solver (HiGHS stops at an *absolute* gap of 1e-6,
         coarse for values of a few ms in seconds) and unscaled in the result."""
-        scale = 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
+        scale = _scale(magnitude)
         h = self._highs(scale)
         h.setOptionValue("mip_rel_gap", float(rel_gap))
         if time_limit is not None:
@@ -171,8 +177,7 @@ class Model:
     def relaxation(self, time_limit: Optional[float], magnitude: float) -> Optional[np.ndarray]:
         """The column values of the LP relaxation's optimum (integrality dropped), or None
         when HiGHS finds none within ``time_limit`` seconds."""
-        scale = 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
-        h = self._highs(scale)
+        h = self._highs(_scale(magnitude))
         h.setOptionValue("solve_relaxation", True)
         if time_limit is not None:
             h.setOptionValue("time_limit", max(float(time_limit), 1e-3))

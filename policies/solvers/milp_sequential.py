@@ -131,11 +131,12 @@ def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Op
     return None if best is None else best.placement
 
 
-def _lp_rounded(m: Model, g: CostGraph, x: np.ndarray, time_limit: float) -> Optional[np.ndarray]:
-    """The LP relaxation's placement: each node on the device of its largest share, moved
-    within the memory limits (:func:`hsdag_core.fit.repair`), then improved by single-node
-    moves (:func:`policies.solvers.polish.polish`) in what is left of ``time_limit``
-    seconds; None when the LP is not solved in time or no repair fits."""
+def _lp_rounded(m: Model, g: CostGraph, x: np.ndarray, time_limit: float
+                ) -> Optional[tuple[np.ndarray, float]]:
+    """The LP relaxation's placement and its sequential latency: each node on the device of
+    its largest share, moved within the memory limits (:func:`hsdag_core.fit.repair`), then
+    improved by single-node moves (:func:`policies.solvers.polish.polish`) in what is left
+    of ``time_limit`` seconds; None when the LP is not solved in time or no repair fits."""
     t0 = time.perf_counter()
     cols = m.relaxation(time_limit, lower_bound(g, "sequential"))
     if cols is None:
@@ -144,16 +145,8 @@ def _lp_rounded(m: Model, g: CostGraph, x: np.ndarray, time_limit: float) -> Opt
     fits = repair(g, rounded, max(0.4 * (time_limit - (time.perf_counter() - t0)), 0.02))
     if fits is None:
         return None
-    return polish(Simulator(g), fits, "sequential", t0 + time_limit)[0]
-
-
-def _better_start(g: CostGraph, start: Optional[np.ndarray], other: Optional[np.ndarray]
-                  ) -> Optional[np.ndarray]:
-    """Of two MIP starts (either None), the one of lower sequential latency within the limits."""
-    sim = Simulator(g)
-    value = (lambda p: sim.evaluate(p, "sequential").value
-             if p is not None and sim.check(p) is None else np.inf)
-    return other if value(other) < value(start) else start
+    placement, value, _ = polish(Simulator(g), fits, "sequential", t0 + time_limit)
+    return placement, value
 
 
 def _canonical(g: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
@@ -190,6 +183,8 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
     Args:
         start: the MIP start, a placement (the incumbent); None: the best of the
             heuristics (:func:`sequential_start`, given ``start_share`` of ``time_limit``).
+            A short solve with a memory limit starts from its rounded LP relaxation
+            instead when that is faster (:data:`LP_ROUND_SHARE`).
             The result is never worse than the start: HiGHS begins from it, and should
             its own placement measure worse on the simulator the start is returned.
         threads: HiGHS's threads (None: its default).
@@ -217,16 +212,19 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
     info: dict = {"devices_left_empty": len(unused)}
     if ORDER_IDENTICAL:
         _order_identical(m, g, x, unused)
-    if time_limit is not None and time_limit < PATH_BOUND_FROM_S and np.isfinite(g.mem_capacity).any():
-        rounded = _lp_rounded(m, g, x, LP_ROUND_SHARE * time_limit)
-        if rounded is not None:
-            info["lp_rounded_s"] = float(Simulator(g).evaluate(rounded, objective).value)
-        start = _better_start(g, start, rounded)
+    long = time_limit is None or time_limit >= PATH_BOUND_FROM_S
+    limited = bool(np.isfinite(g.mem_capacity).any())
+    rounded = None if long or not limited else _lp_rounded(m, g, x, LP_ROUND_SHARE * time_limit)
+    if rounded is not None:
+        info["lp_rounded_s"] = float(rounded[1])
+        sim = Simulator(g)
+        if (start is None or sim.check(start) is not None
+                or rounded[1] < sim.evaluate(start, objective).value):
+            start = rounded[0]
     if start is not None:
         start = _canonical(g, _merge_redundant(g, start, unused), unused)
     floor = -np.inf
-    long = time_limit is None or time_limit >= PATH_BOUND_FROM_S
-    if long and np.isfinite(g.mem_capacity).any():
+    if long and limited:
         floor = info["path_bound_s"] = max(lower_bound(g, objective), sequential_bound(g))
     return _solve_from(m, g, objective, x, start, t0, time_limit, rel_gap, threads, info,
                        floor=floor)
