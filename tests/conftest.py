@@ -66,6 +66,24 @@ def modeled_profile(model: str, devices=("CPU_MODEL", "GPU_MODEL"), boundary_s: 
     return prof
 
 
+def small_dnnpart(path: Path, max_size: float = 100.0) -> Path:
+    """A four-node diamond in the dnn-partitioning input format (two accelerators of
+    ``max_size`` bytes, one CPU; node i: CPU 10(i+1), accelerator 1+i, size 10), written to
+    ``path``."""
+    import json
+
+    doc = {"maxSizePerFPGA": max_size, "maxFPGAs": 2, "maxCPUs": 1,
+           "nodes": [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0 * (i + 1),
+                      "fpgaLatency": 1.0 + i, "isBackwardNode": 0, "size": 10.0}
+                     for i in range(4)],
+           "edges": [{"sourceId": 0, "destId": 1, "cost": 0.5},
+                     {"sourceId": 0, "destId": 2, "cost": 0.5},
+                     {"sourceId": 1, "destId": 3, "cost": 0.25},
+                     {"sourceId": 2, "destId": 3, "cost": 0.25}]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
 #: a CPU, two accelerators that differ only in memory and an NPU-like one
 FOUR_DEVICES = ("CPU_MODEL", "GPU_SMALLMEM", "GPU_TINYMEM", "NPU_MODEL")
 

@@ -109,16 +109,9 @@ def test_nothing_fits_is_no_placement_with_a_reason():
 def test_solve_command_prints_the_planning_time(tmp_path, capsys):
     from hsdag_ray.cli import run
 
-    doc = {"maxSizePerFPGA": 15.0, "maxFPGAs": 2, "maxCPUs": 1,
-           "nodes": [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0 * (i + 1),
-                      "fpgaLatency": 1.0 + i, "isBackwardNode": 0, "size": 10.0}
-                     for i in range(4)],
-           "edges": [{"sourceId": 0, "destId": 1, "cost": 0.5},
-                     {"sourceId": 0, "destId": 2, "cost": 0.5},
-                     {"sourceId": 1, "destId": 3, "cost": 0.25},
-                     {"sourceId": 2, "destId": 3, "cost": 0.25}]}
-    path = tmp_path / "small.json"
-    path.write_text(json.dumps(doc))
+    from conftest import small_dnnpart
+
+    path = small_dnnpart(tmp_path / "small.json", max_size=15.0)
     for method in BAECHI:
         code = run(solve_main, ["--graph", str(path), "--objective", "parallel", "--method",
                                 method], prog="hsdag_ray.solve")

@@ -27,17 +27,9 @@ def assert_user_error(code, err, *words):
 
 @pytest.fixture
 def small_input(tmp_path):
-    doc = {"maxSizePerFPGA": 100.0, "maxFPGAs": 2, "maxCPUs": 1,
-           "nodes": [{"id": i, "supportedOnFpga": 1, "cpuLatency": 10.0 * (i + 1),
-                      "fpgaLatency": 1.0 + i, "isBackwardNode": 0, "size": 10.0}
-                     for i in range(4)],
-           "edges": [{"sourceId": 0, "destId": 1, "cost": 0.5},
-                     {"sourceId": 0, "destId": 2, "cost": 0.5},
-                     {"sourceId": 1, "destId": 3, "cost": 0.25},
-                     {"sourceId": 2, "destId": 3, "cost": 0.25}]}
-    path = tmp_path / "small.json"
-    path.write_text(json.dumps(doc))
-    return path
+    from conftest import small_dnnpart
+
+    return small_dnnpart(tmp_path / "small.json")
 
 
 def test_cli_bad_input_exit_2(capsys, tmp_path, small_input):
