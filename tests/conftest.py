@@ -12,6 +12,35 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+#: the lock files by which a test marked ``alone`` runs with no test of the other xdist
+#: worker beside it (:func:`pytest_runtest_protocol`)
+_GATE, _RUNNING = (Path(os.environ.get("TMPDIR", "/tmp")) / f"hsdag-ray-tests-{n}.lock"
+                   for n in ("gate", "running"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``alone`` (one that compares real timings, which the other worker's
+    load would skew) holds the running lock exclusively through its set-up, call and
+    tear-down; every other test holds it shared, its module's fixtures included. The gate
+    gives the exclusive holder priority: it is held while the exclusive lock is awaited,
+    so the other worker starts no new test meanwhile. Without xdist workers the locks
+    are never contended."""
+    import fcntl
+
+    alone = item.get_closest_marker("alone") is not None
+    with open(_GATE, "a") as gate, open(_RUNNING, "a") as running:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(running, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(running, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
 @pytest.fixture(autouse=True)
 def _session_ray(request):
     """One local Ray (loopback only, a measuring slot) shared by the tests marked ``ray``
