@@ -64,6 +64,11 @@ CANDIDATES = 6
 #: measurements gives placements far off the posterior's optimum; a narrower draw gives
 #: placements near it that differ where the model is least sure
 SAMPLE_SPREAD = 0.6
+#: a MILP solve is given at least this many times the seconds its last LP relaxation took
+#: (while the proposal's time lasts): a solve stopped before its relaxation is rounded
+#: returns its start, a placement already measured, so two half-shares that each stop
+#: there teach nothing where one whole share gives a new placement
+ROUND_NEED = 2.0
 #: measured placements considered for the MILP's start: this many fastest and latest
 INCUMBENT_CANDIDATES = 10
 #: seconds of planning per proposal where the exact solver is the MILP, when the search is
@@ -141,6 +146,7 @@ class ProfileThompson:
         self.proposals = {"mean": 0, "sample": 0, "local": 0}
         self._last: Optional[np.ndarray] = None  # the last solve's placement
         self._deadline = 0.0
+        self._need = 0.0  # seconds a MILP solve needs to round its relaxation (ROUND_NEED)
 
     @property
     def placements(self) -> list[np.ndarray]:
@@ -161,9 +167,13 @@ class ProfileThompson:
         options: dict[str, Any] = {}
         limit = None
         if self.solver == "milp":
-            limit = max(share * (self._deadline - time.perf_counter()), MIN_SOLVE_S)
+            left = self._deadline - time.perf_counter()
+            limit = max(share * left, min(left, self._need), MIN_SOLVE_S)
             options["start"] = self._incumbent(costs)
         res = solve(costs, self.objective, self.solver, time_limit=limit, **options)
+        lp_s = res.info.get("lp_s")
+        if lp_s is not None:   # a short MILP solve rounds its relaxation: what that took
+            self._need = ROUND_NEED * lp_s if np.isfinite(lp_s) else max(self._need, 2 * limit)
         if not res.feasible:
             return None
         self._last = np.asarray(res.placement, dtype=np.int64)
@@ -185,6 +195,12 @@ class ProfileThompson:
                 best, best_v = p, r.value
         return best
 
+    def _spent(self) -> bool:
+        """Whether too little of the proposal's time is left for another MILP solve to give
+        more than its start: under two minimal solves, or under what rounding needs."""
+        left = self._deadline - time.perf_counter()
+        return self.solver == "milp" and left < max(2 * MIN_SOLVE_S, self._need)
+
     def _new(self, p: Optional[np.ndarray]) -> bool:
         return p is not None and p.tobytes() not in self.seen
 
@@ -199,7 +215,7 @@ class ProfileThompson:
         if not self._new(p) and self.candidates > 1:
             p, made_from = self._best_sample(), "sample"
         for _ in range(self.retries if not self._new(p) else 0):
-            if self.solver == "milp" and self._deadline - time.perf_counter() < 2 * MIN_SOLVE_S:
+            if self._spent():
                 break  # the proposal's time is spent: a change of the best placement instead
             prior = self.model.prior_sample(self.rng, spread)
             p = self._placement(self.model.condition(prior, self.rng.standard_normal(len(self.latencies))))
@@ -220,7 +236,7 @@ class ProfileThompson:
         best_v = min((v for v in self.latencies if np.isfinite(v)), default=np.inf)
         pick, pick_ei, tried = None, -np.inf, set()
         for _ in range(self.candidates):
-            if self.solver == "milp" and self._deadline - time.perf_counter() < 2 * MIN_SOLVE_S:
+            if self._spent():
                 break
             prior = self.model.prior_sample(self.rng, self.spread)
             p = self._placement(self.model.condition(prior, self.rng.standard_normal(len(self.latencies))))

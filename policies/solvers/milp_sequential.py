@@ -37,11 +37,10 @@ import numpy as np
 
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
-from hsdag_core.fit import repair
 from policies.solvers.bounds import lower_bound, sequential_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.milp import _placement_vars, _receipt, _solve_from
-from policies.solvers.polish import polish
+from policies.solvers.rounding import round_relaxation
 from policies.solvers.result import (SolveResult, device_classes, redundant_for_sequential,
                                     uniform_transfer)
 
@@ -50,11 +49,13 @@ __all__ = ["solve_milp_sequential", "sequential_start", "PATH_BOUND_FROM_S"]
 ORDER_IDENTICAL = True
 """Add :func:`_order_identical`'s rows to the sequential MILP (symmetry breaking)."""
 
-LP_ROUND_SHARE = 0.4
+LP_ROUND_SHARE = 0.9
 """Share of a short solve's time (under ``PATH_BOUND_FROM_S`` seconds, with a memory limit)
-given to rounding its LP relaxation into a MIP start (:func:`_lp_rounded`): the relaxation
-is close to the optimum, and a short branch and bound often ends before its own
-heuristics improve on the start it was given."""
+the rounding of its LP relaxation into a MIP start may take (:func:`_lp_rounded`); the
+branch and bound gets what is left. The relaxation is close to the optimum, and in under
+a second HiGHS's branch and bound rarely gets past its root to improve on its start, so
+the rounding's own single-node moves are where such a solve's time is best spent; on a
+small graph the moves end early and the branch and bound gets the rest."""
 
 PATH_BOUND_FROM_S = 10.0
 """The sequential MILP adds :func:`policies.solvers.bounds.sequential_bound` to its bound
@@ -131,22 +132,19 @@ def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Op
     return None if best is None else best.placement
 
 
-def _lp_rounded(m: Model, g: CostGraph, x: np.ndarray, time_limit: float
+def _lp_rounded(m: Model, g: CostGraph, x: np.ndarray, time_limit: float, info: dict
                 ) -> Optional[tuple[np.ndarray, float]]:
-    """The LP relaxation's placement and its sequential latency: each node on the device of
-    its largest share, moved within the memory limits (:func:`hsdag_core.fit.repair`), then
-    improved by single-node moves (:func:`policies.solvers.polish.polish`) in what is left
-    of ``time_limit`` seconds; None when the LP is not solved in time or no repair fits."""
+    """The LP relaxation's best rounding within the limits and its sequential latency
+    (:func:`policies.solvers.rounding.round_relaxation`, in what is left of ``time_limit``
+    seconds); None when the LP is not solved in time or no rounding fits. ``info`` gets
+    ``lp_s``, the seconds the relaxation took (``inf`` when it was not solved in time), what
+    a caller needs to know to give a later solve time enough to round."""
     t0 = time.perf_counter()
     cols = m.relaxation(time_limit, lower_bound(g, "sequential"))
+    info["lp_s"] = time.perf_counter() - t0 if cols is not None else np.inf
     if cols is None:
         return None
-    rounded = cols[x.ravel()].reshape(x.shape).argmax(axis=1)
-    fits = repair(g, rounded, max(0.4 * (time_limit - (time.perf_counter() - t0)), 0.02))
-    if fits is None:
-        return None
-    placement, value, _ = polish(Simulator(g), fits, "sequential", t0 + time_limit)
-    return placement, value
+    return round_relaxation(g, cols[x.ravel()].reshape(x.shape), t0 + time_limit)
 
 
 def _canonical(g: CostGraph, p: np.ndarray, unused: Sequence[int]) -> np.ndarray:
@@ -214,7 +212,7 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         _order_identical(m, g, x, unused)
     long = time_limit is None or time_limit >= PATH_BOUND_FROM_S
     limited = bool(np.isfinite(g.mem_capacity).any())
-    rounded = None if long or not limited else _lp_rounded(m, g, x, LP_ROUND_SHARE * time_limit)
+    rounded = None if long or not limited else _lp_rounded(m, g, x, LP_ROUND_SHARE * time_limit, info)
     if rounded is not None:
         info["lp_rounded_s"] = float(rounded[1])
         sim = Simulator(g)
