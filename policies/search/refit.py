@@ -30,9 +30,10 @@ node, then more) is proposed when every draw does. Memory is known exactly, so e
 
 Where the exact solver is the MILP, a proposal's planning is bounded by ``time_limit``
 (1 s by default): the first proposal's one solve takes all of it, each later one's
-solves share it; each solve starts from the incumbent (the best, under the solve's
-costs, of the last solve's placement and the measured ones) and keeps it when HiGHS
-finds nothing better in its share of the time.
+solves share it, each given at least :data:`ROUND_NEED` times what the last LP
+relaxation took, so that it gets to round one; each solve starts from the incumbent
+(the best, under the solve's costs, of the last solve's placement and the measured ones)
+and keeps it when HiGHS finds nothing better in its share of the time.
 """
 from __future__ import annotations
 
@@ -110,8 +111,9 @@ class ProfileThompson:
         time_limit: seconds of planning per proposal where the exact solver is the MILP
             (memory limits, or the throughput objective; :data:`PLAN_SECONDS` when None):
             the first proposal's one solve may take :data:`PLAN_SHARE` of them, a later
-            proposal's first solve half of that, each further one half of what is left, and no
-            further posterior sample is solved once too little is left. Each MILP starts from the
+            proposal's first solve half of that, each further one half of what is left (at
+            least :data:`ROUND_NEED` times the last relaxation's seconds, while they last), and
+            no further posterior sample is solved once too little is left. Each MILP starts from the
             incumbent, the best under the solve's costs of the last solve's placement and
             the measured ones, and returns it when it finds none better in its time.
         retries: posterior samples drawn per proposal before changing the best measured placement instead.
