@@ -49,13 +49,22 @@ __all__ = ["solve_milp_sequential", "sequential_start", "PATH_BOUND_FROM_S"]
 ORDER_IDENTICAL = True
 """Add :func:`_order_identical`'s rows to the sequential MILP (symmetry breaking)."""
 
-LP_ROUND_SHARE = 0.9
+LP_ROUND_SHARE = 0.4
 """Share of a short solve's time (under ``PATH_BOUND_FROM_S`` seconds, with a memory limit)
 the rounding of its LP relaxation into a MIP start may take (:func:`_lp_rounded`); the
-branch and bound gets what is left. The relaxation is close to the optimum, and in under
-a second HiGHS's branch and bound rarely gets past its root to improve on its start, so
-the rounding's own single-node moves are where such a solve's time is best spent; on a
-small graph the moves end early and the branch and bound gets the rest."""
+branch and bound gets what is left. The relaxation is close to the optimum, and a short
+branch and bound often ends before its own heuristics improve on the start it was given."""
+
+LP_ROUND_SHARE_SUBSECOND = 0.9
+"""The rounding's share of a solve given under ``SUBSECOND_S`` seconds (refit's proposals):
+in that time HiGHS's branch and bound rarely gets past its root to improve on its start,
+so the rounding's own single-node moves are where the time is best spent; on a small
+graph the moves end early and the branch and bound gets the rest. Given a few seconds on
+a graph of hundreds of nodes and many devices the branch and bound does better than the
+moves, hence :data:`LP_ROUND_SHARE` there."""
+
+SUBSECOND_S = 1.5
+"""Solves given under this many seconds round with :data:`LP_ROUND_SHARE_SUBSECOND`."""
 
 PATH_BOUND_FROM_S = 10.0
 """The sequential MILP adds :func:`policies.solvers.bounds.sequential_bound` to its bound
@@ -212,7 +221,8 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         _order_identical(m, g, x, unused)
     long = time_limit is None or time_limit >= PATH_BOUND_FROM_S
     limited = bool(np.isfinite(g.mem_capacity).any())
-    rounded = None if long or not limited else _lp_rounded(m, g, x, LP_ROUND_SHARE * time_limit, info)
+    rounded = None if long or not limited else _lp_rounded(
+        m, g, x, time_limit * (LP_ROUND_SHARE_SUBSECOND if time_limit < SUBSECOND_S else LP_ROUND_SHARE), info)
     if rounded is not None:
         info["lp_rounded_s"] = float(rounded[1])
         sim = Simulator(g)

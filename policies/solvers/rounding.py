@@ -12,7 +12,7 @@ Two roundings, and the better of them under the simulator:
   on one device fraction by fraction; argmax then puts every node on the larger device
   and the repair scatters what does not fit, while filling cuts the graph into
   contiguous memory-sized segments, which is what a placement within the limits does.
-  It is tried from each device of the first fractional node's support.
+  It is tried from the devices of the first fractional node's largest shares.
 
 Each rounding is moved within the memory and co-location limits
 (:func:`hsdag_core.fit.repair`), and the best is improved by single-node moves
@@ -34,6 +34,10 @@ __all__ = ["fill_rounding", "round_relaxation"]
 
 #: a share this close to 1 counts as integral
 INTEGRAL = 1e-6
+#: the fill rounding starts from at most this many devices of the first fractional node's
+#: support, those of its largest shares (where many identical accelerators share a node,
+#: fills that start on each of them differ only in their labels)
+FILL_STARTS = 3
 
 
 def fill_rounding(g: CostGraph, share: np.ndarray, first: int) -> np.ndarray:
@@ -63,7 +67,9 @@ def round_relaxation(g: CostGraph, share: np.ndarray, deadline: float
     frac = np.flatnonzero(share.max(axis=1) < 1 - INTEGRAL)
     cands = [share.argmax(axis=1)]
     if frac.size:
-        cands += [fill_rounding(g, share, int(d)) for d in np.flatnonzero(share[frac[0]] > INTEGRAL)]
+        support = np.flatnonzero(share[frac[0]] > INTEGRAL)
+        firsts = support[np.argsort(-share[frac[0], support], kind="stable")][:FILL_STARTS]
+        cands += [fill_rounding(g, share, int(d)) for d in firsts]
     best, best_v = None, np.inf
     for k, p in enumerate(cands):
         left = deadline - time.perf_counter()
