@@ -16,8 +16,8 @@ the machine's load (1-minute load average) before and after the row. The setting
 * ``default``: ``TimingConfig()``, what every command uses;
 * ``old``: the earlier default, a fixed 7 blocks of 3 runs (``precision=0``);
 * ``threads1``, ``threads2``, ``block1``, ``block3``, ``warmup6``: the default with 1 or 2
-  threads per device, blocks of 1 or 3 runs, or 6 fixed warm-up runs (no early end of the
-  warm-up).
+  threads per device, blocks of 1 or always 3 runs (the default's before ``block_s``), or 6
+  fixed warm-up runs (no early end of the warm-up).
 """
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ from envs.base import TimingConfig
 #: the settings compared, as changes to the default
 SETTINGS = {
     "default": {},
-    "old": {"repeats": 7, "block": 3, "precision": 0.0},
+    "old": {"repeats": 7, "block": 3, "block_s": 0.0, "precision": 0.0},
     "threads1": {"threads": 1},
     "threads2": {"threads": 2},
     "block1": {"block": 1},
-    "block3": {"block": 3},
+    "block3": {"block": 3, "block_s": 0.0},
     "warmup6": {"warmup": 6, "warmup_agree": 0.0},
 }
 PAIRS = {"torch": ("torch", ["cpu", "cpu:bf16"]), "openvino": ("auto", ["CPU", "CPU_F32"])}
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     base = TimingConfig()
     print(f"{os.cpu_count()} CPUs; default timing: warm-up {base.warmup} (until two runs agree within "
           f"{base.warmup_agree:.0%}, at most {base.warmup_max}), at least {base.repeats} blocks of "
-          f"{base.block}, {base.threads} thread(s) per device, target +/-{args.target:.0%}, cap "
+          f"{base.block} runs (fewer where a block would last over {base.block_s:g} s), {base.threads} thread(s) per device, target +/-{args.target:.0%}, cap "
           f"{base.precision_cap_s:g} s; placement: {args.placement}")
     print(f"{'model':<34}{'pair':<10}{'setting':<10}{'within':>8}{'median s':>10}{'half-width':>12}"
           f"{'capped':>8}{'load':>12}")

@@ -34,6 +34,12 @@ class TimingConfig:
             them); with ``precision`` 0, exactly ``repeats`` blocks are timed.
         block: runs per timed block (a block's mean is one sample); larger
             blocks smooth scheduler noise on a shared machine.
+        block_s: the seconds a timed block aims at: where the last warm-up run took more
+            than ``block_s / block``, a block holds ``round(block_s / run)`` runs (at
+            least 1), so a model whose run takes more than 100 ms is timed in blocks of one
+            run, more of them within ``precision_cap_s``. The machine's speed drifts in
+            spells, and the shorter the call, the more often its blocks fall within one
+            (docs/results/real-devices.md). ``0`` = always ``block`` runs.
         precision: the target half-width of the 95 percent interval of the median
             over the median (``0.02``: within 2 percent); timed blocks go on until it is
             reached (:func:`envs.racing.race_step`). A placement raced against
@@ -73,6 +79,7 @@ class TimingConfig:
     warmup_max: int = 6
     repeats: int = 7
     block: int = 3
+    block_s: float = 0.15
     precision: float = 0.02
     precision_cap_s: float = 15.0
     timeout_s: float = 120.0
@@ -91,6 +98,7 @@ class TimingConfig:
         """Refuse values no timing can have (a :class:`ValueError`, one sentence each)."""
         checks = (
             (self.repeats >= 1 and self.block >= 1, "repeats and block must be at least 1"),
+            (self.block_s >= 0, "block_s must be 0 (always block runs) or a positive number of seconds"),
             (self.warmup >= 0 and self.threads >= 0, "warmup and threads must be 0 or more"),
             (self.timeout_s > 0, "timeout_s must be a positive number of seconds"),
             (0 <= self.precision < 1 and self.precision_cap_s > 0,

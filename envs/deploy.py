@@ -64,7 +64,7 @@ def result_head(job: ApplyJob, placed: Measurement) -> dict[str, Any]:
             "described_devices": job.described, "backend": job.backend,
             "nodes_per_device": {d: job.counts[d] for d in job.names if job.counts[d]},
             "timing": {"warmup": t.warmup, "repeats": t.repeats, "block": t.block,
-                       "precision": t.precision, "precision_cap_s": t.precision_cap_s,
+                       "block_s": t.block_s, "precision": t.precision, "precision_cap_s": t.precision_cap_s,
                        "threads": t.threads, "rounds": job.rounds}, "seed": job.seed,
             "placed": row("placement", placed), "single": {}, "own": {}, "saved": None}
 

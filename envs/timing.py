@@ -31,9 +31,18 @@ class StageFailure(Exception):
         self.message = message
 
 
+def block_runs(timing: TimingConfig, run_s: Optional[float]) -> int:
+    """Runs per timed block: ``timing.block``, fewer where a run of ``run_s`` seconds (the
+    last warm-up run; None: unknown) makes a block longer than ``timing.block_s``."""
+    if not timing.block_s or run_s is None or run_s <= 0:
+        return timing.block
+    return max(1, min(timing.block, round(timing.block_s / run_s)))
+
+
 def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
                info: dict[str, object], best: Optional[float] = None) -> list[float]:
-    """Warm-up runs, then blocks of ``timing.block`` runs; returns block means.
+    """Warm-up runs, then blocks of ``timing.block`` runs (fewer for long runs,
+    :func:`block_runs`; ``info['block_runs']``); returns block means.
 
     At least ``timing.repeats`` blocks, then more until the 95% interval of their
     median is within ``timing.precision`` of it, or ``timing.precision_cap_s``
@@ -77,6 +86,8 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
     if timing.warmup and far_slower(warm_s, best, timing):
         info.update(raced="stopped", race_best_s=best)
         return [warm_s]
+    per_block = block_runs(timing, warm_s if timing.warmup else None)
+    info["block_runs"] = per_block
     samples = []
     cpu_start, wall_start = time.process_time(), clock()
     warm = warm_s if timing.warmup else None
@@ -86,12 +97,12 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
         if decision == "more" and start + (start - wall_start) / len(samples) > deadline:
             decision = "capped"  # the next block would pass the time limit: stop short of it
             break
-        for _ in range(timing.block):
+        for _ in range(per_block):
             runner.infer()
             runs += 1
             if clock() > deadline:
                 raise StageFailure("timeout", timeout_text(timing, info, runs))
-        samples.append((clock() - start) / timing.block)
+        samples.append((clock() - start) / per_block)
         if decision == "more" and best is not None and timing.race:
             info["raced"] = "extended"
         decision = race_step(samples, best, timing, warm, clock() - wall_start)

@@ -123,3 +123,29 @@ def test_precision_is_a_flag_of_every_timing_command_and_a_yaml_setting(tmp_path
     assert run(measure.main, ["--model", "tiny_cnn", "--precision", "2"]) == 2
     err = capsys.readouterr().err
     assert "precision must be a fraction" in err and len(err.strip().splitlines()) == 1
+
+
+def test_long_runs_are_timed_in_blocks_of_fewer_runs():
+    """A block aims at ``block_s`` (0.15 s): runs of about 3 ms keep blocks of ``block``
+    (3), runs of about 200 ms are timed one per block, and ``block_s`` 0 keeps 3 always."""
+    from envs.timing import block_runs
+
+    t = TimingConfig()
+    assert (t.block, t.block_s) == (3, 0.15)
+    assert [block_runs(t, s) for s in (0.003, 0.05, 0.07, 0.11, 0.2, 2.0)] == [3, 3, 2, 1, 1, 1]
+    assert block_runs(t, None) == 3 and block_runs(replace(t, block_s=0.0), 0.2) == 3
+    base = replace(t, warmup_agree=0.0, precision=0.0, repeats=5)
+    g = chain()
+    slow = replace(g, compute_s=g.compute_s * 50)          # about 150-200 ms a run
+    placement = np.array([0, 1, 0])
+    for graph, fixed, runs in ((g, False, 3), (slow, False, 1), (slow, True, 3)):
+        timing = replace(base, block_s=0.0) if fixed else base
+        m = NoisySimulatorBackend(graph, timing, sigma=0.01, seed=0).measure_array(placement)
+        assert m.info["block_runs"] == runs
+        assert m.runs == 5                                   # five blocks (samples) ...
+        assert m.info["timed_s"] == pytest.approx(5 * runs * m.latency_s, rel=0.1)  # of `runs` runs each
+
+
+def test_block_s_must_not_be_negative():
+    with pytest.raises(ValueError, match="block_s must be 0"):
+        TimingConfig(block_s=-1.0)
