@@ -18,7 +18,9 @@ likelihood.
 Each proposal is the exact solver's placement (min cut, or the MILP with the
 memory limits, or the throughput MILP, :func:`policies.solvers.exact.solve`) on a refitted profile: the
 posterior mean while it gives a placement not measured yet (the first one is
-the profile's own optimum), otherwise posterior samples (Thompson sampling,
+the profile's own optimum; where MILP solves must share the proposal's time, a mean
+that repeated a measured placement is not solved again in the next proposal, whose time
+goes to samples), otherwise posterior samples (Thompson sampling,
 Thompson 1933; for combinatorial choices Russo et al., "A Tutorial on
 Thompson Sampling", 2018) drawn with a narrowed spread (:data:`SAMPLE_SPREAD`): of up
 to :data:`CANDIDATES` of their placements not measured yet, the one of most expected
@@ -149,6 +151,7 @@ class ProfileThompson:
         self._last: Optional[np.ndarray] = None  # the last solve's placement
         self._deadline = 0.0
         self._need = 0.0  # seconds a MILP solve needs to round its relaxation (ROUND_NEED)
+        self._skip_mean = False  # the last posterior mean repeated a measured placement
 
     @property
     def placements(self) -> list[np.ndarray]:
@@ -211,7 +214,14 @@ class ProfileThompson:
         self._deadline = time.perf_counter() + PLAN_SHARE * self.time_limit
         # the first proposal is the model's optimum after the single devices: its whole time
         first = not any(self.proposals.values())
-        p = self._placement(self.model.posterior_mean(), 1.0 if first else 0.5)
+        p = None
+        if not self._skip_mean:
+            p = self._placement(self.model.posterior_mean(), 1.0 if first else 0.5)
+            # a mean that repeats a measured placement, where solves must share the time,
+            # is skipped next time: the proposal's time goes to posterior samples
+            self._skip_mean = self.solver == "milp" and not self._new(p) and self._need > 0
+        else:
+            self._skip_mean = False
         made_from = "mean"
         spread = self.spread
         if not self._new(p) and self.candidates > 1:
