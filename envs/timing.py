@@ -86,11 +86,10 @@ def time_runs(runner, timing: TimingConfig, limit: int, deadline: float,
     if timing.warmup and far_slower(warm_s, best, timing):
         info.update(raced="stopped", race_best_s=best)
         return [warm_s]
-    per_block = block_runs(timing, warm_s if timing.warmup else None)
-    info["block_runs"] = per_block
+    warm = warm_s if timing.warmup else None
+    per_block = info["block_runs"] = block_runs(timing, warm)
     samples = []
     cpu_start, wall_start = time.process_time(), clock()
-    warm = warm_s if timing.warmup else None
     decision = race_step(samples, best, timing, warm)
     while decision in ("go", "more"):
         start = clock()

@@ -33,33 +33,26 @@ def small_input(tmp_path):
 
 
 def test_cli_bad_input_exit_2(capsys, tmp_path, small_input):
-    code, _, err = run_cli(capsys, "--graph", str(tmp_path / "nope.json"), "--objective",
-                           "throughput", "--method", "dp")
-    assert_user_error(code, err, "no such file")
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    code, _, err = run_cli(capsys, "--graph", str(bad), "--objective", "throughput",
-                           "--method", "dp")
-    assert_user_error(code, err, "not valid JSON")
-    bad.write_text(json.dumps({"maxFPGAs": 1, "maxCPUs": 1, "nodes": [], "edges": []}))
-    code, _, err = run_cli(capsys, "--graph", str(bad), "--objective", "throughput",
-                           "--method", "dp")
-    assert_user_error(code, err, "maxSizePerFPGA")
-    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "throughput",
-                           "--method", "magic")
-    assert_user_error(code, err, "unknown method")
-    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "fast",
-                           "--method", "dp")
-    assert_user_error(code, err, "invalid choice")
-    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "parallel",
-                           "--method", "dp")
-    assert_user_error(code, err, "does not solve the parallel")
-    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "sequential",
-                           "--method", "mincut")
-    assert_user_error(code, err, "two devices")
-    code, _, err = run_cli(capsys, "--graph", str(small_input), "--objective", "sequential",
-                           "--method", "milp", "--devices", "GPU9")
-    assert_user_error(code, err, "unknown device")
+    missing = tmp_path / "nope.json"
+    cases = [  # (graph, objective, method, more arguments, the words of the one-line error)
+        (missing, "throughput", "dp", [], "no such file"),
+        ("{not json", "throughput", "dp", [], "not valid JSON"),
+        (json.dumps({"maxFPGAs": 1, "maxCPUs": 1, "nodes": [], "edges": []}), "throughput", "dp",
+         [], "maxSizePerFPGA"),
+        (small_input, "throughput", "magic", [], "unknown method"),
+        (small_input, "fast", "dp", [], "invalid choice"),
+        (small_input, "parallel", "dp", [], "does not solve the parallel"),
+        (small_input, "sequential", "mincut", [], "two devices"),
+        (small_input, "sequential", "milp", ["--devices", "GPU9"], "unknown device"),
+    ]
+    for graph, objective, method, more, words in cases:
+        if isinstance(graph, str):  # the text of a file that is no valid input
+            bad.write_text(graph)
+            graph = bad
+        code, _, err = run_cli(capsys, "--graph", str(graph), "--objective", objective,
+                               "--method", method, *more)
+        assert_user_error(code, err, words)
 
 
 def test_cli_solves_and_writes(capsys, tmp_path, small_input):
