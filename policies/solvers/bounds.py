@@ -58,45 +58,99 @@ def lower_bound(graph: CostGraph, objective: str) -> float:
                      "throughput or latency")
 
 
+def _classes(g: CostGraph) -> tuple[np.ndarray, np.ndarray]:
+    """One device of each class of interchangeable devices (same compute column, same
+    memory), and how many devices each class has."""
+    seen: dict[tuple, int] = {}
+    rep: list[int] = []
+    count: list[int] = []
+    for d in range(g.num_devices):
+        key = (g.compute_s[:, d].tobytes(), float(g.mem_capacity[d]))
+        if key not in seen:
+            seen[key] = len(rep)
+            rep.append(d)
+            count.append(0)
+        count[seen[key]] += 1
+    return np.asarray(rep, dtype=np.int64), np.asarray(count, dtype=np.int64)
+
+
+def _chords(g: CostGraph, P: np.ndarray, ptensor: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """The tensors a path node sends to later path nodes other than through the path's
+    own edge: ``(position, tensor, sorted positions of its consumers on the path)``."""
+    pos = np.full(g.num_nodes, -1, dtype=np.int64)
+    pos[P] = np.arange(P.size)
+    ends: dict[tuple[int, int], list[int]] = {}
+    for u, v, t in zip(pos[g.edge_src].tolist(), pos[g.edge_dst].tolist(), g.edge_tensor.tolist()):
+        if u >= 0 and v > u and not (v == u + 1 and t == ptensor[u]):
+            ends.setdefault((u, t), []).append(v)
+    return [(a, t, np.unique(v)) for (a, t), v in ends.items()]
+
+
 def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndarray) -> float:
     """The least sequential cost of ``path``'s nodes and of the transfers between them
-    over cuts of the path into segments that each fit one device's memory."""
+    over cuts of the path into segments that each fit one device's memory.
+
+    Consecutive segments lie on different devices, so a change sends the path's tensor
+    and every other tensor (a *chord*: a skip connection) that a node of the segment
+    before sends to a node of the segment after; chords that skip a whole segment are not
+    counted, as their two ends may share a device. Devices are taken by class
+    (:func:`_classes`): two consecutive segments on one class need two of its devices.
+    The dynamic program keeps the last segment's start, so each change knows both
+    segments around it."""
     g = graph
     P = np.asarray(path, dtype=np.int64)
-    L, D = P.size, g.num_devices
+    L = P.size
+    rep, count = _classes(g)
+    C = rep.size
     on_edge = {(u, v): t for u, v, t in zip(g.edge_src.tolist(), g.edge_dst.tolist(),
                                             g.edge_tensor.tolist())}
-    c = np.array([move[on_edge[(int(P[k]), int(P[k + 1]))]] for k in range(L - 1)])
-    runs = np.isfinite(g.compute_s[P])
-    comp = np.concatenate([np.zeros((1, D)), np.cumsum(np.where(runs, g.compute_s[P], 0.0), axis=0)])
-    cant = np.concatenate([np.zeros((1, D)), np.cumsum(~runs, axis=0)])   # nodes it cannot run
+    ptensor = np.array([on_edge[(int(P[k]), int(P[k + 1]))] for k in range(L - 1)], dtype=np.int64)
+    c = move[ptensor]
+    cs = g.compute_s[P][:, rep]
+    runs = np.isfinite(cs)
+    comp = np.concatenate([np.zeros((1, C)), np.cumsum(np.where(runs, cs, 0.0), axis=0)])
+    cant = np.concatenate([np.zeros((1, C)), np.cumsum(~runs, axis=0)])
     mem = np.concatenate([[0.0], np.cumsum(g.mem_bytes[P])])
-    cap = g.mem_capacity * (1 + 1e-12)
-    side = _feeders(g, P, base, move, mem)
-    f = np.full((L + 1, D), np.inf)          # f[j, d]: nodes 0..j-1 covered, the last on d
-    for j in range(1, L + 1):
-        i = np.arange(j)
-        if j == 1:
-            enter = np.zeros((1, D))
-        else:
-            prev = f[1:j]                                       # segments ending before i
-            order = np.sort(prev, axis=1)
-            best, second = order[:, :1], order[:, 1:2] if D > 1 else np.full((j - 1, 1), np.inf)
-            other = np.where(prev == best, second, best)       # the best on another device
-            enter = np.vstack([np.zeros((1, D)), other + c[:j - 1, None]])
-        seg = np.where(cant[j][None, :] > cant[i], np.inf, comp[j][None, :] - comp[i])
-        fits = (mem[j] - mem[i])[:, None] <= cap[None, :]
-        f[j] = np.where(fits, enter + seg + side[:, i, j - 1].T, np.inf).min(axis=0)
-    return float(f[L].min()) + float(base.sum() - base[P].sum())
+    cap = g.mem_capacity[rep] * (1 + 1e-12)
+    side = _feeders(g, P, base, move, mem, rep)                       # [C, L, L]
+    # seg[c, i, k]: the segment of positions i..k-1 on class c
+    ii, kk = np.meshgrid(np.arange(L + 1), np.arange(L + 1), indexing="ij")
+    seg = np.full((C, L + 1, L + 1), np.inf)
+    ok = kk > ii
+    for q in range(C):
+        s = comp[kk, q] - comp[ii, q]
+        good = ok & (cant[kk, q] == cant[ii, q]) & (mem[kk] - mem[ii] <= cap[q])
+        s = s + np.where(ok, side[q][np.minimum(ii, L - 1), np.maximum(kk - 1, 0)], 0.0)
+        seg[q] = np.where(good, s, np.inf)
+    other = np.array([[a != b or count[a] >= 2 for b in range(C)] for a in range(C)])  # [c, c']
+    items = _chords(g, P, ptensor)
+    F = np.full((L + 1, L + 1, C), np.inf)      # F[i, k, c]: 0..k-1 covered, last segment i..k-1 on c
+    F[0, 1:] = seg[:, 0, 1:].T
+    for j in range(1, L):
+        A = F[:j, j]                                                   # [j, C]
+        if not np.isfinite(A).any():
+            continue
+        Amin = np.stack([np.where(other[:, q][None, :], A, np.inf).min(axis=1) for q in range(C)], axis=1)
+        Z = np.zeros((j, L + 2))
+        for a, t, ends in items:
+            if a >= j or (a == j - 1 and t == ptensor[a]):   # the path's own tensor is paid by c
+                continue
+            nb = np.searchsorted(ends, j)
+            if nb < ends.size:
+                Z[a, ends[nb] + 1] += move[t]
+        X = np.cumsum(np.cumsum(Z[::-1], axis=0)[::-1], axis=1)[:, j + 1:L + 1]   # [i, k]
+        best = (Amin[:, None, :] + X[:, :, None]).min(axis=0)                      # [k, C]
+        F[j, j + 1:] = best + c[j - 1] + seg[:, j, j + 1:].T
+    return float(F[:, L].min()) + float(base.sum() - base[P].sum())
 
 
 def _feeders(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
-             mem: np.ndarray) -> np.ndarray:
-    """``[D, L, L]``: for a segment ``i..j`` of the path on device ``d``, the least extra
-    cost of the nodes off the path whose consumers all lie in it: each is on ``d`` (its
-    time there over its fastest, its memory) or sends its tensor to ``d``, the choice
+             mem: np.ndarray, devs: np.ndarray) -> np.ndarray:
+    """``[len(devs), L, L]``: for a segment ``i..j`` of the path on device ``devs[q]``, the least extra
+    cost of the nodes off the path whose consumers all lie in it: each is on that device (its
+    time there over its fastest, its memory) or sends its tensor there, the choice
     relaxed to a fractional knapsack in what memory the segment leaves."""
-    n, L, D = g.num_nodes, P.size, g.num_devices
+    n, L = g.num_nodes, P.size
     pos = np.full(n, -1, dtype=np.int64)
     pos[P] = np.arange(L)
     lo = np.full(n, L, dtype=np.int64)
@@ -106,14 +160,14 @@ def _feeders(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
     items = np.flatnonzero((pos < 0) & (lo >= 0) & (hi >= 0) & (hi < L))   # consumers all on the path
     c_w = np.full(n, np.inf)
     np.minimum.at(c_w, g.edge_src, move[g.edge_tensor])
-    out = np.zeros((D, L, L))
+    out = np.zeros((len(devs), L, L))
     if not items.size:
         return out
     done: dict[tuple, np.ndarray] = {}
-    for d in range(D):
+    for q, d in enumerate(devs.tolist()):
         key = (g.mem_capacity[d], g.compute_s[items, d].tobytes())
         if key in done:
-            out[d] = done[key]
+            out[q] = done[key]
             continue
         extra = g.compute_s[items, d] - base[items]
         gain = np.where(np.isfinite(extra), c_w[items] - extra, -np.inf)
@@ -141,7 +195,7 @@ def _feeders(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
                 frac = np.clip((room[r, 0] - before) / np.where(w_o[k] > 0, w_o[k], 1.0), 0, 1)
                 got[r] += frac * g_o[k]
             res[i] = np.maximum(paid - got, 0.0)
-        done[key] = out[d] = res
+        done[key] = out[q] = res
     return out
 
 
@@ -151,7 +205,8 @@ def sequential_bound(graph: CostGraph) -> float:
 
     Along any path, the devices of its nodes change from one segment to the next, each
     segment fitting the memory of its device, and each change sends the path's tensor
-    to another device (a distinct tensor per change, so none is counted twice). A node
+    to another device, with every skip connection from the segment before into the
+    segment after (a distinct tensor and device per change, so none is counted twice). A node
     off the path whose consumers all lie in one segment is on that segment's device or
     sends its tensor there (:func:`_feeders`). So the sum, over the nodes off the path, of
     their fastest time, plus the least cost of the path's nodes, of those transfers and of

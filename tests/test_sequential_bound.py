@@ -1,0 +1,58 @@
+"""The sequential objective's path bound counts the skip connections a cut must send."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from envs.simulator import Simulator
+from hsdag_core.costgraph import CostGraph
+from hsdag_core.dnnpart import dnnpart_from_dict
+from policies.solvers.bounds import lower_bound, sequential_bound
+
+
+def _best(g: CostGraph) -> float:
+    sim = Simulator(g)
+    return min(r.value for p in itertools.product(range(g.num_devices), repeat=g.num_nodes)
+               if (r := sim.evaluate(np.array(p), "sequential")).feasible)
+
+
+def _input(nodes: list[dict], edges: list[tuple[int, int, float]], mem: float, accs: int) -> CostGraph:
+    return dnnpart_from_dict({"maxSizePerFPGA": mem, "maxFPGAs": accs, "maxCPUs": 1, "nodes": nodes,
+                              "edges": [{"sourceId": u, "destId": v, "cost": c} for u, v, c in edges]})
+
+
+def test_a_cut_inside_a_skip_connection_pays_its_tensor():
+    # 0 -> 1 -> 2 -> 3 with skips 0 -> 2 and 1 -> 3: two accelerators of memory 8 hold two
+    # nodes each, so the chain is cut once; each cut sends a path tensor (1) and a skip (10)
+    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 100.0, "fpgaLatency": 1.0,
+              "isBackwardNode": 0, "size": 4.0} for i in range(4)]
+    cost = {0: 10.0, 1: 1.0, 2: 1.0}          # one tensor per producer: 1 feeds 2 and 3
+    edges = [(0, 1, cost[0]), (1, 2, cost[1]), (2, 3, cost[2]), (0, 2, cost[0]), (1, 3, cost[1])]
+    g = _input(nodes, edges, mem=8.0, accs=2)
+    best = _best(g)
+    assert sequential_bound(g) == pytest.approx(best, rel=1e-12)
+    # the compute alone, and a cut paying only the path's tensor, are well below it
+    assert lower_bound(g, "sequential") + 2 * 1e-3 < best
+
+
+def _residual(seed: int, n: int, accs: int) -> CostGraph:
+    """A random chain with skip connections, a slow CPU and accelerators whose memory binds."""
+    rng = np.random.default_rng(seed)
+    nodes = [{"id": i, "supportedOnFpga": int(rng.random() > 0.1), "cpuLatency": float(rng.uniform(1, 10)),
+              "fpgaLatency": float(rng.uniform(0.1, 2)), "isBackwardNode": 0,
+              "size": float(rng.uniform(0, 4))} for i in range(n)]
+    pairs = {(v - 1, v) for v in range(1, n)}
+    for v in range(2, n):
+        if rng.random() < 0.6:
+            pairs.add((int(rng.integers(0, v - 1)), v))
+    cost = rng.uniform(0, 6, size=n)
+    return _input(nodes, [(u, v, float(cost[u])) for u, v in sorted(pairs)],
+                  mem=float(rng.uniform(4, 9)), accs=accs)
+
+
+@pytest.mark.parametrize("seed,accs", [(s, 2 + s % 2) for s in range(8)])
+def test_the_bound_is_below_every_placement_of_a_residual_chain(seed, accs):
+    g = _residual(seed, 7, accs)
+    assert sequential_bound(g) <= _best(g) + 1e-12
