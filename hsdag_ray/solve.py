@@ -14,7 +14,8 @@ devices (CPUs first, then accelerators), ``--devices A,B`` keeps the named
 ones. The output gives the simulator value of the placement, the method's
 lower bound and gap, whether it is proven optimal, and the solve time. The
 sequential MILP starts from the best heuristic placement (alpha-expansion, given a
-quarter of ``--time-limit``, Baechi's m-TOPO and m-ETF, the best single device), prints
+quarter of ``--time-limit``, the segments of a topological order, Baechi's m-TOPO and
+m-ETF, the best single device), prints
 its value, and never returns a worse one.
 ``--out`` writes the result with the placement keyed by node name.
 
@@ -27,7 +28,7 @@ flagged, not refused.
 Objectives: sequential, parallel, throughput and latency (Tarnawski et al.'s latency
 model, :mod:`envs.call_latency`). Methods (``--list`` prints them): exact (the best exact
 solver of the objective: ``policies.solvers.exact.EXACT_SOLVERS``), mincut,
-alpha-expansion, milp, milp-contig, dp, cpsat (the parallel objective's schedule model on
+alpha-expansion, segments, milp, milp-contig, dp, cpsat (the parallel objective's schedule model on
 OR-Tools CP-SAT), heft, critical-path and critical-path-coded (DOPPLER's heuristic,
 intended and as its repository codes it, best of 50 episodes), latency-greedy,
 latency-search, m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for one device),

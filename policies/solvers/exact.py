@@ -10,6 +10,8 @@ method                    objectives                   what it is
 ========================  ===========================  ===================================
 ``mincut``                sequential (2 devices)       exact s-t minimum cut
 ``alpha-expansion``       sequential                   heuristic: min-cut expansion moves
+``segments``              sequential                   heuristic: topological order cut into
+                                                       one-device segments (DP) + moves
 ``exact``                 the objectives of            the project's best exact solver for
                           ``EXACT_SOLVERS``            the objective (``EXACT_SOLVERS``)
 ``milp``                  sequential, throughput,      exact MILP (HiGHS, time limit);
@@ -64,6 +66,7 @@ from policies.solvers.mincut import solve_alpha_expansion, solve_mincut
 from policies.solvers.milp import solve_milp_parallel, solve_milp_throughput
 from policies.solvers.milp_sequential import solve_milp_sequential
 from policies.solvers.result import SolveResult
+from policies.solvers.segments import solve_segments
 
 __all__ = ["Solver", "SOLVERS", "EXACT_SOLVERS", "SolveResult", "solve", "methods_for",
            "exact_method", "best_exact_method", "heuristic_method"]
@@ -152,6 +155,9 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
     Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput", "latency"), "all",
            "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs; "
            "for latency Tarnawski et al.'s IP"),
+    Solver("segments", solve_segments, ("sequential",), (), "all",
+           "sequential heuristic: the best split of a topological order into segments, one "
+           "device each (DP), then single-node moves"),
     Solver("latency-greedy", solve_latency_greedy, ("latency",), (), "all",
            "Tarnawski et al.'s greedy: accelerators filled in topological order"),
     Solver("latency-search", solve_latency_search, ("latency",), (), "all",

@@ -126,14 +126,20 @@ def _order_identical(m: Model, g: CostGraph, x: np.ndarray, unused: Sequence[int
 
 def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Optional[np.ndarray]:
     """The best placement of the heuristics, by simulator value: alpha-expansion (within
-    ``time_limit``), Baechi's m-TOPO and m-ETF, and the best single device; None when none fits."""
+    ``time_limit``), the segments of a topological order (:mod:`policies.solvers.segments`,
+    refined by single-node moves in what is left of ``time_limit``), Baechi's m-TOPO and m-ETF, and the
+    best single device; None when none fits."""
     from policies.solvers.baechi import solve_m_etf, solve_m_topo
     from policies.solvers.mincut import solve_alpha_expansion
+    from policies.solvers.segments import solve_segments
     from policies.solvers.simple import solve_single
 
     best = None
-    cands = [solve_alpha_expansion(graph, "sequential", time_limit=time_limit),
-             solve_m_topo(graph, "sequential"), solve_m_etf(graph, "sequential")]
+    t0 = time.perf_counter()
+    cands = [solve_alpha_expansion(graph, "sequential", time_limit=time_limit)]
+    left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+    cands += [solve_segments(graph, "sequential", time_limit=left),
+              solve_m_topo(graph, "sequential"), solve_m_etf(graph, "sequential")]
     cands.append(solve_single(graph, "sequential"))
     for r in cands:
         if r.feasible and (best is None or r.value < best.value):

@@ -1,0 +1,147 @@
+"""The sequential objective's segments: the best split of a topological order into
+consecutive segments, one device each, then single-node moves.
+
+The units are the blocks of :func:`policies.solvers.latency.blocks` (co-location classes,
+merged where two reach each other), in a topological order. A dynamic program cuts that
+order into consecutive segments; a segment on a device pays its nodes' compute there and
+each tensor that an earlier segment sends into it (once per segment, at its slowest link),
+and must fit the device's memory. Interchangeable devices are taken by class
+(:func:`policies.solvers.result.device_classes`): a class of ``k`` devices with a memory
+limit gives at most ``k`` segments, each on a device of its own, while a device of
+unlimited memory takes any number. The segment costs are exact when every segment has a
+device of its own and over-count a tensor sent twice to one device otherwise; the
+simulator scores the result, and single-node moves
+(:func:`policies.solvers.polish.polish`) then refine it in what is left of the time.
+
+On a chain of layers with large activations, where a cut costs more than most nodes'
+compute (the dnn-partitioning layer graphs), this is where a good split starts: the
+cuts fall where the tensors are small, and memory-sized segments fill the accelerators.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Optional
+
+import numpy as np
+
+from envs.call_latency import tensor_cost
+from envs.simulator import Simulator
+from hsdag_core.costgraph import CostGraph
+from policies.solvers.bounds import lower_bound
+from policies.solvers.latency import Blocks, blocks
+from policies.solvers.polish import polish
+from policies.solvers.result import SolveResult, device_classes, finish
+
+__all__ = ["segments_placement", "solve_segments", "MAX_STATES"]
+
+MAX_STATES = 256
+"""The dynamic program's states per position (the product over limited classes of their
+device count plus one); beyond it the limited classes keep only their first devices."""
+
+POLISH_SHARE = 0.5
+"""Share of ``time_limit`` the single-node moves may take after the dynamic program."""
+
+
+def _inbound(graph: CostGraph, b: Blocks) -> np.ndarray:
+    """``[B+1, B+1]``: the transfer time of the tensors made before block ``i`` and used in
+    blocks ``i..j-1``, each counted once."""
+    nb = len(b.order)
+    cost = tensor_cost(graph)
+    first: dict[tuple[int, int], None] = {}
+    for u, v, t in zip(b.of[graph.edge_src].tolist(), b.of[graph.edge_dst].tolist(),
+                       graph.edge_tensor.tolist()):
+        if u != v:
+            first[(t, v)] = None
+    prod = b.of[graph.tensor_src]
+    users: list[list[int]] = [[] for _ in range(graph.num_tensors)]
+    for t, v in first:
+        users[t].append(v)
+    Z = np.zeros((nb + 1, nb + 2))
+    for t, us in enumerate(users):
+        if not us:
+            continue
+        us = np.unique(us)
+        # tensor t enters a segment that starts at i (after its producer) iff its first
+        # user at or after i lies before the segment's end
+        i = np.arange(int(prod[t]) + 1, int(us[-1]) + 1)
+        np.add.at(Z, (i, us[np.searchsorted(us, i)] + 1), cost[t])
+    return np.cumsum(Z, axis=1)[:, :nb + 1]
+
+
+def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
+    """The dynamic program's placement (module docstring), or None where nothing fits."""
+    g = graph
+    b = blocks(g)
+    nb = len(b.order)
+    classes = device_classes(g)
+    limited = [c for c in classes if np.isfinite(g.mem_capacity[c[0]])]
+    while limited and np.prod([len(c) + 1 for c in limited]) > MAX_STATES:
+        longest = max(limited, key=len)
+        longest.pop()
+    comp = np.where(np.isfinite(g.compute_s), g.compute_s, np.inf)
+    inbound = _inbound(g, b)
+    mem = np.concatenate([[0.0], np.cumsum(b.mem)])
+    seg = []   # [B+1, B+1] per class
+    for c in classes:
+        w = np.concatenate([[0.0], np.cumsum(np.bincount(b.of, weights=comp[:, c[0]], minlength=nb))])
+        cost = w[None, :] - w[:, None] + inbound
+        cost = np.where(np.isnan(cost), np.inf, cost)
+        fits = (mem[None, :] - mem[:, None]) <= g.mem_capacity[c[0]] * (1 + 1e-12)
+        i, j = np.indices(cost.shape)
+        seg.append(np.where(fits & (j > i), cost, np.inf))
+    states = list(itertools.product(*(range(len(c) + 1) for c in limited)))
+    index = {s: k for k, s in enumerate(states)}
+    lim_of = {id(c): q for q, c in enumerate(limited)}
+    S = len(states)
+    f = np.full((nb + 1, S), np.inf)
+    arg = np.full((nb + 1, S, 3), -1, dtype=np.int64)      # (start, class, previous state)
+    f[0, index[(0,) * len(limited)]] = 0.0
+    for j in range(1, nb + 1):
+        for k, s in enumerate(states):
+            if not np.isfinite(f[:j, k]).any():
+                continue
+            for ci, c in enumerate(classes):
+                q = lim_of.get(id(c))
+                if q is None:
+                    nxt = k
+                elif id(c) in lim_of and s[q] < len(c):
+                    nxt = index[s[:q] + (s[q] + 1,) + s[q + 1:]]
+                else:
+                    continue
+                via = f[:j, k] + seg[ci][:j, j]
+                i = int(np.argmin(via))
+                if via[i] < f[j, nxt]:
+                    f[j, nxt] = via[i]
+                    arg[j, nxt] = (i, ci, k)
+    k = int(np.argmin(f[nb]))
+    if not np.isfinite(f[nb, k]):
+        return None
+    on = np.empty(nb, dtype=np.int64)
+    j = nb
+    while j > 0:
+        i, ci, prev = arg[j, k]
+        c = classes[ci]
+        q = lim_of.get(id(c))
+        on[i:j] = c[0] if q is None else c[states[k][q] - 1]
+        j, k = int(i), int(prev)
+    return on[b.of]
+
+
+def solve_segments(graph: CostGraph, objective: str = "sequential", *,
+                   time_limit: Optional[float] = None) -> SolveResult:
+    """The dynamic program's placement, refined by single-node moves for
+    ``POLISH_SHARE`` of ``time_limit`` (until a local optimum where there is none)."""
+    t0 = time.perf_counter()
+    if objective != "sequential":
+        raise ValueError(f"segments solves the sequential objective, not {objective!r}")
+    p = segments_placement(graph)
+    info: dict = {}
+    if p is not None:
+        sim = Simulator(graph)
+        info["segments_s"] = float(sim.evaluate(p, objective).value)
+        deadline = np.inf if time_limit is None else t0 + POLISH_SHARE * time_limit
+        p, _, info["moves"] = polish(sim, p, objective, deadline)
+    return finish(graph, objective, "segments", p, t0, bound=lower_bound(graph, objective),
+                  status="" if p is not None else "no split of the blocks fits the devices",
+                  info=info)
