@@ -75,10 +75,10 @@ def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
     b = blocks(g)
     nb = len(b.order)
     classes = device_classes(g)
-    limited = [c for c in classes if np.isfinite(g.mem_capacity[c[0]])]
-    while limited and np.prod([len(c) + 1 for c in limited]) > MAX_STATES:
-        longest = max(limited, key=len)
-        longest.pop()
+    lim = [ci for ci, c in enumerate(classes) if np.isfinite(g.mem_capacity[c[0]])]
+    while lim and np.prod([len(classes[ci]) + 1 for ci in lim]) > MAX_STATES:
+        classes[max(lim, key=lambda ci: len(classes[ci]))].pop()
+    slot = {ci: q for q, ci in enumerate(lim)}       # a limited class's place in a state
     comp = np.where(np.isfinite(g.compute_s), g.compute_s, np.inf)
     inbound = _inbound(g, b)
     mem = np.concatenate([[0.0], np.cumsum(b.mem)])
@@ -90,23 +90,22 @@ def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
         fits = (mem[None, :] - mem[:, None]) <= g.mem_capacity[c[0]] * (1 + 1e-12)
         i, j = np.indices(cost.shape)
         seg.append(np.where(fits & (j > i), cost, np.inf))
-    states = list(itertools.product(*(range(len(c) + 1) for c in limited)))
-    index = {s: k for k, s in enumerate(states)}
-    lim_of = {id(c): q for q, c in enumerate(limited)}
+    states = list(itertools.product(*(range(len(classes[ci]) + 1) for ci in lim)))
+    index = {st: k for k, st in enumerate(states)}
     S = len(states)
     f = np.full((nb + 1, S), np.inf)
     arg = np.full((nb + 1, S, 3), -1, dtype=np.int64)      # (start, class, previous state)
-    f[0, index[(0,) * len(limited)]] = 0.0
+    f[0, index[(0,) * len(lim)]] = 0.0
     for j in range(1, nb + 1):
-        for k, s in enumerate(states):
+        for k, st in enumerate(states):
             if not np.isfinite(f[:j, k]).any():
                 continue
             for ci, c in enumerate(classes):
-                q = lim_of.get(id(c))
+                q = slot.get(ci)
                 if q is None:
                     nxt = k
-                elif id(c) in lim_of and s[q] < len(c):
-                    nxt = index[s[:q] + (s[q] + 1,) + s[q + 1:]]
+                elif st[q] < len(c):
+                    nxt = index[st[:q] + (st[q] + 1,) + st[q + 1:]]
                 else:
                     continue
                 via = f[:j, k] + seg[ci][:j, j]
@@ -121,9 +120,8 @@ def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
     j = nb
     while j > 0:
         i, ci, prev = arg[j, k]
-        c = classes[ci]
-        q = lim_of.get(id(c))
-        on[i:j] = c[0] if q is None else c[states[k][q] - 1]
+        q = slot.get(int(ci))
+        on[i:j] = classes[ci][0] if q is None else classes[ci][states[k][q] - 1]
         j, k = int(i), int(prev)
     return on[b.of]
 
