@@ -11,7 +11,9 @@ the model's optimum is never above the true one and its bound stays a bound):
   ``start_v >= end_u + c_t (1 - same_uv)``, ``same_uv`` allowed only when ``u`` and
   ``v`` share a device (``c_t``: the tensor's cheapest transfer between two devices);
 * a cumulative of all nodes on capacity ``D`` (a redundant constraint that tightens the
-  bound) and the makespan above every node's end;
+  bound) and the makespan above every node's end and above
+  :func:`policies.solvers.bounds.lower_bound` (whose head-and-tail bound sees that a
+  node's predecessors send their tensors or queue on its device);
 * symmetry breaking: within each class of interchangeable devices (same compute,
   memory and transfers), device ``k+1`` is used only by a node of higher index than the
   first node on device ``k``;
