@@ -15,8 +15,8 @@ doppler:FILE`` (the same simulator, the budget in measurements, run folders unde
 ``exact`` is CP-SAT (``solve --method exact``, ``--exact-time`` seconds, its placement
 measured once). The references: DOPPLER's critical path, best of ``--episodes`` episodes
 in its intended and its coded version (:mod:`policies.solvers.critical_path`), and a lower
-bound (the larger of total work / devices, the critical path without transfers, and
-CP-SAT's bound). Prints one row per graph and budget (values in DOPPLER's units, its
+bound (the larger of :func:`policies.solvers.bounds.lower_bound`, total work / devices or
+each node's head plus tail, and CP-SAT's bound). Prints one row per graph and budget (values in DOPPLER's units, its
 simulator's seconds; the median over the seeds, their number in brackets where more
 than one), the best method over the critical path's best, and writes every figure to
 ``--json``.
