@@ -16,7 +16,7 @@ simulator's first-come-first-served devices run them. Devices that cannot run
 the node, or would overflow their memory, are skipped; the first node of a
 co-location class picks a device for the whole class (one that runs and
 holds all of it). The placement is then evaluated by the simulator; the bound
-is :func:`policies.solvers.bounds.lower_bound` (critical path and total work / D).
+is :func:`policies.solvers.bounds.lower_bound` (each node's head plus tail, and total work / D).
 """
 from __future__ import annotations
 
