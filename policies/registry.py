@@ -262,7 +262,8 @@ register(Method(
     description="the exact optimum of the run's profile (s-t minimum cut for two devices, "
                 "else MILP; for the latency objective the latency IP; Tarnawski et al., "
                 "NeurIPS 2020; for the parallel objective CP-SAT, its best schedule within "
-                "the time limit), measured"))
+                "the time limit, whose placement single moves and then annealing under the "
+                "simulator improve in the time left), measured"))
 
 register(Method(
     name="heft", approach="solver", run="policies.solvers.methods:heft_placement", costs=True,

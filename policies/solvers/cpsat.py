@@ -26,7 +26,11 @@ the model's optimum is never above the true one and its bound stays a bound):
 CP-SAT runs for two thirds of the time left. Every solution it finds is scored by the
 simulator (whose first-come-first-served schedule of a placement can be later than
 CP-SAT's schedule of it); when one beats the start it is polished again with the time
-that remains, and the best placement, the start included, is returned. The bound is CP-SAT's bound on the makespan
+that remains. Unless the best placement meets the bound, simulated annealing under the
+simulator (:func:`policies.solvers.polish.anneal`) then starts from it for what is left
+of the time limit, at most :data:`ANNEAL_MAX_S` seconds: CP-SAT's best schedule can need a
+placement whose list schedule single moves do not reach. The best placement, the start
+included, is returned. The bound is CP-SAT's bound on the makespan
 over every placement and schedule, hence also a bound on the simulator's value; the
 result is proven optimal when CP-SAT proves its optimum and the simulator's value meets
 it (within :data:`PROOF_GAP`, the rounding to the model's units). Where the simulator's
@@ -45,7 +49,7 @@ import numpy as np
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
-from policies.solvers.polish import polish
+from policies.solvers.polish import anneal, polish
 from policies.solvers.result import SolveResult, device_classes, finish, rel_gap, uniform_transfer
 
 __all__ = ["solve_cpsat_parallel", "start_placement", "HORIZON_UNITS", "PROOF_GAP"]
@@ -57,6 +61,8 @@ POLISH_SHARE = 0.5
 #: CP-SAT's optimum proves the simulator's value optimal when the two are this close
 #: (relative): the rounding of durations to the model's units
 PROOF_GAP = 1e-5
+#: the most seconds of simulated annealing after CP-SAT, within the time limit
+ANNEAL_MAX_S = 45.0
 
 
 def start_placement(graph: CostGraph) -> tuple[np.ndarray, str, float]:
@@ -233,12 +239,17 @@ def solve_cpsat_parallel(graph: CostGraph, objective: str = "parallel", *,
     name = solver.StatusName(status)
     bound = max(solver.BestObjectiveBound() * unit if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                 else -np.inf, lower_bound(g, "parallel"))
-    polished = 0
+    polished = annealed = 0
     if best["p"] is not None and best["value"] < start_value:  # CP-SAT improved: polish its best
         until = t0 + float(time_limit) if time_limit is not None else time.perf_counter() + 60.0
         best["p"], best["value"], polished = polish(sim, best["p"], "parallel", until)
+    before_anneal = best["value"]
+    if time_limit is not None and best["p"] is not None and rel_gap(best["value"], bound) > PROOF_GAP:
+        until = min(t0 + float(time_limit), time.perf_counter() + ANNEAL_MAX_S)
+        best["p"], best["value"], annealed = anneal(sim, best["p"], "parallel", until, seed=seed)
     info = {"start": start_name, "heuristic_s": heuristic_value, "start_s": start_value,
             "solutions": best["found"], "moves_after": polished,
+            "anneal_runs": annealed, "before_anneal_s": before_anneal,
             "cpsat_status": name, "cpsat_makespan_s": (solver.ObjectiveValue() * unit
                                                         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
                                                         else None),

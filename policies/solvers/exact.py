@@ -167,7 +167,8 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
     Solver("dp", solve_dp, ("throughput",), (), "contiguous",
            "throughput DP over ideals (Tarnawski et al.), contiguous splits"),
     Solver("cpsat", solve_cpsat_parallel, ("parallel",), (), "all",
-           "exact parallel schedule model (OR-Tools CP-SAT) from the best heuristic's start"),
+           "exact parallel schedule model (OR-Tools CP-SAT) from the best heuristic's start, "
+           "then moves and annealing under the simulator"),
     Solver("heft", solve_heft, ("parallel",), (), "all", "HEFT list scheduling"),
     Solver("critical-path", solve_critical_path, OBJECTIVES, (), "all",
            "DOPPLER's critical-path placement, best of 50 episodes (version=intended|coded)"),

@@ -1,22 +1,46 @@
-"""Single-node moves under the simulator: the incumbent polish of the CP-SAT solver.
+"""Moves under the simulator: how the CP-SAT solver improves its incumbent.
 
-From a placement, every node in index order is tried on every other device it can run on;
-a move is kept when the simulator's value of the objective drops (first improvement), and
-sweeps repeat until one improves nothing (a local optimum of single moves) or the deadline
-passes. Placements that break a memory limit or a co-location class are never kept. The
-value is the simulator's own (for the ``parallel`` objective its first-come-first-served
-list schedule, in DOPPLER's event order on DOPPLER's graphs), which a schedule model only
+* :func:`polish`: from a placement, every node in index order is tried on every other
+  device it can run on; a move is kept when the simulator's value of the objective
+  drops (first improvement), and sweeps repeat until one improves nothing (a local
+  optimum of single moves) or the deadline passes.
+* :func:`anneal`: simulated annealing from a placement
+  (:class:`policies.search.local.SimulatedAnnealing`: one node or a run of nodes moved,
+  Metropolis acceptance on the log of the value, geometric cooling), in runs of
+  ``chunk_s`` seconds, each cooled over the evaluations that fit in it and started from
+  the best so far, until the deadline. Where single moves are stuck on a plateau of
+  equal makespans (DOPPLER's chain_mm), accepting a worse placement for a while is what
+  reaches a better one.
+
+Placements that break a memory limit or a co-location class are never kept. The value is
+the simulator's own (for the ``parallel`` objective its first-come-first-served list
+schedule, in DOPPLER's event order on DOPPLER's graphs), which a schedule model only
 bounds.
 """
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
 from envs.simulator import Simulator
+from policies.search.local import SimulatedAnnealing
 
-__all__ = ["polish"]
+__all__ = ["polish", "anneal", "ANNEAL_CHUNK_S"]
+
+ANNEAL_CHUNK_S = 15.0
+"""Seconds of one annealing run (its cooling schedule spans them)."""
+
+
+def _value(sim: Simulator, objective: str) -> Callable[[np.ndarray], float]:
+    g = sim.graph
+    if bool(np.isfinite(g.mem_capacity).any()) or g.colocate is not None:
+        def value(q: np.ndarray) -> float:
+            r = sim.evaluate(q, objective)
+            return r.value if r.feasible else np.inf
+        return value
+    return lambda q: getattr(sim, objective)(q).value
 
 
 def polish(sim: Simulator, placement: np.ndarray, objective: str, deadline: float) -> tuple[np.ndarray, float, int]:
@@ -24,14 +48,7 @@ def polish(sim: Simulator, placement: np.ndarray, objective: str, deadline: floa
     ``deadline`` (a :func:`time.perf_counter` time)."""
     g = sim.graph
     p = np.asarray(placement, dtype=np.int64).copy()
-    limited = bool(np.isfinite(g.mem_capacity).any()) or g.colocate is not None
-
-    def value(q: np.ndarray) -> float:
-        if limited:
-            r = sim.evaluate(q, objective)
-            return r.value if r.feasible else np.inf
-        return getattr(sim, objective)(q).value
-
+    value = _value(sim, objective)
     best = value(p)
     runs = np.isfinite(g.compute_s)
     kept, improved = 0, True
@@ -52,3 +69,28 @@ def polish(sim: Simulator, placement: np.ndarray, objective: str, deadline: floa
                 else:
                     p[i] = here
     return p, float(best), kept
+
+
+def anneal(sim: Simulator, placement: np.ndarray, objective: str, deadline: float,
+           chunk_s: float = ANNEAL_CHUNK_S, seed: int = 0) -> tuple[np.ndarray, float, int]:
+    """``(placement, value, runs)``: the best placement of annealing runs from
+    ``placement`` until ``deadline`` (module docstring), never worse than ``placement``."""
+    g = sim.graph
+    value = _value(sim, objective)
+    best_p = np.asarray(placement, dtype=np.int64).copy()
+    t = time.perf_counter()
+    best = value(best_p)
+    per = max(time.perf_counter() - t, 1e-6)          # one evaluation, to size the cooling
+    runs = 0
+    while deadline - time.perf_counter() > min(1.0, chunk_s):
+        end = min(deadline, time.perf_counter() + chunk_s)
+        sa = SimulatedAnnealing(g.num_nodes, g.num_devices, budget=max(1, int((end - time.perf_counter()) / per)),
+                                seed=seed + runs, start=best_p)
+        while time.perf_counter() < end:
+            p = sa.propose()
+            v = value(p)
+            sa.observe(p, v)
+            if v < best:
+                best, best_p = v, p.copy()
+        runs += 1
+    return best_p, float(best), runs
