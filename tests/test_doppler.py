@@ -121,8 +121,9 @@ def test_cpsat_is_the_exact_parallel_solver_and_proves_small_optima():
 
 
 def test_annealing_under_the_simulator_reaches_the_optimum_of_a_small_graph():
-    """From the worst single device, a second of annealing finds the best list schedule
-    of an 8-node graph on two devices, scored by the simulator, never worse than its start."""
+    """From the worst single device, annealing finds the best list schedule of an 8-node
+    graph on two devices, scored by the simulator, and stops when its runs stop finding
+    better placements, long before its deadline."""
     import time
     from itertools import product
 
@@ -134,8 +135,8 @@ def test_annealing_under_the_simulator_reaches_the_optimum_of_a_small_graph():
     brute = min(sim.parallel(np.array(p)).value for p in product(range(2), repeat=g.num_nodes))
     worst = max((np.full(g.num_nodes, d) for d in range(2)), key=lambda p: sim.parallel(p).value)
     assert sim.parallel(worst).value > brute * (1 + 1e-6)
-    p, value, runs = anneal(sim, worst, "parallel", time.perf_counter() + 1.0, chunk_s=0.3)
-    assert runs >= 2                                 # runs of 0.3 s, each from the best so far
+    p, value, runs = anneal(sim, worst, "parallel", time.perf_counter() + 30.0)
+    assert 4 <= runs < 30        # runs of 1,600 evaluations until three in a row find nothing
     assert value == pytest.approx(sim.parallel(p).value)
     assert value == pytest.approx(brute, rel=1e-9)
 

@@ -28,7 +28,7 @@ simulator (whose first-come-first-served schedule of a placement can be later th
 CP-SAT's schedule of it); when one beats the start it is polished again with the time
 that remains. Unless the best placement meets the bound, simulated annealing under the
 simulator (:func:`policies.solvers.polish.anneal`) then starts from it for what is left
-of the time limit, at most :data:`ANNEAL_MAX_S` seconds: CP-SAT's best schedule can need a
+of the time limit, at most :data:`ANNEAL_MAX_S` seconds and until its runs stop improving: CP-SAT's best schedule can need a
 placement whose list schedule single moves do not reach. The best placement, the start
 included, is returned. The bound is CP-SAT's bound on the makespan
 over every placement and schedule, hence also a bound on the simulator's value; the

@@ -6,11 +6,12 @@
   optimum of single moves) or the deadline passes.
 * :func:`anneal`: simulated annealing from a placement
   (:class:`policies.search.local.SimulatedAnnealing`: one node or a run of nodes moved,
-  Metropolis acceptance on the log of the value, geometric cooling), in runs of
-  ``chunk_s`` seconds, each cooled over the evaluations that fit in it and started from
-  the best so far, until the deadline. Where single moves are stuck on a plateau of
-  equal makespans (DOPPLER's chain_mm), accepting a worse placement for a while is what
-  reaches a better one.
+  Metropolis acceptance on the log of the value, geometric cooling), in runs of at most
+  ``chunk_s`` seconds and :data:`ANNEAL_STEPS` evaluations per node and device, each
+  cooled over its evaluations and started from the best so far, until the deadline or
+  :data:`ANNEAL_PATIENCE` runs in a row without a better placement. Where single moves
+  are stuck on a plateau of equal makespans (DOPPLER's chain_mm), accepting a worse
+  placement for a while is what reaches a better one.
 
 Placements that break a memory limit or a co-location class are never kept. The value is
 the simulator's own (for the ``parallel`` objective its first-come-first-served list
@@ -27,10 +28,17 @@ import numpy as np
 from envs.simulator import Simulator
 from policies.search.local import SimulatedAnnealing
 
-__all__ = ["polish", "anneal", "ANNEAL_CHUNK_S"]
+__all__ = ["polish", "anneal", "ANNEAL_CHUNK_S", "ANNEAL_STEPS", "ANNEAL_PATIENCE"]
 
 ANNEAL_CHUNK_S = 15.0
-"""Seconds of one annealing run (its cooling schedule spans them)."""
+"""The most seconds of one annealing run (its cooling schedule spans them)."""
+
+ANNEAL_STEPS = 100
+"""The most evaluations of one annealing run, per node and device (on chain_mm's 76 nodes
+and 4 GPUs, about 15 s; on a graph of a few nodes, a fraction of a second)."""
+
+ANNEAL_PATIENCE = 3
+"""Annealing stops after this many runs in a row that find no better placement."""
 
 
 def _value(sim: Simulator, objective: str) -> Callable[[np.ndarray], float]:
@@ -81,16 +89,18 @@ def anneal(sim: Simulator, placement: np.ndarray, objective: str, deadline: floa
     t = time.perf_counter()
     best = value(best_p)
     per = max(time.perf_counter() - t, 1e-6)          # one evaluation, to size the cooling
-    runs = 0
-    while deadline - time.perf_counter() > min(1.0, chunk_s):
+    runs = idle = 0
+    while deadline - time.perf_counter() > min(1.0, chunk_s) and idle < ANNEAL_PATIENCE:
         end = min(deadline, time.perf_counter() + chunk_s)
-        sa = SimulatedAnnealing(g.num_nodes, g.num_devices, budget=max(1, int((end - time.perf_counter()) / per)),
-                                seed=seed + runs, start=best_p)
-        while time.perf_counter() < end:
+        steps = max(1, min(int((end - time.perf_counter()) / per), ANNEAL_STEPS * g.num_nodes * g.num_devices))
+        sa = SimulatedAnnealing(g.num_nodes, g.num_devices, budget=steps, seed=seed + runs, start=best_p)
+        before = best
+        while sa.step < steps and time.perf_counter() < end:
             p = sa.propose()
             v = value(p)
             sa.observe(p, v)
             if v < best:
                 best, best_p = v, p.copy()
         runs += 1
+        idle = idle + 1 if best >= before else 0
     return best_p, float(best), runs
