@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from hsdag_core.costgraph import CostGraph
+from policies.solvers.result import device_classes
 
 __all__ = ["critical_path_s", "lower_bound", "parallel_levels", "sequential_bound"]
 
@@ -115,22 +116,6 @@ def lower_bound(graph: CostGraph, objective: str) -> float:
                      "throughput or latency")
 
 
-def _classes(g: CostGraph) -> tuple[np.ndarray, np.ndarray]:
-    """One device of each class of interchangeable devices (same compute column, same
-    memory), and how many devices each class has."""
-    seen: dict[tuple, int] = {}
-    rep: list[int] = []
-    count: list[int] = []
-    for d in range(g.num_devices):
-        key = (g.compute_s[:, d].tobytes(), float(g.mem_capacity[d]))
-        if key not in seen:
-            seen[key] = len(rep)
-            rep.append(d)
-            count.append(0)
-        count[seen[key]] += 1
-    return np.asarray(rep, dtype=np.int64), np.asarray(count, dtype=np.int64)
-
-
 def _chords(g: CostGraph, P: np.ndarray, ptensor: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
     """The tensors a path node sends to later path nodes other than through the path's
     own edge: ``(position, tensor, sorted positions of its consumers on the path)``."""
@@ -151,13 +136,16 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
     and every other tensor (a *chord*: a skip connection) that a node of the segment
     before sends to a node of the segment after; chords that skip a whole segment are not
     counted, as their two ends may share a device. Devices are taken by class
-    (:func:`_classes`): two consecutive segments on one class need two of its devices.
+    (:func:`policies.solvers.result.device_classes`): two consecutive segments on one
+    class need two of its devices.
     The dynamic program keeps the last segment's start, so each change knows both
     segments around it."""
     g = graph
     P = np.asarray(path, dtype=np.int64)
     L = P.size
-    rep, count = _classes(g)
+    classes = device_classes(g)
+    rep = np.array([c[0] for c in classes], dtype=np.int64)
+    count = np.array([len(c) for c in classes], dtype=np.int64)
     C = rep.size
     on_edge = {(u, v): t for u, v, t in zip(g.edge_src.tolist(), g.edge_dst.tolist(),
                                             g.edge_tensor.tolist())}

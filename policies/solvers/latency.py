@@ -34,6 +34,7 @@ from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
 from policies.solvers.result import SolveResult, colocation_groups, finish
+from policies.solvers.split import best_split
 
 __all__ = ["Blocks", "blocks", "solve_latency_greedy", "solve_latency_search", "latency_start"]
 
@@ -180,33 +181,9 @@ def segments(graph: CostGraph, b: Optional[Blocks] = None) -> Optional[np.ndarra
     """The placement of the segments' dynamic program (module docstring), or None."""
     b = blocks(graph) if b is None else b
     accs, cpu = _accelerators(graph), _cpu(graph)
-    nb, K = len(b.order), len(accs)
     C_cpu, C_acc = _segment_costs(graph, b, accs, cpu)
-    f = np.full((nb + 1, K + 1), np.inf)
-    arg = np.zeros((nb + 1, K + 1, 2), dtype=np.int64)   # (start, acc?)
-    f[0, 0] = 0.0
-    for j in range(1, nb + 1):
-        for k in range(K + 1):
-            via_cpu = f[:j, k] + C_cpu[:j, j]
-            i = int(np.argmin(via_cpu))
-            best, how = via_cpu[i], (i, 0)
-            if k:
-                via_acc = f[:j, k - 1] + C_acc[:j, j]
-                i2 = int(np.argmin(via_acc))
-                if via_acc[i2] < best:
-                    best, how = via_acc[i2], (i2, 1)
-            f[j, k], arg[j, k] = best, how
-    k = int(np.argmin(f[nb]))
-    if not np.isfinite(f[nb, k]):
-        return None
-    on = np.empty(nb, dtype=np.int64)
-    j = nb
-    while j > 0:
-        i, is_acc = arg[j, k]
-        on[i:j] = accs[k - 1] if is_acc else cpu
-        k -= int(is_acc)
-        j = int(i)
-    return on[b.of]
+    on = best_split([C_cpu, C_acc], [[cpu] if cpu is not None else [], accs], [False, True])
+    return None if on is None else on[b.of]
 
 
 def solve_latency_greedy(graph: CostGraph, objective: str = "latency", *,

@@ -6,7 +6,8 @@ merged where two reach each other), in a topological order. A dynamic program cu
 order into consecutive segments; a segment on a device pays its nodes' compute there and
 each tensor that an earlier segment sends into it (once per segment, at its slowest link),
 and must fit the device's memory. Interchangeable devices are taken by class
-(:func:`policies.solvers.result.device_classes`): a class of ``k`` devices with a memory
+(:func:`policies.solvers.result.device_classes`; the split itself is
+:func:`policies.solvers.split.best_split`): a class of ``k`` devices with a memory
 limit gives at most ``k`` segments, each on a device of its own, while a device of
 unlimited memory takes any number. The segment costs are exact when every segment has a
 device of its own and over-count a tensor sent twice to one device otherwise; the
@@ -19,7 +20,6 @@ cuts fall where the tensors are small, and memory-sized segments fill the accele
 """
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Optional
 
@@ -32,6 +32,7 @@ from policies.solvers.bounds import lower_bound
 from policies.solvers.latency import Blocks, blocks
 from policies.solvers.polish import polish
 from policies.solvers.result import SolveResult, device_classes, finish
+from policies.solvers.split import best_split
 
 __all__ = ["segments_placement", "solve_segments", "MAX_STATES"]
 
@@ -78,7 +79,6 @@ def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
     lim = [ci for ci, c in enumerate(classes) if np.isfinite(g.mem_capacity[c[0]])]
     while lim and np.prod([len(classes[ci]) + 1 for ci in lim]) > MAX_STATES:
         classes[max(lim, key=lambda ci: len(classes[ci]))].pop()
-    slot = {ci: q for q, ci in enumerate(lim)}       # a limited class's place in a state
     comp = np.where(np.isfinite(g.compute_s), g.compute_s, np.inf)
     inbound = _inbound(g, b)
     mem = np.concatenate([[0.0], np.cumsum(b.mem)])
@@ -90,40 +90,8 @@ def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
         fits = (mem[None, :] - mem[:, None]) <= g.mem_capacity[c[0]] * (1 + 1e-12)
         i, j = np.indices(cost.shape)
         seg.append(np.where(fits & (j > i), cost, np.inf))
-    states = list(itertools.product(*(range(len(classes[ci]) + 1) for ci in lim)))
-    index = {st: k for k, st in enumerate(states)}
-    S = len(states)
-    f = np.full((nb + 1, S), np.inf)
-    arg = np.full((nb + 1, S, 3), -1, dtype=np.int64)      # (start, class, previous state)
-    f[0, index[(0,) * len(lim)]] = 0.0
-    for j in range(1, nb + 1):
-        for k, st in enumerate(states):
-            if not np.isfinite(f[:j, k]).any():
-                continue
-            for ci, c in enumerate(classes):
-                q = slot.get(ci)
-                if q is None:
-                    nxt = k
-                elif st[q] < len(c):
-                    nxt = index[st[:q] + (st[q] + 1,) + st[q + 1:]]
-                else:
-                    continue
-                via = f[:j, k] + seg[ci][:j, j]
-                i = int(np.argmin(via))
-                if via[i] < f[j, nxt]:
-                    f[j, nxt] = via[i]
-                    arg[j, nxt] = (i, ci, k)
-    k = int(np.argmin(f[nb]))
-    if not np.isfinite(f[nb, k]):
-        return None
-    on = np.empty(nb, dtype=np.int64)
-    j = nb
-    while j > 0:
-        i, ci, prev = arg[j, k]
-        q = slot.get(int(ci))
-        on[i:j] = classes[ci][0] if q is None else classes[ci][states[k][q] - 1]
-        j, k = int(i), int(prev)
-    return on[b.of]
+    on = best_split(seg, classes, [ci in lim for ci in range(len(classes))])
+    return None if on is None else on[b.of]
 
 
 def solve_segments(graph: CostGraph, objective: str = "sequential", *,
