@@ -205,7 +205,8 @@ def solve_cpsat_parallel(graph: CostGraph, objective: str = "parallel", *,
                     else:
                         m.AddImplication(x[i, d], before)
             used_prev = used
-    m.Add(makespan >= int(np.floor(lower_bound(g, "parallel") / unit)))
+    floor = lower_bound(g, "parallel")
+    m.Add(makespan >= int(np.floor(floor / unit)))
     m.Minimize(makespan)
     if start_p is not None and np.isfinite(start_value):
         p0 = _relabel(start_p, classes)
@@ -238,7 +239,7 @@ def solve_cpsat_parallel(graph: CostGraph, objective: str = "parallel", *,
     status = solver.Solve(m, _Score())
     name = solver.StatusName(status)
     bound = max(solver.BestObjectiveBound() * unit if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-                else -np.inf, lower_bound(g, "parallel"))
+                else -np.inf, floor)
     polished = annealed = 0
     if best["p"] is not None and best["value"] < start_value:  # CP-SAT improved: polish its best
         until = t0 + float(time_limit) if time_limit is not None else time.perf_counter() + 60.0
