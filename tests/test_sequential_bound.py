@@ -37,6 +37,20 @@ def test_a_cut_inside_a_skip_connection_pays_its_tensor():
     assert lower_bound(g, "sequential") + 2 * 1e-3 < best
 
 
+def test_a_skip_over_a_small_segment_pays_when_the_segments_around_it_cannot_share():
+    # 0 -> 1 -> 2 -> 3 -> 4 with a skip 0 -> 3 carrying a large tensor; 0, 1, 3 and 4 fill
+    # an accelerator two by two and 2 holds nothing. Cutting before and after 2 costs two
+    # small tensors, but {0, 1} and {3, 4} cannot share a device, so the skip is sent too
+    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 100.0, "fpgaLatency": 1.0,
+              "isBackwardNode": 0, "size": s} for i, s in enumerate([4.0, 4.0, 0.0, 4.0, 4.0])]
+    cost = {0: 10.0, 1: 0.1, 2: 0.1, 3: 10.0}      # one tensor per producer: 0 feeds 1 and 3
+    edges = [(0, 1, cost[0]), (1, 2, cost[1]), (2, 3, cost[2]), (3, 4, cost[3]), (0, 3, cost[0])]
+    g = _input(nodes, edges, mem=8.0, accs=2)
+    best = _best(g)
+    assert best == pytest.approx(15.1e-3)
+    assert sequential_bound(g) == pytest.approx(best, rel=1e-12)
+
+
 def _residual(seed: int, n: int, accs: int) -> CostGraph:
     """A random chain with skip connections, a slow CPU and accelerators whose memory binds."""
     rng = np.random.default_rng(seed)

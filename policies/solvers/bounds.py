@@ -24,7 +24,13 @@ import numpy as np
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.result import device_classes
 
-__all__ = ["critical_path_s", "lower_bound", "parallel_levels", "sequential_bound"]
+__all__ = ["critical_path_s", "lower_bound", "parallel_levels", "sequential_bound", "JUMP_WORK"]
+
+JUMP_WORK = 2e8
+"""The path bound's dynamic program remembers the length of the segment before the last
+one up to ``S`` positions, at a cost of ``S * L**3`` per path of ``L`` nodes; ``S`` is
+the chords' longest span, lowered so that this work stays within ``JUMP_WORK``
+elements (a few seconds)."""
 
 
 def critical_path_s(graph: CostGraph) -> float:
@@ -134,12 +140,15 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
 
     Consecutive segments lie on different devices, so a change sends the path's tensor
     and every other tensor (a *chord*: a skip connection) that a node of the segment
-    before sends to a node of the segment after; chords that skip a whole segment are not
-    counted, as their two ends may share a device. Devices are taken by class
-    (:func:`policies.solvers.result.device_classes`): two consecutive segments on one
-    class need two of its devices.
-    The dynamic program keeps the last segment's start, so each change knows both
-    segments around it."""
+    before sends to a node of the segment after. A chord that skips one whole segment
+    is counted when the two segments around it cannot share a device: their memory
+    together exceeds the device's (a chord that skips more is not counted). Devices are
+    taken by class (:func:`policies.solvers.result.device_classes`): two consecutive
+    segments on one class need two of its devices.
+    The dynamic program keeps the last segment's start and the length of the one before
+    it, up to ``S`` positions (the chords' longest span, within ``JUMP_WORK``), so each
+    change knows the segments around it and how much memory the one before them holds at
+    least."""
     g = graph
     P = np.asarray(path, dtype=np.int64)
     L = P.size
@@ -169,23 +178,41 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
         seg[q] = np.where(good, s, np.inf)
     other = np.array([[a != b or count[a] >= 2 for b in range(C)] for a in range(C)])  # [c, c']
     items = _chords(g, P, ptensor)
-    F = np.full((L + 1, L + 1, C), np.inf)      # F[i, k, c]: 0..k-1 covered, last segment i..k-1 on c
-    F[0, 1:] = seg[:, 0, 1:].T
+    S = int(max(0, min(L, JUMP_WORK // (C * (L + 1) ** 3) - 1))) if items else 0
+    # F[i, k, c, l]: 0..k-1 covered, last segment i..k-1 on c, the one before it
+    # min(its length, S) long (0: none)
+    F = np.full((L + 1, L + 1, C, S + 1), np.inf)
+    F[0, 1:, :, 0] = seg[:, 0, 1:].T
+    back = np.arange(S + 1)
     for j in range(1, L):
-        A = F[:j, j]                                                   # [j, C]
+        A = F[:j, j]                                                   # [i, C, S+1]
         if not np.isfinite(A).any():
             continue
-        Amin = np.stack([np.where(other[:, q][None, :], A, np.inf).min(axis=1) for q in range(C)], axis=1)
-        Z = np.zeros((j, L + 2))
+        Amin = np.stack([np.where(other[:, q][None, :, None], A, np.inf).min(axis=1)
+                         for q in range(C)], axis=2)                   # [i, l, q]
+        Z = np.zeros((j, L + 2))              # chords from the segment before, by producer
+        J = np.zeros((j, S + 1, L + 2))       # chords over it, by its start and the length needed
         for a, t, ends in items:
-            if a >= j or (a == j - 1 and t == ptensor[a]):   # the path's own tensor is paid by c
-                continue
             nb = np.searchsorted(ends, j)
-            if nb < ends.size:
-                Z[a, ends[nb] + 1] += move[t]
+            if a >= j or nb == ends.size:
+                continue
+            b = ends[nb]
+            if not (a == j - 1 and t == ptensor[a]):   # the path's own tensor is paid by c
+                Z[a, b + 1] += move[t]
+            i = np.arange(a + 1, min(j, a + S + 1))
+            J[i, i - a, b + 1] += move[t]
         X = np.cumsum(np.cumsum(Z[::-1], axis=0)[::-1], axis=1)[:, j + 1:L + 1]   # [i, k]
-        best = (Amin[:, None, :] + X[:, :, None]).min(axis=0)                      # [k, C]
-        F[j, j + 1:] = best + c[j - 1] + seg[:, j, j + 1:].T
+        W = np.cumsum(np.cumsum(J, axis=1), axis=2)[:, :, j + 1:L + 1]            # [i, l, k]
+        ii = np.arange(j)[:, None]
+        held = mem[ii] - mem[np.maximum(ii - back[None, :], 0)]        # [i, l]: the segment before
+        apart = held[:, :, None, None] + (mem[j + 1:L + 1] - mem[j])[None, None, :, None] > cap
+        tot = np.repeat(Amin.min(axis=1)[:, None, :], L - j, axis=1)      # [i, k, q]
+        r = np.flatnonzero(W[:, :, -1].any(axis=1))      # segments some chord skips
+        tot[r] = (Amin[r, :, None, :] + W[r, :, :, None] * apart[r]).min(axis=1)
+        tot += X[:, :, None]
+        now = np.minimum(j - np.arange(j), S)
+        for length in np.unique(now).tolist():
+            F[j, j + 1:, :, length] = tot[now == length].min(axis=0) + c[j - 1] + seg[:, j, j + 1:].T
     return float(F[:, L].min()) + float(base.sum() - base[P].sum())
 
 
