@@ -9,6 +9,7 @@ import pytest
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.dnnpart import dnnpart_from_dict
+from policies.solvers import bounds
 from policies.solvers.bounds import lower_bound, sequential_bound
 
 
@@ -66,7 +67,10 @@ def _residual(seed: int, n: int, accs: int) -> CostGraph:
                   mem=float(rng.uniform(4, 9)), accs=accs)
 
 
+@pytest.mark.parametrize("exact", [16, 2])
 @pytest.mark.parametrize("seed,accs", [(s, 2 + s % 2) for s in range(8)])
-def test_the_bound_is_below_every_placement_of_a_residual_chain(seed, accs):
+def test_the_bound_is_below_every_placement_of_a_residual_chain(seed, accs, exact, monkeypatch):
+    # exact=2: the remembered lengths go in steps from 2 positions on
+    monkeypatch.setattr(bounds, "EXACT_LENGTHS", exact)
     g = _residual(seed, 7, accs)
     assert sequential_bound(g) <= _best(g) + 1e-12

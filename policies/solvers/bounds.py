@@ -24,13 +24,16 @@ import numpy as np
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.result import device_classes
 
-__all__ = ["critical_path_s", "lower_bound", "parallel_levels", "sequential_bound", "JUMP_WORK"]
+__all__ = ["critical_path_s", "lower_bound", "parallel_levels", "sequential_bound", "EXACT_LENGTHS", "JUMP_STATES"]
 
-JUMP_WORK = 2e8
+EXACT_LENGTHS = 16
 """The path bound's dynamic program remembers the length of the segment before the last
-one up to ``S`` positions, at a cost of ``S * L**3`` per path of ``L`` nodes; ``S`` is
-the chords' longest span, lowered so that this work stays within ``JUMP_WORK``
-elements (a few seconds)."""
+one exactly up to this many positions, and beyond it in 12 steps of equal ratio up to
+the path's length (a lower bound on that length, so on the segment's memory)."""
+
+JUMP_STATES = 1e7
+"""At most this many states (``(L+1)**2`` per class and remembered length): fewer
+remembered lengths on a long path."""
 
 
 def critical_path_s(graph: CostGraph) -> float:
@@ -145,10 +148,10 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
     together exceeds the device's (a chord that skips more is not counted). Devices are
     taken by class (:func:`policies.solvers.result.device_classes`): two consecutive
     segments on one class need two of its devices.
-    The dynamic program keeps the last segment's start and the length of the one before
-    it, up to ``S`` positions (the chords' longest span, within ``JUMP_WORK``), so each
-    change knows the segments around it and how much memory the one before them holds at
-    least."""
+    The dynamic program keeps the last segment's start and a lower bound on the length of
+    the one before it (exact up to ``EXACT_LENGTHS`` positions, then in steps of equal
+    ratio; ``JUMP_STATES`` caps their number), so each change knows the segments around
+    it, which chords the one before them sends, and how much memory it holds at least."""
     g = graph
     P = np.asarray(path, dtype=np.int64)
     L = P.size
@@ -178,39 +181,53 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
         seg[q] = np.where(good, s, np.inf)
     other = np.array([[a != b or count[a] >= 2 for b in range(C)] for a in range(C)])  # [c, c']
     items = _chords(g, P, ptensor)
-    S = int(max(0, min(L, JUMP_WORK // (C * (L + 1) ** 3) - 1))) if items else 0
-    # F[i, k, c, l]: 0..k-1 covered, last segment i..k-1 on c, the one before it
-    # min(its length, S) long (0: none)
-    F = np.full((L + 1, L + 1, C, S + 1), np.inf)
+    # F[i, k, c, b]: 0..k-1 covered, last segment i..k-1 on c, the one before it at least
+    # lengths[b] long (0: none)
+    lengths = np.unique(np.concatenate([np.arange(min(L, EXACT_LENGTHS) + 1),
+                                        np.geomspace(EXACT_LENGTHS, max(L, EXACT_LENGTHS), 12).astype(np.int64)]))
+    lengths = lengths[lengths <= L][:max(1, int(JUMP_STATES // (C * (L + 1) ** 2)))] if items else lengths[:1]
+    nb = lengths.size
+    F = np.full((L + 1, L + 1, C, nb), np.inf)
     F[0, 1:, :, 0] = seg[:, 0, 1:].T
-    back = np.arange(S + 1)
     for j in range(1, L):
-        A = F[:j, j]                                                   # [i, C, S+1]
+        A = F[:j, j]                                                   # [i, C, nb]
         if not np.isfinite(A).any():
             continue
         Amin = np.stack([np.where(other[:, q][None, :, None], A, np.inf).min(axis=1)
-                         for q in range(C)], axis=2)                   # [i, l, q]
+                         for q in range(C)], axis=2)                   # [i, b, q]
+        limited = [q for q in range(C) if np.isfinite(cap[q])]
+        reach = {q: int(np.searchsorted(mem, mem[j] + cap[q], side="right")) - j - 1 for q in limited}
+        K = max(reach.values(), default=0)                 # the longest segment at j that fits
         Z = np.zeros((j, L + 2))              # chords from the segment before, by producer
-        J = np.zeros((j, S + 1, L + 2))       # chords over it, by its start and the length needed
+        over: list[tuple[np.ndarray, np.ndarray, int, float]] = []   # chords over it
         for a, t, ends in items:
-            nb = np.searchsorted(ends, j)
-            if a >= j or nb == ends.size:
+            nb_ = np.searchsorted(ends, j)
+            if a >= j or nb_ == ends.size:
                 continue
-            b = ends[nb]
+            b = ends[nb_]
             if not (a == j - 1 and t == ptensor[a]):   # the path's own tensor is paid by c
                 Z[a, b + 1] += move[t]
-            i = np.arange(a + 1, min(j, a + S + 1))
-            J[i, i - a, b + 1] += move[t]
+            i = np.arange(a + 1, min(j, a + lengths[-1] + 1))
+            if b - j < K and i.size:
+                over.append((i, np.searchsorted(lengths, i - a), b - j, move[t]))
         X = np.cumsum(np.cumsum(Z[::-1], axis=0)[::-1], axis=1)[:, j + 1:L + 1]   # [i, k]
-        W = np.cumsum(np.cumsum(J, axis=1), axis=2)[:, :, j + 1:L + 1]            # [i, l, k]
-        ii = np.arange(j)[:, None]
-        held = mem[ii] - mem[np.maximum(ii - back[None, :], 0)]        # [i, l]: the segment before
-        apart = held[:, :, None, None] + (mem[j + 1:L + 1] - mem[j])[None, None, :, None] > cap
         tot = np.repeat(Amin.min(axis=1)[:, None, :], L - j, axis=1)      # [i, k, q]
-        r = np.flatnonzero(W[:, :, -1].any(axis=1))      # segments some chord skips
-        tot[r] = (Amin[r, :, None, :] + W[r, :, :, None] * apart[r]).min(axis=1)
+        if over:
+            r, at = np.unique(np.concatenate([o[0] for o in over]), return_inverse=True)
+            J = np.zeros((r.size, nb, K))     # by the start of the segment before, the length needed
+            np.add.at(J, (at, np.concatenate([o[1] for o in over]),
+                          np.concatenate([np.full(o[0].size, o[2]) for o in over])),
+                      np.concatenate([np.full(o[0].size, o[3]) for o in over]))
+            W = np.cumsum(np.cumsum(J, axis=1), axis=2)                         # [r, b, k]
+            held = mem[r][:, None] - mem[np.maximum(r[:, None] - lengths[None, :], 0)]   # [r, b]
+            for q in limited:
+                kq = reach[q]
+                if kq <= 0:
+                    continue
+                apart = held[:, :, None] + (mem[j + 1:j + 1 + kq] - mem[j])[None, None, :] > cap[q]
+                tot[r, :kq, q] = (Amin[r, :, None, q] + W[:, :, :kq] * apart).min(axis=1)
         tot += X[:, :, None]
-        now = np.minimum(j - np.arange(j), S)
+        now = np.searchsorted(lengths, j - np.arange(j), side="right") - 1
         for length in np.unique(now).tolist():
             F[j, j + 1:, :, length] = tot[now == length].min(axis=0) + c[j - 1] + seg[:, j, j + 1:].T
     return float(F[:, L].min()) + float(base.sum() - base[P].sum())
@@ -278,7 +295,9 @@ def sequential_bound(graph: CostGraph) -> float:
     Along any path, the devices of its nodes change from one segment to the next, each
     segment fitting the memory of its device, and each change sends the path's tensor
     to another device, with every skip connection from the segment before into the
-    segment after (a distinct tensor and device per change, so none is counted twice). A node
+    segment after (a distinct tensor and device per change, so none is counted twice), and
+    every skip connection over one whole segment whose neighbours cannot share a device
+    (their memory together exceeds it). A node
     off the path whose consumers all lie in one segment is on that segment's device or
     sends its tensor there (:func:`_feeders`). So the sum, over the nodes off the path, of
     their fastest time, plus the least cost of the path's nodes, of those transfers and of
