@@ -151,7 +151,7 @@ def test_bounds_and_exact_against_every_placement(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_sequential_path_bound_against_every_placement(seed):
-    from policies.solvers.bounds import sequential_bound
+    from policies.solvers.path_bound import sequential_bound
 
     g = _random_input(seed)
     sim = Simulator(g)

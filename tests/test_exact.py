@@ -315,7 +315,7 @@ def test_result_to_dict_is_json(case):
 
 
 def test_sequential_path_bound_is_below_the_optimum(case):
-    from policies.solvers.bounds import sequential_bound
+    from policies.solvers.path_bound import sequential_bound
 
     g, best = case
     assert sequential_bound(g) <= best["sequential"] + 1e-9

@@ -9,8 +9,9 @@ import pytest
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.dnnpart import dnnpart_from_dict
-from policies.solvers import bounds
-from policies.solvers.bounds import lower_bound, sequential_bound
+from policies.solvers import path_bound
+from policies.solvers.bounds import lower_bound
+from policies.solvers.path_bound import sequential_bound
 
 
 def _best(g: CostGraph) -> float:
@@ -52,6 +53,53 @@ def test_a_skip_over_a_small_segment_pays_when_the_segments_around_it_cannot_sha
     assert sequential_bound(g) == pytest.approx(best, rel=1e-12)
 
 
+def test_the_other_branch_of_a_module_must_leave_a_full_device(monkeypatch):
+    # an Inception-like module: 0 -> 1 -> 4 on the path, and a branch 0 -> 2 -> 3 -> 4 off it,
+    # then 4 -> 5. The path fills all but 1 of an accelerator's memory and the branch holds 2,
+    # so something must leave. Node 3 alone (it feeds the path) fits in what is left and the
+    # path-only terms cut nothing; counting the branch, at least 1 must leave and its
+    # cheapest eviction, per byte, is half of 3's group (3 with 2 behind it, sending 3's tensor)
+    sizes = [2.0, 3.0, 1.0, 1.0, 1.0, 1.0]
+    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 20.0, "fpgaLatency": 3.0 if i == 1 else 1.0,
+              "isBackwardNode": 0, "size": s} for i, s in enumerate(sizes)]
+    cost = {0: 10.0, 1: 20.0, 2: 10.0, 3: 5.0, 4: 10.0}
+    edges = [(0, 1, cost[0]), (0, 2, cost[0]), (1, 4, cost[1]), (2, 3, cost[2]), (3, 4, cost[3]),
+             (4, 5, cost[4])]
+    g = _input(nodes, edges, mem=8.0, accs=2)
+    best = _best(g)
+    with_branches = sequential_bound(g)
+    monkeypatch.setattr(path_bound, "_branches", lambda g, P, *rest: np.zeros((len(rest[-1]), P.size, P.size)))
+    without = sequential_bound(g)
+    assert without == pytest.approx(lower_bound(g, "sequential"))      # the path alone cuts nothing
+    assert with_branches == pytest.approx(without + 2.5e-3)
+    assert with_branches <= best + 1e-12
+    assert best == pytest.approx(without + 10e-3)                       # node 0 or 5 on the other device
+
+
+def _branchy(seed: int, n: int) -> CostGraph:
+    """A random DAG with branches off any path, two accelerators and a slow CPU."""
+    rng = np.random.default_rng(seed)
+    nodes = [{"id": i, "supportedOnFpga": int(rng.random() > 0.1), "cpuLatency": float(rng.uniform(1, 20)),
+              "fpgaLatency": float(rng.uniform(0.1, 2)), "isBackwardNode": 0,
+              "size": float(rng.choice([0.0, 1.0, 2.0, 4.0]))} for i in range(n)]
+    pairs = set()
+    for v in range(1, n):
+        for u in rng.choice(v, size=min(1 + int(rng.random() < 0.4), v), replace=False):
+            pairs.add((int(u), v))
+    for u in range(n - 1):                       # every node feeds another: one sink
+        if not any(p[0] == u for p in pairs):
+            pairs.add((u, int(rng.integers(u + 1, n))))
+    cost = rng.uniform(0, 6, size=n) * (rng.random(n) < 0.85)
+    return _input(nodes, [(u, v, float(cost[u])) for u, v in sorted(pairs)],
+                  mem=float(rng.uniform(3, 8)), accs=2)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bound_is_below_every_placement_of_a_dag_with_branches(seed):
+    g = _branchy(seed, 7)
+    assert sequential_bound(g) <= _best(g) + 1e-12
+
+
 def _residual(seed: int, n: int, accs: int) -> CostGraph:
     """A random chain with skip connections, a slow CPU and accelerators whose memory binds."""
     rng = np.random.default_rng(seed)
@@ -71,6 +119,6 @@ def _residual(seed: int, n: int, accs: int) -> CostGraph:
 @pytest.mark.parametrize("seed,accs", [(s, 2 + s % 2) for s in range(8)])
 def test_the_bound_is_below_every_placement_of_a_residual_chain(seed, accs, exact, monkeypatch):
     # exact=2: the remembered lengths go in steps from 2 positions on
-    monkeypatch.setattr(bounds, "EXACT_LENGTHS", exact)
+    monkeypatch.setattr(path_bound, "EXACT_LENGTHS", exact)
     g = _residual(seed, 7, accs)
     assert sequential_bound(g) <= _best(g) + 1e-12

@@ -19,7 +19,7 @@ the relaxation the marginal rows tie the sent amounts to both ends, where the lo
 bounds ``w >= x[u, a] + y[t, b] - 1`` of the throughput MILP do not, so its bound is
 much closer to the optimum and the branch and bound ends sooner.
 
-Its bound is at least :func:`policies.solvers.bounds.sequential_bound` (the transfers a
+Its bound is at least :func:`policies.solvers.path_bound.sequential_bound` (the transfers a
 split of a path into memory-sized segments must pay), given ``PATH_BOUND_FROM_S`` seconds.
 Interchangeable devices of unlimited memory (e.g. the benchmark's CPU cores)
 are all but one left empty, which loses nothing for this objective
@@ -37,7 +37,8 @@ import numpy as np
 
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
-from policies.solvers.bounds import lower_bound, sequential_bound
+from policies.solvers.bounds import lower_bound
+from policies.solvers.path_bound import sequential_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.milp import _placement_vars, _receipt, _solve_from
 from policies.solvers.rounding import round_relaxation
@@ -67,7 +68,7 @@ SUBSECOND_S = 1.5
 """Solves given under this many seconds round with :data:`LP_ROUND_SHARE_SUBSECOND`."""
 
 PATH_BOUND_FROM_S = 10.0
-"""The sequential MILP adds :func:`policies.solvers.bounds.sequential_bound` to its bound
+"""The sequential MILP adds :func:`policies.solvers.path_bound.sequential_bound` to its bound
 when given at least this many seconds (or no limit) on a graph with a memory limit; the
 short solves of refit's proposals skip it."""
 
