@@ -12,6 +12,7 @@ import numpy as np
 
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
+from policies.solvers.latency_bound import longest_path
 from policies.solvers.result import device_classes
 
 __all__ = ["sequential_bound", "EXACT_LENGTHS", "JUMP_STATES"]
@@ -304,22 +305,7 @@ def sequential_bound(graph: CostGraph) -> float:
     base = np.min(np.where(np.isfinite(g.compute_s), g.compute_s, np.inf), axis=1)
     tr = g.transfer_s()
     move = tr[:, ~np.eye(g.num_devices, dtype=bool)].min(axis=1)    # cheapest link per tensor
-    paths = [_longest(g, g.mem_bytes), _longest(g, base),
-             _longest(g, np.zeros(g.num_nodes), move[g.edge_tensor])]
+    paths = [longest_path(g, g.mem_bytes), longest_path(g, base),
+             longest_path(g, np.zeros(g.num_nodes), move[g.edge_tensor])]
     return max(lower_bound(graph, "sequential"), *(_path_cut(g, p, base, move) for p in paths))
 
-
-def _longest(graph: CostGraph, node_w: np.ndarray, edge_w: np.ndarray | None = None) -> list[int]:
-    """The nodes of a longest path with weights on nodes (and edges)."""
-    n = graph.num_nodes
-    edge_w = np.zeros(graph.edge_src.size) if edge_w is None else edge_w
-    best = np.asarray(node_w, dtype=np.float64).copy()
-    back = np.full(n, -1, dtype=np.int64)
-    for k in np.argsort(graph.edge_dst, kind="stable").tolist():   # nodes are topologically indexed
-        u, v = int(graph.edge_src[k]), int(graph.edge_dst[k])
-        if best[u] + edge_w[k] + node_w[v] > best[v]:
-            best[v], back[v] = best[u] + edge_w[k] + node_w[v], u
-    path = [int(np.argmax(best))]
-    while back[path[-1]] >= 0:
-        path.append(int(back[path[-1]]))
-    return path[::-1]
