@@ -38,7 +38,7 @@ import numpy as np
 from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
-from policies.solvers.path_bound import sequential_bound
+from policies.solvers.path_bound import PATH_BOUND_FROM_S, sequential_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.milp import _placement_vars, _receipt, _solve_from
 from policies.solvers.rounding import round_relaxation
@@ -67,10 +67,6 @@ moves, hence :data:`LP_ROUND_SHARE` there."""
 SUBSECOND_S = 1.5
 """Solves given under this many seconds round with :data:`LP_ROUND_SHARE_SUBSECOND`."""
 
-PATH_BOUND_FROM_S = 10.0
-"""The sequential MILP adds :func:`policies.solvers.path_bound.sequential_bound` to its bound
-when given at least this many seconds (or no limit) on a graph with a memory limit; the
-short solves of refit's proposals skip it."""
 
 
 def _pair_transfers(m: Model, g: CostGraph, x: np.ndarray) -> None:
@@ -139,7 +135,7 @@ def sequential_start(graph: CostGraph, time_limit: Optional[float] = None) -> Op
     t0 = time.perf_counter()
     cands = [solve_alpha_expansion(graph, "sequential", time_limit=time_limit)]
     left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
-    cands += [solve_segments(graph, "sequential", time_limit=left),
+    cands += [solve_segments(graph, "sequential", time_limit=left, path_bound=False),
               solve_m_topo(graph, "sequential"), solve_m_etf(graph, "sequential")]
     cands.append(solve_single(graph, "sequential"))
     for r in cands:

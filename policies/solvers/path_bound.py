@@ -15,7 +15,13 @@ from policies.solvers.bounds import lower_bound
 from policies.solvers.latency_bound import longest_path
 from policies.solvers.result import device_classes
 
-__all__ = ["sequential_bound", "EXACT_LENGTHS", "JUMP_STATES"]
+__all__ = ["sequential_bound", "EXACT_LENGTHS", "JUMP_STATES", "PATH_BOUND_FROM_S"]
+
+PATH_BOUND_FROM_S = 10.0
+"""The solvers of the sequential objective (its MILP, ``segments``) add
+:func:`sequential_bound` to their bound when given at least this many seconds (or no
+limit) on a graph with a memory limit (it takes up to a few seconds on hundreds of
+nodes); the short solves of refit's proposals skip it."""
 
 EXACT_LENGTHS = 16
 """The path bound's dynamic program remembers the length of the segment before the last

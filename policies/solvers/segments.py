@@ -30,6 +30,7 @@ from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
 from policies.solvers.latency import Blocks, blocks
+from policies.solvers.path_bound import PATH_BOUND_FROM_S, sequential_bound
 from policies.solvers.polish import polish
 from policies.solvers.result import SolveResult, device_classes, finish
 from policies.solvers.split import best_split
@@ -95,9 +96,13 @@ def segments_placement(graph: CostGraph) -> Optional[np.ndarray]:
 
 
 def solve_segments(graph: CostGraph, objective: str = "sequential", *,
-                   time_limit: Optional[float] = None) -> SolveResult:
+                   time_limit: Optional[float] = None, path_bound: bool = True) -> SolveResult:
     """The dynamic program's placement, refined by single-node moves for
-    ``POLISH_SHARE`` of ``time_limit`` (until a local optimum where there is none)."""
+    ``POLISH_SHARE`` of ``time_limit`` (until a local optimum where there is none).
+
+    Its bound is :func:`policies.solvers.path_bound.sequential_bound` where memory binds
+    and the limit is at least ``PATH_BOUND_FROM_S`` (or none), else the sum of fastest
+    times; the sequential MILP's start (``path_bound=False``) leaves it to the MILP."""
     t0 = time.perf_counter()
     if objective != "sequential":
         raise ValueError(f"segments solves the sequential objective, not {objective!r}")
@@ -108,6 +113,10 @@ def solve_segments(graph: CostGraph, objective: str = "sequential", *,
         info["segments_s"] = float(sim.evaluate(p, objective).value)
         deadline = np.inf if time_limit is None else t0 + POLISH_SHARE * time_limit
         p, _, info["moves"] = polish(sim, p, objective, deadline)
-    return finish(graph, objective, "segments", p, t0, bound=lower_bound(graph, objective),
+    bound = lower_bound(graph, objective)
+    if path_bound and np.isfinite(graph.mem_capacity).any() and \
+            (time_limit is None or time_limit >= PATH_BOUND_FROM_S):
+        bound = max(bound, sequential_bound(graph))
+    return finish(graph, objective, "segments", p, t0, bound=bound,
                   status="" if p is not None else "no split of the blocks fits the devices",
                   info=info)
