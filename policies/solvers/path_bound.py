@@ -311,7 +311,8 @@ def sequential_bound(graph: CostGraph) -> float:
     base = np.min(np.where(np.isfinite(g.compute_s), g.compute_s, np.inf), axis=1)
     tr = g.transfer_s()
     move = tr[:, ~np.eye(g.num_devices, dtype=bool)].min(axis=1)    # cheapest link per tensor
-    paths = [longest_path(g, g.mem_bytes), longest_path(g, base),
-             longest_path(g, np.zeros(g.num_nodes), move[g.edge_tensor])]
-    return max(lower_bound(graph, "sequential"), *(_path_cut(g, p, base, move) for p in paths))
+    paths = dict.fromkeys(tuple(p) for p in (        # the same path is solved once
+        longest_path(g, g.mem_bytes), longest_path(g, base),
+        longest_path(g, np.zeros(g.num_nodes), move[g.edge_tensor])))
+    return max(lower_bound(graph, "sequential"), *(_path_cut(g, list(p), base, move) for p in paths))
 
