@@ -68,7 +68,8 @@ def test_the_other_branch_of_a_module_must_leave_a_full_device(monkeypatch):
     g = _input(nodes, edges, mem=8.0, accs=2)
     best = _best(g)
     with_branches = sequential_bound(g)
-    monkeypatch.setattr(path_bound, "_branches", lambda g, P, *rest: np.zeros((len(rest[-1]), P.size, P.size)))
+    monkeypatch.setattr(path_bound, "_branches",
+                        lambda g, P, base, mem, devs, off: np.zeros((len(devs), P.size, P.size)))
     without = sequential_bound(g)
     assert without == pytest.approx(lower_bound(g, "sequential"))      # the path alone cuts nothing
     assert with_branches == pytest.approx(without + 2.5e-3)

@@ -8,6 +8,8 @@ program over cuts of the path into memory-sized segments.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from hsdag_core.costgraph import CostGraph
@@ -33,11 +35,49 @@ JUMP_STATES = 1e7
 remembered lengths on a long path."""
 
 
-def _chords(g: CostGraph, P: np.ndarray, ptensor: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+class _OffPath(NamedTuple):
+    """The nodes off a path and where their routes reach it (through nodes off the path)."""
+    pos: np.ndarray        # each node's position on the path, -1 off it
+    lo: np.ndarray         # first and last position their routes reach
+    hi: np.ndarray
+    closed: np.ndarray     # off the path, and every route reaches the path
+    succ: list[list[int]]
+    on_path: np.ndarray    # every consumer is on the path
+    out: np.ndarray        # each node's cheapest tensor to send
+
+
+def _off_path(g: CostGraph, P: np.ndarray, move: np.ndarray) -> _OffPath:
+    """:class:`_OffPath` for path ``P``, shared by :func:`_feeders` and :func:`_branches`."""
+    n, L = g.num_nodes, P.size
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[P] = np.arange(L)
+    lo = np.full(n, L, dtype=np.int64)
+    hi = np.full(n, -1, dtype=np.int64)
+    closed = np.zeros(n, dtype=bool)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for u, v in zip(g.edge_src.tolist(), g.edge_dst.tolist()):
+        succ[u].append(v)
+    for v in range(n - 1, -1, -1):               # nodes are topologically indexed
+        if pos[v] >= 0 or not succ[v]:
+            continue
+        ok = True
+        for w in succ[v]:
+            if pos[w] >= 0:
+                lo[v], hi[v] = min(lo[v], pos[w]), max(hi[v], pos[w])
+            elif closed[w]:
+                lo[v], hi[v] = min(lo[v], lo[w]), max(hi[v], hi[w])
+            else:
+                ok = False
+        closed[v] = ok
+    on_path = np.array([bool(succ[v]) and all(pos[w] >= 0 for w in succ[v]) for v in range(n)])
+    out = np.full(n, np.inf)
+    np.minimum.at(out, g.edge_src, move[g.edge_tensor])
+    return _OffPath(pos, lo, hi, closed, succ, on_path, out)
+
+
+def _chords(g: CostGraph, pos: np.ndarray, ptensor: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
     """The tensors a path node sends to later path nodes other than through the path's
     own edge: ``(position, tensor, sorted positions of its consumers on the path)``."""
-    pos = np.full(g.num_nodes, -1, dtype=np.int64)
-    pos[P] = np.arange(P.size)
     ends: dict[tuple[int, int], list[int]] = {}
     for u, v, t in zip(pos[g.edge_src].tolist(), pos[g.edge_dst].tolist(), g.edge_tensor.tolist()):
         if u >= 0 and v > u and not (v == u + 1 and t == ptensor[u]):
@@ -79,8 +119,9 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
     cant = np.concatenate([np.zeros((1, C)), np.cumsum(~runs, axis=0)])
     mem = np.concatenate([[0.0], np.cumsum(g.mem_bytes[P])])
     cap = g.mem_capacity[rep] * (1 + 1e-12)
-    side = np.maximum(_feeders(g, P, base, move, mem, rep),           # [C, L, L]
-                      _branches(g, P, base, move, mem, rep))
+    off = _off_path(g, P, move)
+    side = np.maximum(_feeders(g, P, base, mem, rep, off),            # [C, L, L]
+                      _branches(g, P, base, mem, rep, off))
     # seg[c, i, k]: the segment of positions i..k-1 on class c
     ii, kk = np.meshgrid(np.arange(L + 1), np.arange(L + 1), indexing="ij")
     seg = np.full((C, L + 1, L + 1), np.inf)
@@ -91,7 +132,7 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
         s = s + np.where(ok, side[q][np.minimum(ii, L - 1), np.maximum(kk - 1, 0)], 0.0)
         seg[q] = np.where(good, s, np.inf)
     other = np.array([[a != b or count[a] >= 2 for b in range(C)] for a in range(C)])  # [c, c']
-    items = _chords(g, P, ptensor)
+    items = _chords(g, off.pos, ptensor)
     # F[i, k, c, b]: 0..k-1 covered, last segment i..k-1 on c, the one before it at least
     # lengths[b] long (0: none)
     lengths = np.unique(np.concatenate([np.arange(min(L, EXACT_LENGTHS) + 1),
@@ -100,22 +141,22 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
     nb = lengths.size
     F = np.full((L + 1, L + 1, C, nb), np.inf)
     F[0, 1:, :, 0] = seg[:, 0, 1:].T
+    limited = [q for q in range(C) if np.isfinite(cap[q])]
     for j in range(1, L):
         A = F[:j, j]                                                   # [i, C, nb]
         if not np.isfinite(A).any():
             continue
         Amin = np.stack([np.where(other[:, q][None, :, None], A, np.inf).min(axis=1)
                          for q in range(C)], axis=2)                   # [i, b, q]
-        limited = [q for q in range(C) if np.isfinite(cap[q])]
         reach = {q: int(np.searchsorted(mem, mem[j] + cap[q], side="right")) - j - 1 for q in limited}
         K = max(reach.values(), default=0)                 # the longest segment at j that fits
         Z = np.zeros((j, L + 2))              # chords from the segment before, by producer
         over: list[tuple[np.ndarray, np.ndarray, int, float]] = []   # chords over it
         for a, t, ends in items:
-            nb_ = np.searchsorted(ends, j)
-            if a >= j or nb_ == ends.size:
+            after = np.searchsorted(ends, j)
+            if a >= j or after == ends.size:
                 continue
-            b = ends[nb_]
+            b = ends[after]                    # its first consumer from j on
             if not (a == j - 1 and t == ptensor[a]):   # the path's own tensor is paid by c
                 Z[a, b + 1] += move[t]
             i = np.arange(a + 1, min(j, a + lengths[-1] + 1))
@@ -144,22 +185,15 @@ def _path_cut(graph: CostGraph, path: list[int], base: np.ndarray, move: np.ndar
     return float(F[:, L].min()) + float(base.sum() - base[P].sum())
 
 
-def _feeders(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
-             mem: np.ndarray, devs: np.ndarray) -> np.ndarray:
+def _feeders(g: CostGraph, P: np.ndarray, base: np.ndarray, mem: np.ndarray, devs: np.ndarray,
+             off: _OffPath) -> np.ndarray:
     """``[len(devs), L, L]``: for a segment ``i..j`` of the path on device ``devs[q]``, the least extra
     cost of the nodes off the path whose consumers all lie in it: each is on that device (its
     time there over its fastest, its memory) or sends its tensor there, the choice
     relaxed to a fractional knapsack in what memory the segment leaves."""
-    n, L = g.num_nodes, P.size
-    pos = np.full(n, -1, dtype=np.int64)
-    pos[P] = np.arange(L)
-    lo = np.full(n, L, dtype=np.int64)
-    hi = np.full(n, -1, dtype=np.int64)
-    np.minimum.at(lo, g.edge_src, np.where(pos[g.edge_dst] >= 0, pos[g.edge_dst], -1))
-    np.maximum.at(hi, g.edge_src, np.where(pos[g.edge_dst] >= 0, pos[g.edge_dst], L))
-    items = np.flatnonzero((pos < 0) & (lo >= 0) & (hi >= 0) & (hi < L))   # consumers all on the path
-    c_w = np.full(n, np.inf)
-    np.minimum.at(c_w, g.edge_src, move[g.edge_tensor])
+    L = P.size
+    lo, hi, c_w = off.lo, off.hi, off.out
+    items = np.flatnonzero((off.pos < 0) & off.on_path)                # consumers all on the path
     out = np.zeros((len(devs), L, L))
     if not items.size:
         return out
@@ -199,8 +233,8 @@ def _feeders(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
     return out
 
 
-def _branches(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
-              mem: np.ndarray, devs: np.ndarray) -> np.ndarray:
+def _branches(g: CostGraph, P: np.ndarray, base: np.ndarray, mem: np.ndarray, devs: np.ndarray,
+              off: _OffPath) -> np.ndarray:
     """``[len(devs), L, L]``: for a segment ``i..j`` of the path on device ``devs[q]``, the least
     extra cost of the nodes off the path whose every route (through nodes off the path) reaches
     the path in it, such as the other branches of an Inception module.
@@ -213,27 +247,8 @@ def _branches(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
     the last nodes, by cost per byte; a node that cannot run on the device and feeds only
     the path is always last."""
     n, L = g.num_nodes, P.size
-    pos = np.full(n, -1, dtype=np.int64)
-    pos[P] = np.arange(L)
-    lo = np.full(n, L, dtype=np.int64)
-    hi = np.full(n, -1, dtype=np.int64)
-    closed = np.zeros(n, dtype=bool)
-    succ = [[] for _ in range(n)]
-    for u, v in zip(g.edge_src.tolist(), g.edge_dst.tolist()):
-        succ[u].append(v)
-    for v in range(n - 1, -1, -1):               # nodes are topologically indexed
-        if pos[v] >= 0 or not succ[v]:
-            continue
-        ok = True
-        for w in succ[v]:
-            if pos[w] >= 0:
-                lo[v], hi[v] = min(lo[v], pos[w]), max(hi[v], pos[w])
-            elif closed[w]:
-                lo[v], hi[v] = min(lo[v], lo[w]), max(hi[v], hi[w])
-            else:
-                ok = False
-        closed[v] = ok
-    items = np.flatnonzero(closed)
+    lo, hi, succ = off.lo, off.hi, off.succ
+    items = np.flatnonzero(off.closed)
     out = np.zeros((len(devs), L, L))
     if not items.size:
         return out
@@ -244,12 +259,10 @@ def _branches(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
         for w in succ[u]:
             if idx[w] >= 0:
                 anc[idx[w]] |= anc[idx[u]]
-    c_w = np.full(n, np.inf)
-    np.minimum.at(c_w, g.edge_src, move[g.edge_tensor])
-    c = c_w[items]
+    c = off.out[items]
     w = g.mem_bytes[items]
     M = anc.astype(np.float64) @ w
-    only_path = np.array([all(pos[x] >= 0 for x in succ[v]) for v in items.tolist()])
+    only_path = off.on_path[items]
     for q, d in enumerate(devs.tolist()):
         extra = g.compute_s[items, d] - base[items]
         fin = np.isfinite(extra)
@@ -287,7 +300,6 @@ def _branches(g: CostGraph, P: np.ndarray, base: np.ndarray, move: np.ndarray,
     return out
 
 
-
 def sequential_bound(graph: CostGraph) -> float:
     """A lower bound on the sequential objective that counts the transfers a split into
     memory-sized parts must pay, along paths.
@@ -297,13 +309,15 @@ def sequential_bound(graph: CostGraph) -> float:
     to another device, with every skip connection from the segment before into the
     segment after (a distinct tensor and device per change, so none is counted twice), and
     every skip connection over one whole segment whose neighbours cannot share a device
-    (their memory together exceeds it). A node
-    off the path whose consumers all lie in one segment is on that segment's device or
-    sends its tensor there (:func:`_feeders`). So the sum, over the nodes off the path, of
-    their fastest time, plus the least cost of the path's nodes, of those transfers and of
-    those feeders over cuts of the path into such segments (a dynamic program over the
-    path), bounds the sequential value of every placement. The
-    best over a few paths: the longest by memory, by fastest time, and by transfer time.
+    (their memory together exceeds it). A node off the path whose consumers all lie in one
+    segment is on that segment's device or sends its tensor there (:func:`_feeders`); the
+    nodes off the path whose routes all reach it in one segment are on its device or leave
+    it, what leaves sending the tensor of its last node (:func:`_branches`). So the sum,
+    over the nodes off the path, of their fastest time, plus the least cost of the path's
+    nodes, of those transfers and of those nodes over cuts of the path into such segments
+    (a dynamic program over the path), bounds the sequential value of every placement.
+    The best over a few paths: the longest by memory, by fastest time, and by transfer
+    time, each distinct one solved once.
     """
     g = graph
     if g.num_nodes == 0 or g.num_devices < 2:
