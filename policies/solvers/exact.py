@@ -153,8 +153,10 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
     Solver("alpha-expansion", solve_alpha_expansion, ("sequential",), (), "all",
            "sequential heuristic on any number of devices (min-cut expansion moves)"),
     Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput", "latency"), "all",
-           "exact MILP (HiGHS); for parallel a schedule MILP giving a bound, small graphs; "
-           "for latency Tarnawski et al.'s IP"),
+           "exact MILP (HiGHS); for sequential from 10 s with a memory limit, also the path "
+           "bound and the set partitioning bound (column generation beside HiGHS); for "
+           "parallel a schedule MILP giving a bound, small graphs; for latency Tarnawski et "
+           "al.'s IP"),
     Solver("segments", solve_segments, ("sequential",), (), "all",
            "sequential heuristic: the best split of a topological order into segments, one "
            "device each (DP), then single-node moves; bound: the path bound from 10 s"),

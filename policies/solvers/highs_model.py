@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import highspy
 import numpy as np
@@ -139,11 +140,17 @@ class Model:
         return h
 
     def solve(self, time_limit: Optional[float], rel_gap: float, magnitude: float,
-              start: Optional[tuple[np.ndarray, np.ndarray]] = None, threads: Optional[int] = None) -> MipResult:
+              start: Optional[tuple[np.ndarray, np.ndarray]] = None, threads: Optional[int] = None,
+              beside: Optional[Callable[[Callable[[], None], Callable[[], bool]], None]] = None
+              ) -> MipResult:
         """Solve; ``start`` (``(columns, values)``, the integer columns at
         least: HiGHS completes the others by an LP) is the MIP start. The objective is
         scaled to about 1000 for the solver (HiGHS stops at an *absolute* gap of 1e-6,
-        coarse for values of a few ms in seconds) and unscaled in the result."""
+        coarse for values of a few ms in seconds) and unscaled in the result.
+
+        ``beside(cancel, done)`` runs in this thread while HiGHS solves in another (HiGHS
+        releases the interpreter's lock): ``cancel()`` stops the branch and bound, as when a
+        bound computed beside it proves its incumbent; ``done()`` says that it has ended."""
         scale = _scale(magnitude)
         h = self._highs(scale)
         h.setOptionValue("mip_rel_gap", float(rel_gap))
@@ -156,7 +163,16 @@ class Model:
             cols, vals = start
             accepted = h.setSolution(len(cols), np.asarray(cols, dtype=np.int32),
                                      np.asarray(vals, dtype=np.float64)) == highspy.HighsStatus.kOk
-        h.run()
+        if beside is None:
+            h.run()
+        else:
+            h.HandleUserInterrupt = True
+            worker = threading.Thread(target=h.run, daemon=True)
+            worker.start()
+            try:
+                beside(h.cancelSolve, lambda: not worker.is_alive())
+            finally:
+                worker.join()
         ms = h.getModelStatus()
         info = h.getInfo()
         status = {highspy.HighsModelStatus.kOptimal: 0, highspy.HighsModelStatus.kInfeasible: 2,

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import networkx as nx
 import numpy as np
@@ -133,10 +133,13 @@ def _result(graph, objective, method, res, x, t0, scope="all", info=None) -> Sol
 def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
                 start: Optional[np.ndarray], t0: float, time_limit: Optional[float],
                 rel_gap: float, threads: Optional[int], info: dict, method: str = "milp",
-                scope: str = "all", floor: float = -np.inf) -> SolveResult:
+                scope: str = "all", floor: float = -np.inf,
+                beside: Optional[Callable[[Callable[[], None], Callable[[], bool]], float]] = None
+                ) -> SolveResult:
     """Solve ``m`` from the placement ``start`` (ignored when it breaks a limit) within
     what is left of ``time_limit``; never worse than the start, and the bound at least
-    :func:`policies.solvers.bounds.lower_bound` and ``floor``."""
+    :func:`policies.solvers.bounds.lower_bound`, ``floor`` and what ``beside(cancel, done)``
+    returns, a bound computed while HiGHS solves (:meth:`Model.solve`)."""
     mip_start, sim = None, Simulator(g)
     if start is not None and sim.check(start) is None:
         start = np.asarray(start, dtype=np.int64)
@@ -149,8 +152,12 @@ def _solve_from(m: Model, g: CostGraph, objective: str, x: np.ndarray,
     scale = lower_bound(g, objective)      # the objective's magnitude for HiGHS
     floor = max(scale, floor)
     spent = time.perf_counter() - t0
+    found: list[float] = []
     res = m.solve(None if time_limit is None else max(time_limit - spent, 0.01), rel_gap,
-                  scale, start=mip_start, threads=threads)
+                  scale, start=mip_start, threads=threads,
+                  beside=None if beside is None else
+                  (lambda cancel, done: found.append(beside(cancel, done))))
+    floor = max([floor] + found)
     if mip_start is not None:
         info["start_accepted"] = bool(res.start_accepted)
     out = _result(g, objective, method, res, x, t0, scope=scope, info=info)

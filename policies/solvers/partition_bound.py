@@ -1,0 +1,282 @@
+"""A lower bound on the sequential objective over the whole graph: the Dantzig-Wolfe
+relaxation of the split into device-sized node sets, by column generation
+(:func:`partition_bound`).
+
+A placement is a partition of the nodes into sets, one per device used. Where a tensor's
+transfer time does not depend on the pair of devices (every dnn-partitioning input), the
+sequential objective is a sum over those sets: each set pays its nodes' compute on its
+device and every tensor it receives from outside once. So the optimum is the set
+partitioning program::
+
+    min sum_S c_S lambda_S,   sum_{S containing v} lambda_S >= 1   (every node v),
+                              sum_{S of class k} lambda_S <= n_k   (n_k devices of class k),
+
+over every set ``S`` a device of class ``k`` can hold (within its memory, supporting its
+nodes, co-located nodes together), and its LP relaxation bounds it from below. It is
+strong where the MILP's relaxation is weak: a set's transfers are paid in full by the
+set, so spreading a node over identical accelerators in equal fractions saves nothing.
+Covering a node more than once (``>= 1``) only loosens the program, and keeps its duals
+non-negative, which steadies the column generation.
+
+The sets are too many to list. Column generation starts from the incumbent's sets and
+every interval of the topological order that fits a device, and adds the set of least
+reduced cost (a MILP over the nodes, HiGHS): with node prices ``pi``, the least
+``c_S - pi(S)`` for class ``k`` is a minimum cut with a knapsack row. Whatever ``pi >= 0``,
+Lagrange's bound ``sum_v pi_v + sum_k n_k min(0, min_S c_S - pi(S))`` is at most the optimum,
+so the bound holds at any moment, not only at the end; it uses each pricing MILP's own
+dual bound, so a pricing stopped early stays valid. Prices are smoothed towards the best
+found so far (Wentges), the usual remedy for the oscillating duals of a degenerate master.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple, Optional
+
+import highspy
+import numpy as np
+
+from hsdag_core.costgraph import CostGraph
+from policies.solvers.bounds import lower_bound
+from policies.solvers.highs_model import new_highs
+from policies.solvers.result import (colocation_groups, device_classes,
+                                    redundant_for_sequential, uniform_transfer)
+
+__all__ = ["partition_bound", "INTERVAL_MAX", "SMOOTHING", "STOP_GAP"]
+
+INTERVAL_MAX = 64
+"""The first columns hold every interval of the topological order that fits a device,
+of at most this many nodes (a device of unlimited memory would otherwise take every one)."""
+
+SMOOTHING = 0.9
+"""Wentges's smoothing: prices are this share of the best prices so far plus the rest of
+the master's duals; where they give no column the master can use, the master's own
+duals are priced too."""
+
+STOP_GAP = 1e-5
+"""The column generation stops once its bound is within this share of the incumbent's
+value or of the master's (converged)."""
+
+_INF = highspy.kHighsInf
+
+
+class _Class(NamedTuple):
+    """Interchangeable devices: those used, memory, compute (scaled)."""
+    devices: list[int]
+    cap: float
+    cost: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+
+def _classes(g: CostGraph, scale: float) -> list[_Class]:
+    unused = set(redundant_for_sequential(g))
+    out = []
+    for cls in device_classes(g):
+        cls = [d for d in cls if d not in unused]
+        if cls:
+            c = g.compute_s[:, cls[0]] * scale
+            out.append(_Class(cls, float(g.mem_capacity[cls[0]]), c))
+    return out
+
+
+class _Master:
+    """The restricted master LP, its columns added in batches."""
+
+    def __init__(self, n: int, counts: list[int]) -> None:
+        self.n, self.h = n, new_highs()
+        self.h.setOptionValue("solver", "simplex")
+        lower = np.r_[np.ones(n), np.full(len(counts), -_INF)]
+        upper = np.r_[np.full(n, _INF), np.asarray(counts, dtype=float)]
+        self.h.addRows(lower.size, lower, upper, 0, np.zeros(lower.size, np.int32),
+                       np.zeros(0, np.int32), np.zeros(0))
+        self.sets: list[tuple[int, np.ndarray]] = []
+
+    @property
+    def columns(self) -> int:
+        return len(self.sets)
+
+    def add(self, cols: list[tuple[int, np.ndarray, float]]) -> None:
+        """Columns ``(class, nodes, cost)``."""
+        if not cols:
+            return
+        idx = [np.r_[nodes, self.n + k].astype(np.int32) for k, nodes, _ in cols]
+        starts = np.cumsum([0] + [i.size for i in idx[:-1]]).astype(np.int32)
+        flat = np.concatenate(idx)
+        self.h.addCols(len(cols), np.array([c for *_, c in cols]), np.zeros(len(cols)),
+                       np.full(len(cols), _INF), flat.size, starts, flat, np.ones(flat.size))
+        self.sets += [(k, nodes) for k, nodes, _ in cols]
+
+    def solve(self) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, the cover rows' duals (clipped at 0) and the class rows' (at most 0)."""
+        self.h.run()
+        dual = np.asarray(self.h.getSolution().row_dual)
+        return (self.h.getInfo().objective_function_value, np.maximum(dual[:self.n], 0.0),
+                np.minimum(dual[self.n:], 0.0))
+
+
+class _Pricing:
+    """The least reduced-cost set of one class: ``min (c - pi) x + tr y``, ``y_t >= x_w - x_u``
+    for each consumer ``w`` of tensor ``t`` (producer ``u``), memory, co-location."""
+
+    def __init__(self, g: CostGraph, cls: _Class, tr: np.ndarray, grp: np.ndarray) -> None:
+        n = g.num_nodes
+        self.n, self.cls, self.h = n, cls, new_highs()
+        ok = np.isfinite(cls.cost)
+        self.base = np.where(ok, cls.cost, 0.0)
+        costly = np.flatnonzero(tr > 0)
+        slot = np.full(tr.size, -1)
+        slot[costly] = n + np.arange(costly.size)
+        h = self.h
+        h.setOptionValue("mip_improving_solution_save", True)
+        h.addVars(n, np.zeros(n), ok.astype(float))
+        h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                                np.array([highspy.HighsVarType.kInteger] * n))
+        h.addVars(costly.size, np.zeros(costly.size), np.ones(costly.size))
+        h.changeColsCost(costly.size, slot[costly].astype(np.int32), tr[costly])
+        e = np.flatnonzero(slot[g.edge_tensor] >= 0)
+        rows = np.stack([slot[g.edge_tensor[e]], g.edge_dst[e], g.edge_src[e]], axis=1)
+        self._rows(rows, [1.0, -1.0, 1.0], 0.0, _INF)
+        if np.isfinite(cls.cap) and g.mem_bytes.sum() > cls.cap:
+            h.addRow(-_INF, 1.0, n, np.arange(n, dtype=np.int32), g.mem_bytes / cls.cap)
+        order = np.argsort(grp, kind="stable")
+        same = np.flatnonzero(grp[order][1:] == grp[order][:-1])
+        self._rows(np.stack([order[same], order[same + 1]], axis=1), [1.0, -1.0], 0.0, 0.0)
+
+    def _rows(self, cols: np.ndarray, coefs: list[float], lb: float, ub: float) -> None:
+        if len(cols) == 0:
+            return
+        r, w = cols.shape
+        self.h.addRows(r, np.full(r, lb), np.full(r, ub), r * w,
+                       np.arange(0, r * w, w, dtype=np.int32), cols.ravel().astype(np.int32),
+                       np.tile(coefs, r))
+
+    def price(self, pi: np.ndarray, deadline: float) -> tuple[float, list[np.ndarray]]:
+        """A lower bound on the least ``c_S - pi(S)`` (-inf when unsolved) and the sets of
+        negative reduced cost the branch and bound found, best last."""
+        h = self.h
+        h.changeColsCost(self.n, np.arange(self.n, dtype=np.int32), self.base - pi)
+        h.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.05))
+        h.run()
+        if h.getModelStatus() not in (highspy.HighsModelStatus.kOptimal,
+                                      highspy.HighsModelStatus.kTimeLimit):
+            return -np.inf, None
+        info = h.getInfo()
+        if info.primal_solution_status != 2:      # no feasible solution found
+            return float(info.mip_dual_bound), []
+        sets = [np.flatnonzero(np.asarray(s.col_value[:self.n]) > 0.5)
+                for s in h.getSavedMipSolutions() if s.objective < 0]
+        sets.append(np.flatnonzero(np.asarray(h.getSolution().col_value[:self.n]) > 0.5))
+        return float(info.mip_dual_bound), sets
+
+
+def _set_cost(g: CostGraph, cls: _Class, tr: np.ndarray, nodes: np.ndarray) -> float:
+    """Compute of ``nodes`` on the class's device plus every tensor they receive."""
+    inside = np.zeros(g.num_nodes, dtype=bool)
+    inside[nodes] = True
+    cut = inside[g.edge_dst] & ~inside[g.edge_src]
+    return float(cls.cost[nodes].sum() + tr[np.unique(g.edge_tensor[cut])].sum())
+
+
+def _intervals(g: CostGraph, k: int, cls: _Class, tr: np.ndarray, grp: np.ndarray
+               ) -> list[tuple[int, np.ndarray, float]]:
+    """Every interval ``i..j`` of the topological order, with the nodes co-located with
+    its own, that the class can hold (memory, support), the interval at most
+    :data:`INTERVAL_MAX` long, with its cost."""
+    n = g.num_nodes
+    members = [np.flatnonzero(grp == q) for q in range(grp.max() + 1)]
+    ok = np.isfinite(cls.cost)
+    out = []
+    for i in range(n):
+        inside = np.zeros(n, dtype=bool)
+        mem = 0.0
+        for j in range(i, min(n, i + INTERVAL_MAX)):
+            if not inside[j]:
+                new = members[grp[j]]
+                if not ok[new].all():
+                    break
+                inside[new] = True
+                mem += g.mem_bytes[new].sum()
+                if mem > cls.cap:
+                    break
+            nodes = np.flatnonzero(inside)
+            out.append((k, nodes, _set_cost(g, cls, tr, nodes)))
+    return out
+
+
+def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndarray] = None,
+                    stop_at: float = np.inf, stop: Callable[[], bool] = lambda: False
+                    ) -> tuple[float, dict]:
+    """The Lagrangian bound of the set partitioning relaxation (module docstring), in
+    seconds, found within ``time_limit`` seconds; ``-inf`` where transfer times depend on
+    the pair of devices. It stops early once the bound reaches ``stop_at`` (the
+    incumbent's value), the column generation converges or ``stop()`` says so (a
+    branch and bound run beside it has ended). ``start`` (a placement) gives the first
+    columns. Also returns figures: iterations, columns, the master's last value (an upper
+    bound on the relaxation) and whether it converged."""
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    tr0 = uniform_transfer(graph)
+    if tr0 is None or graph.num_nodes == 0:
+        return -np.inf, {"partition_reason": "transfer times depend on the pair of devices"}
+    g = graph
+    scale = 1e3 / max(lower_bound(g, "sequential"), 1e-12)   # the objective near 1000
+    tr = tr0 * scale
+    classes = _classes(g, scale)
+    grp = colocation_groups(g)
+    master = _Master(g.num_nodes, [c.count for c in classes])
+    cols = []
+    if start is not None:
+        for d in np.unique(start):
+            k = next((k for k, c in enumerate(classes)
+                      if np.array_equal(g.compute_s[:, d], g.compute_s[:, c.devices[0]])
+                      and g.mem_capacity[d] == c.cap), None)
+            if k is not None:
+                nodes = np.flatnonzero(start == d)
+                cols.append((k, nodes, _set_cost(g, classes[k], tr, nodes)))
+    for k, c in enumerate(classes):
+        cols += _intervals(g, k, c, tr, grp)
+        if time.perf_counter() > deadline:
+            break
+    master.add(cols)
+    pricing = [_Pricing(g, c, tr, grp) for c in classes]
+
+    def lagrange(pi: np.ndarray) -> tuple[float, list]:
+        total, found = float(pi.sum()), []
+        for k, (c, p) in enumerate(zip(classes, pricing)):
+            low, sets = p.price(pi, deadline)
+            total += c.count * min(0.0, low)
+            found += [(k, nodes, _set_cost(g, c, tr, nodes)) for nodes in sets if nodes.size]
+        return total, found
+
+    fastest = np.min(np.where(np.isfinite(g.compute_s), g.compute_s, np.inf), axis=1) * scale
+    center = np.where(np.isfinite(fastest), fastest, 0.0)
+    best, found = lagrange(center)
+    master.add(found)
+
+    target = stop_at * scale * (1 - STOP_GAP)
+    it, z, converged = 0, np.inf, False
+    while time.perf_counter() < deadline and best < target and not stop():
+        it += 1
+        z, pi, mu = master.solve()
+        if z - best <= STOP_GAP * abs(z):
+            converged = True
+            break
+        sep = SMOOTHING * center + (1 - SMOOTHING) * pi
+        value, found = lagrange(sep)
+        if value > best:
+            center, best = sep, value
+        improving = [f for f in found if f[2] - pi[f[1]].sum() - mu[f[0]] < -1e-9 * abs(z)]
+        master.add(found)
+        if not improving and time.perf_counter() < deadline:
+            # a mispricing: the smoothed prices gave nothing the master can use
+            value, found = lagrange(pi)
+            if value > best:
+                center, best = pi.copy(), value
+            master.add(found)
+    info = {"partition_iterations": it, "partition_columns": master.columns,
+            "partition_master_s": float(z / scale), "partition_converged": converged,
+            "partition_s": time.perf_counter() - t0}
+    bound = best / scale
+    return bound - 1e-9 * abs(bound), info
