@@ -166,11 +166,17 @@ class Model:
         if beside is None:
             h.run()
         else:
-            h.HandleUserInterrupt = True
+            stop = threading.Event()
+
+            def interrupt(event) -> None:   # between the branch and bound's nodes only: a
+                if stop.is_set():           # callback per simplex iteration would take
+                    event.interrupt()       # the interpreter's lock from `beside`
+
+            h.cbMipInterrupt += interrupt
             worker = threading.Thread(target=h.run, daemon=True)
             worker.start()
             try:
-                beside(h.cancelSolve, lambda: not worker.is_alive())
+                beside(stop.set, lambda: not worker.is_alive())
             finally:
                 worker.join()
         ms = h.getModelStatus()

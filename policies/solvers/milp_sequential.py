@@ -73,6 +73,11 @@ moves, hence :data:`LP_ROUND_SHARE` there."""
 SUBSECOND_S = 1.5
 """Solves given under this many seconds round with :data:`LP_ROUND_SHARE_SUBSECOND`."""
 
+START_MAX_S = 5.0
+"""The most seconds the heuristics of a start take (:func:`sequential_start`): on the eight
+latency inputs 5 s and 15 s give the same start, and in a long solve the rest of the time
+goes to the bounds and the branch and bound."""
+
 PARTITION_MAX_S = 600.0
 """The set partitioning bound's time in a solve without a time limit (it runs beside
 HiGHS's branch and bound, :func:`solve_milp_sequential`, and stops sooner once it proves
@@ -206,7 +211,8 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
 
     Args:
         start: the MIP start, a placement (the incumbent); None: the best of the
-            heuristics (:func:`sequential_start`, given ``start_share`` of ``time_limit``).
+            heuristics (:func:`sequential_start`, given ``start_share`` of ``time_limit``,
+            at most ``START_MAX_S``).
             A short solve with a memory limit starts from its rounded LP relaxation
             instead when that is faster (:data:`LP_ROUND_SHARE`).
             The result is never worse than the start: HiGHS begins from it, and should
@@ -218,7 +224,8 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
         raise ValueError(f"solve_milp_sequential solves the sequential objective, not {objective!r}")
     g = graph
     if start is None:
-        start = sequential_start(g, None if time_limit is None else start_share * time_limit)
+        start = sequential_start(g, None if time_limit is None else
+                                 min(start_share * time_limit, START_MAX_S))
     m = Model()
     unused = redundant_for_sequential(g)
     x = _placement_vars(m, g, unused)

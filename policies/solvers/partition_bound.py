@@ -101,7 +101,7 @@ class _Master:
         """Columns ``(class, nodes, cost)``."""
         if not cols:
             return
-        idx = [np.r_[nodes, self.n + k].astype(np.int32) for k, nodes, _ in cols]
+        idx = [np.append(nodes, self.n + k).astype(np.int32) for k, nodes, _ in cols]
         starts = np.cumsum([0] + [i.size for i in idx[:-1]]).astype(np.int32)
         flat = np.concatenate(idx)
         self.h.addCols(len(cols), np.array([c for *_, c in cols]), np.zeros(len(cols)),
@@ -183,25 +183,38 @@ def _intervals(g: CostGraph, k: int, cls: _Class, tr: np.ndarray, grp: np.ndarra
                ) -> list[tuple[int, np.ndarray, float]]:
     """Every interval ``i..j`` of the topological order, with the nodes co-located with
     its own, that the class can hold (memory, support), the interval at most
-    :data:`INTERVAL_MAX` long, with its cost."""
+    :data:`INTERVAL_MAX` long, with its cost.
+
+    From each ``i`` the sets grow by steps ``j``; a node joins at the step its co-location
+    group first appears, and a tensor is received from the step its first consumer joins
+    until its producer does, so every step's cost is a cumulative sum."""
     n = g.num_nodes
-    members = [np.flatnonzero(grp == q) for q in range(grp.max() + 1)]
     ok = np.isfinite(cls.cost)
+    cost = np.where(ok, cls.cost, 0.0)
+    has = np.isin(np.arange(tr.size), g.edge_tensor)
+    prod = g.tensor_src
+    first = np.full(grp.max() + 1, n, dtype=np.int64)     # each group's first member >= i
     out = []
-    for i in range(n):
-        inside = np.zeros(n, dtype=bool)
-        mem = 0.0
-        for j in range(i, min(n, i + INTERVAL_MAX)):
-            if not inside[j]:
-                new = members[grp[j]]
-                if not ok[new].all():
-                    break
-                inside[new] = True
-                mem += g.mem_bytes[new].sum()
-                if mem > cls.cap:
-                    break
-            nodes = np.flatnonzero(inside)
-            out.append((k, nodes, _set_cost(g, cls, tr, nodes)))
+    for i in range(n - 1, -1, -1):
+        first[grp[i]] = i
+        L = min(INTERVAL_MAX, n - i)
+        join = first[grp] - i                               # the step each node joins
+        inside = join < L
+        step_cost = np.bincount(join[inside], weights=cost[inside], minlength=L)
+        step_mem = np.bincount(join[inside], weights=g.mem_bytes[inside], minlength=L)
+        step_bad = np.bincount(join[inside], weights=~ok[inside], minlength=L)
+        recv = np.full(tr.size, n, dtype=np.int64)          # step the first consumer joins
+        np.minimum.at(recv, g.edge_tensor, join[g.edge_dst])
+        lo, hi = recv[has], np.minimum(join[prod[has]], L)
+        live = lo < hi
+        delta = np.bincount(lo[live], weights=tr[has][live], minlength=L + 1) - \
+            np.bincount(hi[live], weights=tr[has][live], minlength=L + 1)
+        total = np.cumsum(step_cost) + np.cumsum(delta[:L])
+        fits = (np.cumsum(step_mem) <= cls.cap) & (np.cumsum(step_bad) == 0)
+        stop = L if fits.all() else int(np.argmin(fits))
+        for j in range(stop):
+            if join[i + j] == j:                            # the set grew at this step
+                out.append((k, np.flatnonzero(join <= j), float(total[j])))
     return out
 
 
