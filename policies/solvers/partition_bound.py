@@ -19,9 +19,10 @@ Covering a node more than once (``>= 1``) only loosens the program, and keeps it
 non-negative, which steadies the column generation.
 
 The sets are too many to list. Column generation starts from the incumbent's sets and
-every interval of the topological order that fits a device, and adds the set of least
-reduced cost (a MILP over the nodes, HiGHS): with node prices ``pi``, the least
-``c_S - pi(S)`` for class ``k`` is a minimum cut with a knapsack row. Whatever ``pi >= 0``,
+every interval of the topological order that fits a device (with the nodes co-located
+with it), and adds the sets of negative reduced cost that a MILP over the nodes finds
+(HiGHS; each improving solution of its branch and bound): with node prices ``pi``, the
+least ``c_S - pi(S)`` for class ``k`` is a minimum cut with a knapsack row. Whatever ``pi >= 0``,
 Lagrange's bound ``sum_v pi_v + sum_k n_k min(0, min_S c_S - pi(S))`` is at most the optimum,
 so the bound holds at any moment, not only at the end; it uses each pricing MILP's own
 dual bound, so a pricing stopped early stays valid. Prices are smoothed towards the best
