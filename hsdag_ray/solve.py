@@ -14,9 +14,11 @@ devices (CPUs first, then accelerators), ``--devices A,B`` keeps the named
 ones. The output gives the simulator value of the placement, the method's
 lower bound and gap, whether it is proven optimal, and the solve time. The
 sequential MILP starts from the best heuristic placement (alpha-expansion, given a
-quarter of ``--time-limit``, the segments of a topological order, Baechi's m-TOPO and
-m-ETF, the best single device), prints
-its value, and never returns a worse one.
+quarter of ``--time-limit``, at most 5 s, the segments of a topological order, Baechi's
+m-TOPO and m-ETF, the best single device), prints its value, and never returns a worse
+one; given 10 s or more where memory binds, its bound also counts the transfers a split
+into memory-sized parts must pay (a path bound, and a set partitioning bound computed by
+column generation beside the branch and bound).
 ``--out`` writes the result with the placement keyed by node name.
 
 ``--evaluate SPLIT.json`` scores a given placement instead of solving: a split in the

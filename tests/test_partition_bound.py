@@ -80,16 +80,20 @@ def test_two_branches_that_cannot_share_a_device_pay_their_tensor():
     assert sequential_bound(g) <= best - 5e-3   # it sends one branch, never the join
 
 
-def test_transfers_that_depend_on_the_pair_give_no_bound():
-    g = _random_dag(0)
-    D = g.num_devices
-    lat = np.full((D, D), 1e-3)
-    lat[0, 1] = 5e-3                            # one link slower than the others
-    np.fill_diagonal(lat, 0.0)
-    pair = dataclasses.replace(g, tensor_transfer_s=None, link_latency_s=lat)
-    bound, info = partition_bound(pair, 5.0)
-    assert bound == -np.inf
-    assert "pair of devices" in info["partition_reason"]
+def test_transfers_that_depend_on_the_pair_are_charged_their_cheapest_sender():
+    # links of different latencies: each set is charged, per tensor it receives, the
+    # fastest link into its device, which every placement pays at least
+    for seed in range(6):
+        g = _random_dag(seed)
+        D = g.num_devices
+        lat = np.random.default_rng(seed).uniform(0.5e-3, 4e-3, size=(D, D))
+        np.fill_diagonal(lat, 0.0)
+        pair = dataclasses.replace(g, tensor_transfer_s=None, link_latency_s=lat,
+                                   link_bandwidth_Bps=np.full((D, D), np.inf))
+        best = _best(pair)
+        bound, info = partition_bound(pair, 20.0)
+        assert np.isfinite(bound)
+        assert bound <= best * (1 + 1e-9), (seed, bound, best)
 
 
 def test_a_long_solve_takes_it_as_its_bound():

@@ -5,8 +5,9 @@ relaxation of the split into device-sized node sets, by column generation
 A placement is a partition of the nodes into sets, one per device used. Where a tensor's
 transfer time does not depend on the pair of devices (every dnn-partitioning input), the
 sequential objective is a sum over those sets: each set pays its nodes' compute on its
-device and every tensor it receives from outside once. So the optimum is the set
-partitioning program::
+device and every tensor it receives from outside once. Where it depends on the pair, a
+set is charged the least time of each tensor it receives from any other device, which
+the placement pays at least. So the optimum is (at least) the set partitioning program::
 
     min sum_S c_S lambda_S,   sum_{S containing v} lambda_S >= 1   (every node v),
                               sum_{S of class k} lambda_S <= n_k   (n_k devices of class k),
@@ -61,10 +62,12 @@ _INF = highspy.kHighsInf
 
 
 class _Class(NamedTuple):
-    """Interchangeable devices: those used, memory, compute (scaled)."""
+    """Interchangeable devices: those used, memory, compute and each tensor's transfer
+    into them (scaled)."""
     devices: list[int]
     cap: float
     cost: np.ndarray
+    tr: np.ndarray
 
     @property
     def count(self) -> int:
@@ -72,13 +75,25 @@ class _Class(NamedTuple):
 
 
 def _classes(g: CostGraph, scale: float) -> list[_Class]:
+    """The device classes, each tensor's transfer into a class the least from any other
+    device (where it depends on the pair, a set pays at least that for each tensor it
+    receives, whichever device sends it)."""
     unused = set(redundant_for_sequential(g))
+    uni = uniform_transfer(g)
+    full = g.transfer_s() if uni is None else None
     out = []
     for cls in device_classes(g):
         cls = [d for d in cls if d not in unused]
-        if cls:
-            c = g.compute_s[:, cls[0]] * scale
-            out.append(_Class(cls, float(g.mem_capacity[cls[0]]), c))
+        if not cls:
+            continue
+        if uni is not None:
+            tr = uni
+        else:
+            into = full[:, :, cls].copy()                       # [T, sender, receiver]
+            into[:, cls, np.arange(len(cls))] = np.inf          # not from itself
+            tr = into.min(axis=(1, 2)) if g.num_devices > 1 else np.zeros(g.num_tensors)
+        out.append(_Class(cls, float(g.mem_capacity[cls[0]]), g.compute_s[:, cls[0]] * scale,
+                          np.where(np.isfinite(tr), tr, 0.0) * scale))
     return out
 
 
@@ -121,8 +136,8 @@ class _Pricing:
     """The least reduced-cost set of one class: ``min (c - pi) x + tr y``, ``y_t >= x_w - x_u``
     for each consumer ``w`` of tensor ``t`` (producer ``u``), memory, co-location."""
 
-    def __init__(self, g: CostGraph, cls: _Class, tr: np.ndarray, grp: np.ndarray) -> None:
-        n = g.num_nodes
+    def __init__(self, g: CostGraph, cls: _Class, grp: np.ndarray) -> None:
+        n, tr = g.num_nodes, cls.tr
         self.n, self.cls, self.h = n, cls, new_highs()
         ok = np.isfinite(cls.cost)
         self.base = np.where(ok, cls.cost, 0.0)
@@ -172,15 +187,15 @@ class _Pricing:
         return float(info.mip_dual_bound), sets
 
 
-def _set_cost(g: CostGraph, cls: _Class, tr: np.ndarray, nodes: np.ndarray) -> float:
+def _set_cost(g: CostGraph, cls: _Class, nodes: np.ndarray) -> float:
     """Compute of ``nodes`` on the class's device plus every tensor they receive."""
     inside = np.zeros(g.num_nodes, dtype=bool)
     inside[nodes] = True
     cut = inside[g.edge_dst] & ~inside[g.edge_src]
-    return float(cls.cost[nodes].sum() + tr[np.unique(g.edge_tensor[cut])].sum())
+    return float(cls.cost[nodes].sum() + cls.tr[np.unique(g.edge_tensor[cut])].sum())
 
 
-def _intervals(g: CostGraph, k: int, cls: _Class, tr: np.ndarray, grp: np.ndarray
+def _intervals(g: CostGraph, k: int, cls: _Class, grp: np.ndarray
                ) -> list[tuple[int, np.ndarray, float]]:
     """Every interval ``i..j`` of the topological order, with the nodes co-located with
     its own, that the class can hold (memory, support), the interval at most
@@ -189,7 +204,7 @@ def _intervals(g: CostGraph, k: int, cls: _Class, tr: np.ndarray, grp: np.ndarra
     From each ``i`` the sets grow by steps ``j``; a node joins at the step its co-location
     group first appears, and a tensor is received from the step its first consumer joins
     until its producer does, so every step's cost is a cumulative sum."""
-    n = g.num_nodes
+    n, tr = g.num_nodes, cls.tr
     ok = np.isfinite(cls.cost)
     cost = np.where(ok, cls.cost, 0.0)
     has = np.isin(np.arange(tr.size), g.edge_tensor)
@@ -223,20 +238,17 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
                     stop_at: float = np.inf, stop: Callable[[], bool] = lambda: False
                     ) -> tuple[float, dict]:
     """The Lagrangian bound of the set partitioning relaxation (module docstring), in
-    seconds, found within ``time_limit`` seconds; ``-inf`` where transfer times depend on
-    the pair of devices. It stops early once the bound reaches ``stop_at`` (the
+    seconds, found within ``time_limit`` seconds. It stops early once the bound reaches ``stop_at`` (the
     incumbent's value), the column generation converges or ``stop()`` says so (a
     branch and bound run beside it has ended). ``start`` (a placement) gives the first
     columns. Also returns figures: iterations, columns, the master's last value (an upper
     bound on the relaxation) and whether it converged."""
     t0 = time.perf_counter()
     deadline = t0 + time_limit
-    tr0 = uniform_transfer(graph)
-    if tr0 is None or graph.num_nodes == 0:
-        return -np.inf, {"partition_reason": "transfer times depend on the pair of devices"}
+    if graph.num_nodes == 0:
+        return 0.0, {}
     g = graph
     scale = 1e3 / max(lower_bound(g, "sequential"), 1e-12)   # the objective near 1000
-    tr = tr0 * scale
     classes = _classes(g, scale)
     grp = colocation_groups(g)
     master = _Master(g.num_nodes, [c.count for c in classes])
@@ -248,20 +260,20 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
                       and g.mem_capacity[d] == c.cap), None)
             if k is not None:
                 nodes = np.flatnonzero(start == d)
-                cols.append((k, nodes, _set_cost(g, classes[k], tr, nodes)))
+                cols.append((k, nodes, _set_cost(g, classes[k], nodes)))
     for k, c in enumerate(classes):
-        cols += _intervals(g, k, c, tr, grp)
+        cols += _intervals(g, k, c, grp)
         if time.perf_counter() > deadline:
             break
     master.add(cols)
-    pricing = [_Pricing(g, c, tr, grp) for c in classes]
+    pricing = [_Pricing(g, c, grp) for c in classes]
 
     def lagrange(pi: np.ndarray) -> tuple[float, list]:
         total, found = float(pi.sum()), []
         for k, (c, p) in enumerate(zip(classes, pricing)):
             low, sets = p.price(pi, deadline)
             total += c.count * min(0.0, low)
-            found += [(k, nodes, _set_cost(g, c, tr, nodes)) for nodes in sets if nodes.size]
+            found += [(k, nodes, _set_cost(g, c, nodes)) for nodes in sets if nodes.size]
         return total, found
 
     fastest = np.min(np.where(np.isfinite(g.compute_s), g.compute_s, np.inf), axis=1) * scale
