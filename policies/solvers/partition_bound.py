@@ -177,7 +177,7 @@ class _Pricing:
         h.run()
         if h.getModelStatus() not in (highspy.HighsModelStatus.kOptimal,
                                       highspy.HighsModelStatus.kTimeLimit):
-            return -np.inf, None
+            return -np.inf, []
         info = h.getInfo()
         if info.primal_solution_status != 2:      # no feasible solution found
             return float(info.mip_dual_bound), []
