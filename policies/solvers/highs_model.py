@@ -118,7 +118,9 @@ class Model:
         self.row_ub.append(np.broadcast_to(np.asarray(ub, dtype=np.float64), (R,)).copy())
         self.nrow += R
 
-    def _highs(self, scale: float) -> highspy.Highs:
+    def highs(self, scale: float = 1.0) -> highspy.Highs:
+        """The model as a silent HiGHS instance, its objective times ``scale``, for a
+        caller that re-solves it with changed costs."""
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
         A = sp.csc_array((cat(self.v), (cat(self.r).astype(np.int64), cat(self.c).astype(np.int64))),
                          shape=(self.nrow, self.nvar))
@@ -152,7 +154,7 @@ class Model:
         releases the interpreter's lock): ``cancel()`` stops the branch and bound, as when a
         bound computed beside it proves its incumbent; ``done()`` says that it has ended."""
         scale = _scale(magnitude)
-        h = self._highs(scale)
+        h = self.highs(scale)
         h.setOptionValue("mip_rel_gap", float(rel_gap))
         if time_limit is not None:
             h.setOptionValue("time_limit", max(float(time_limit), 1e-3))
@@ -199,7 +201,7 @@ class Model:
     def relaxation(self, time_limit: Optional[float], magnitude: float) -> Optional[np.ndarray]:
         """The column values of the LP relaxation's optimum (integrality dropped), or None
         when HiGHS finds none within ``time_limit`` seconds."""
-        h = self._highs(_scale(magnitude))
+        h = self.highs(_scale(magnitude))
         h.setOptionValue("solve_relaxation", True)
         if time_limit is not None:
             h.setOptionValue("time_limit", max(float(time_limit), 1e-3))

@@ -39,7 +39,7 @@ import numpy as np
 
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
-from policies.solvers.highs_model import new_highs
+from policies.solvers.highs_model import Model, new_highs
 from policies.solvers.result import (colocation_groups, device_classes,
                                     redundant_for_sequential, uniform_transfer)
 
@@ -138,35 +138,23 @@ class _Pricing:
 
     def __init__(self, g: CostGraph, cls: _Class, grp: np.ndarray) -> None:
         n, tr = g.num_nodes, cls.tr
-        self.n, self.cls, self.h = n, cls, new_highs()
         ok = np.isfinite(cls.cost)
-        self.base = np.where(ok, cls.cost, 0.0)
+        self.n, self.cls, self.base = n, cls, np.where(ok, cls.cost, 0.0)
+        m = Model()
+        m.var(n, ub=ok.astype(float), integer=True)             # x: the set's nodes
         costly = np.flatnonzero(tr > 0)
         slot = np.full(tr.size, -1)
-        slot[costly] = n + np.arange(costly.size)
-        h = self.h
-        h.setOptionValue("mip_improving_solution_save", True)
-        h.addVars(n, np.zeros(n), ok.astype(float))
-        h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
-                                np.array([highspy.HighsVarType.kInteger] * n))
-        h.addVars(costly.size, np.zeros(costly.size), np.ones(costly.size))
-        h.changeColsCost(costly.size, slot[costly].astype(np.int32), tr[costly])
+        slot[costly] = m.var(costly.size, ub=1.0, cost=tr[costly])   # y: tensors received
         e = np.flatnonzero(slot[g.edge_tensor] >= 0)
-        rows = np.stack([slot[g.edge_tensor[e]], g.edge_dst[e], g.edge_src[e]], axis=1)
-        self._rows(rows, [1.0, -1.0, 1.0], 0.0, _INF)
+        m.rows(np.stack([slot[g.edge_tensor[e]], g.edge_dst[e], g.edge_src[e]], axis=1),
+               [1.0, -1.0, 1.0], lb=0.0)
         if np.isfinite(cls.cap) and g.mem_bytes.sum() > cls.cap:
-            h.addRow(-_INF, 1.0, n, np.arange(n, dtype=np.int32), g.mem_bytes / cls.cap)
+            m.rows(np.arange(n)[None, :], g.mem_bytes[None, :] / cls.cap, ub=1.0)
         order = np.argsort(grp, kind="stable")
         same = np.flatnonzero(grp[order][1:] == grp[order][:-1])
-        self._rows(np.stack([order[same], order[same + 1]], axis=1), [1.0, -1.0], 0.0, 0.0)
-
-    def _rows(self, cols: np.ndarray, coefs: list[float], lb: float, ub: float) -> None:
-        if len(cols) == 0:
-            return
-        r, w = cols.shape
-        self.h.addRows(r, np.full(r, lb), np.full(r, ub), r * w,
-                       np.arange(0, r * w, w, dtype=np.int32), cols.ravel().astype(np.int32),
-                       np.tile(coefs, r))
+        m.rows(np.stack([order[same], order[same + 1]], axis=1), [1.0, -1.0], 0.0, 0.0)
+        self.h = m.highs()
+        self.h.setOptionValue("mip_improving_solution_save", True)
 
     def price(self, pi: np.ndarray, deadline: float) -> tuple[float, list[np.ndarray]]:
         """A lower bound on the least ``c_S - pi(S)`` (-inf when unsolved) and the sets of
