@@ -3,56 +3,34 @@ one device can hold): never above the optimum, and it proves what the path bound
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pytest
 
-from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
-from hsdag_core.dnnpart import dnnpart_from_dict, load_dnnpart
+from hsdag_core.dnnpart import load_dnnpart
 from policies.solvers.milp_sequential import solve_milp_sequential
 from policies.solvers.partition_bound import partition_bound
 from policies.solvers.path_bound import sequential_bound
+from tests.test_sequential_bound import best_sequential, branchy, make_input
 
 
-def _best(g: CostGraph) -> float:
-    sim = Simulator(g)
-    return min(r.value for p in itertools.product(range(g.num_devices), repeat=g.num_nodes)
-               if (r := sim.evaluate(np.array(p), "sequential")).feasible)
-
-
-def _random_dag(seed: int, n: int = 7, colocate: bool = False) -> CostGraph:
-    """Random DAG inputs: two accelerators of a random memory, one or two parents per node,
-    tensors of random cost (some free), nodes of random size, some not supported on the
-    accelerators, with ``colocate`` random co-location classes."""
-    rng = np.random.default_rng(seed)
-    nodes = [{"id": i, "supportedOnFpga": int(rng.random() > 0.1),
-              "cpuLatency": float(rng.uniform(1, 20)), "fpgaLatency": float(rng.uniform(0.1, 2)),
-              "isBackwardNode": 0, "size": float(rng.choice([0.0, 1.0, 2.0, 4.0]))}
-             for i in range(n)]
-    if colocate:
-        for nd in nodes:
-            nd["colorClass"] = int(rng.integers(0, n - 2))
-    edges = set()
-    for v in range(1, n):
-        for u in rng.choice(v, size=min(1 + int(rng.random() < 0.4), v), replace=False):
-            edges.add((int(u), v))
-    for u in range(n - 1):                      # every node feeds another
-        if not any(e[0] == u for e in edges):
-            edges.add((u, int(rng.integers(u + 1, n))))
-    cost = rng.uniform(0, 6, size=n) * (rng.random(n) < 0.85)
-    return dnnpart_from_dict({
-        "maxSizePerFPGA": float(rng.uniform(3, 8)), "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes,
-        "edges": [{"sourceId": u, "destId": v, "cost": float(cost[u])} for u, v in sorted(edges)]})
+def _two_branches() -> CostGraph:
+    """0 fans out to two branches 1-2 and 3-4 that join at 5; each branch fills one
+    accelerator. Node 0 costs more than its tensor: the relaxation covers a node at least
+    once, and a cheap fan-out run twice would save its tensor."""
+    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 100.0, "fpgaLatency": 6.0 if i == 0 else 1.0,
+              "isBackwardNode": 0, "size": s} for i, s in enumerate([0.0, 4.0, 4.0, 4.0, 4.0, 0.0])]
+    edges = [(0, 1, 5.0), (1, 2, 5.0), (2, 5, 3.0), (0, 3, 5.0), (3, 4, 5.0), (4, 5, 3.0)]
+    return make_input(nodes, edges, mem=8.0, accs=2)
 
 
 @pytest.mark.parametrize("colocate", [False, True])
 def test_never_above_the_optimum_and_often_equal_to_it(colocate):
     tight = above_path = 0
     for seed in range(12):
-        g = _random_dag(seed, colocate=colocate)
-        best = _best(g)
+        g = branchy(seed, 7, colocate)
+        best = best_sequential(g)
         bound, info = partition_bound(g, 20.0)
         assert bound <= best * (1 + 1e-9), (seed, bound, best, info)
         tight += bound >= best * (1 - 1e-6)
@@ -63,17 +41,10 @@ def test_never_above_the_optimum_and_often_equal_to_it(colocate):
 
 
 def test_two_branches_that_cannot_share_a_device_pay_their_tensor():
-    # 0 fans out to two branches 1-2 and 3-4 that join at 5; each branch fills one
-    # accelerator, so the fan-out's tensor (5) and one join tensor (3) cross. Every path
-    # fits one accelerator, so the path bound sees at most the branch beside it. (Node 0 costs more than its
-    # tensor: the relaxation covers a node at least once, and a cheap fan-out run twice
-    # would save its tensor.)
-    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 100.0, "fpgaLatency": 6.0 if i == 0 else 1.0,
-              "isBackwardNode": 0, "size": s} for i, s in enumerate([0.0, 4.0, 4.0, 4.0, 4.0, 0.0])]
-    edges = [(0, 1, 5.0), (1, 2, 5.0), (2, 5, 3.0), (0, 3, 5.0), (3, 4, 5.0), (4, 5, 3.0)]
-    g = dnnpart_from_dict({"maxSizePerFPGA": 8.0, "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes,
-                           "edges": [{"sourceId": u, "destId": v, "cost": c} for u, v, c in edges]})
-    best = _best(g)
+    # the fan-out's tensor (5) and one join tensor (3) cross. Every path fits one
+    # accelerator, so the path bound sees at most the branch beside it
+    g = _two_branches()
+    best = best_sequential(g)
     assert best == pytest.approx(19e-3)         # 6 + 5 x 1 ms of compute, 5 + 3 ms of tensors
     bound, info = partition_bound(g, 20.0)
     assert bound == pytest.approx(best, rel=1e-6)
@@ -84,13 +55,13 @@ def test_transfers_that_depend_on_the_pair_are_charged_their_cheapest_sender():
     # links of different latencies: each set is charged, per tensor it receives, the
     # fastest link into its device, which every placement pays at least
     for seed in range(6):
-        g = _random_dag(seed)
+        g = branchy(seed, 7)
         D = g.num_devices
         lat = np.random.default_rng(seed).uniform(0.5e-3, 4e-3, size=(D, D))
         np.fill_diagonal(lat, 0.0)
         pair = dataclasses.replace(g, tensor_transfer_s=None, link_latency_s=lat,
                                    link_bandwidth_Bps=np.full((D, D), np.inf))
-        best = _best(pair)
+        best = best_sequential(pair)
         bound, info = partition_bound(pair, 20.0)
         assert np.isfinite(bound)
         assert bound <= best * (1 + 1e-9), (seed, bound, best)
@@ -99,11 +70,7 @@ def test_transfers_that_depend_on_the_pair_are_charged_their_cheapest_sender():
 def test_a_long_solve_takes_it_as_its_bound():
     # the module above: a 10 s solve computes the set partitioning bound beside HiGHS and
     # ends at the optimum (HiGHS may prove it first on six nodes)
-    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": 100.0, "fpgaLatency": 6.0 if i == 0 else 1.0,
-              "isBackwardNode": 0, "size": s} for i, s in enumerate([0.0, 4.0, 4.0, 4.0, 4.0, 0.0])]
-    edges = [(0, 1, 5.0), (1, 2, 5.0), (2, 5, 3.0), (0, 3, 5.0), (3, 4, 5.0), (4, 5, 3.0)]
-    g = dnnpart_from_dict({"maxSizePerFPGA": 8.0, "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes,
-                           "edges": [{"sourceId": u, "destId": v, "cost": c} for u, v, c in edges]})
+    g = _two_branches()
     r = solve_milp_sequential(g, time_limit=10.0)
     assert r.value == pytest.approx(19e-3)
     assert r.gap <= 1e-5

@@ -14,13 +14,13 @@ from policies.solvers.bounds import lower_bound
 from policies.solvers.path_bound import sequential_bound
 
 
-def _best(g: CostGraph) -> float:
+def best_sequential(g: CostGraph) -> float:
     sim = Simulator(g)
     return min(r.value for p in itertools.product(range(g.num_devices), repeat=g.num_nodes)
                if (r := sim.evaluate(np.array(p), "sequential")).feasible)
 
 
-def _input(nodes: list[dict], edges: list[tuple[int, int, float]], mem: float, accs: int) -> CostGraph:
+def make_input(nodes: list[dict], edges: list[tuple[int, int, float]], mem: float, accs: int) -> CostGraph:
     return dnnpart_from_dict({"maxSizePerFPGA": mem, "maxFPGAs": accs, "maxCPUs": 1, "nodes": nodes,
                               "edges": [{"sourceId": u, "destId": v, "cost": c} for u, v, c in edges]})
 
@@ -32,8 +32,8 @@ def test_a_cut_inside_a_skip_connection_pays_its_tensor():
               "isBackwardNode": 0, "size": 4.0} for i in range(4)]
     cost = {0: 10.0, 1: 1.0, 2: 1.0}          # one tensor per producer: 1 feeds 2 and 3
     edges = [(0, 1, cost[0]), (1, 2, cost[1]), (2, 3, cost[2]), (0, 2, cost[0]), (1, 3, cost[1])]
-    g = _input(nodes, edges, mem=8.0, accs=2)
-    best = _best(g)
+    g = make_input(nodes, edges, mem=8.0, accs=2)
+    best = best_sequential(g)
     assert sequential_bound(g) == pytest.approx(best, rel=1e-12)
     # the compute alone, and a cut paying only the path's tensor, are well below it
     assert lower_bound(g, "sequential") + 2 * 1e-3 < best
@@ -47,8 +47,8 @@ def test_a_skip_over_a_small_segment_pays_when_the_segments_around_it_cannot_sha
               "isBackwardNode": 0, "size": s} for i, s in enumerate([4.0, 4.0, 0.0, 4.0, 4.0])]
     cost = {0: 10.0, 1: 0.1, 2: 0.1, 3: 10.0}      # one tensor per producer: 0 feeds 1 and 3
     edges = [(0, 1, cost[0]), (1, 2, cost[1]), (2, 3, cost[2]), (3, 4, cost[3]), (0, 3, cost[0])]
-    g = _input(nodes, edges, mem=8.0, accs=2)
-    best = _best(g)
+    g = make_input(nodes, edges, mem=8.0, accs=2)
+    best = best_sequential(g)
     assert best == pytest.approx(15.1e-3)
     assert sequential_bound(g) == pytest.approx(best, rel=1e-12)
 
@@ -65,8 +65,8 @@ def test_the_other_branch_of_a_module_must_leave_a_full_device(monkeypatch):
     cost = {0: 10.0, 1: 20.0, 2: 10.0, 3: 5.0, 4: 10.0}
     edges = [(0, 1, cost[0]), (0, 2, cost[0]), (1, 4, cost[1]), (2, 3, cost[2]), (3, 4, cost[3]),
              (4, 5, cost[4])]
-    g = _input(nodes, edges, mem=8.0, accs=2)
-    best = _best(g)
+    g = make_input(nodes, edges, mem=8.0, accs=2)
+    best = best_sequential(g)
     with_branches = sequential_bound(g)
     monkeypatch.setattr(path_bound, "_branches",
                         lambda g, P, base, mem, devs, off: np.zeros((len(devs), P.size, P.size)))
@@ -77,12 +77,17 @@ def test_the_other_branch_of_a_module_must_leave_a_full_device(monkeypatch):
     assert best == pytest.approx(without + 10e-3)                       # node 0 or 5 on the other device
 
 
-def _branchy(seed: int, n: int) -> CostGraph:
-    """A random DAG with branches off any path, two accelerators and a slow CPU."""
+def branchy(seed: int, n: int, colocate: bool = False) -> CostGraph:
+    """A random DAG with branches off any path, two accelerators and a slow CPU: nodes of
+    random size, some not supported on the accelerators, tensors of random cost (some
+    free), with ``colocate`` random co-location classes."""
     rng = np.random.default_rng(seed)
     nodes = [{"id": i, "supportedOnFpga": int(rng.random() > 0.1), "cpuLatency": float(rng.uniform(1, 20)),
               "fpgaLatency": float(rng.uniform(0.1, 2)), "isBackwardNode": 0,
               "size": float(rng.choice([0.0, 1.0, 2.0, 4.0]))} for i in range(n)]
+    if colocate:
+        for nd in nodes:
+            nd["colorClass"] = int(rng.integers(0, n - 2))
     pairs = set()
     for v in range(1, n):
         for u in rng.choice(v, size=min(1 + int(rng.random() < 0.4), v), replace=False):
@@ -91,14 +96,14 @@ def _branchy(seed: int, n: int) -> CostGraph:
         if not any(p[0] == u for p in pairs):
             pairs.add((u, int(rng.integers(u + 1, n))))
     cost = rng.uniform(0, 6, size=n) * (rng.random(n) < 0.85)
-    return _input(nodes, [(u, v, float(cost[u])) for u, v in sorted(pairs)],
+    return make_input(nodes, [(u, v, float(cost[u])) for u, v in sorted(pairs)],
                   mem=float(rng.uniform(3, 8)), accs=2)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_bound_is_below_every_placement_of_a_dag_with_branches(seed):
-    g = _branchy(seed, 7)
-    assert sequential_bound(g) <= _best(g) + 1e-12
+    g = branchy(seed, 7)
+    assert sequential_bound(g) <= best_sequential(g) + 1e-12
 
 
 def _residual(seed: int, n: int, accs: int) -> CostGraph:
@@ -112,7 +117,7 @@ def _residual(seed: int, n: int, accs: int) -> CostGraph:
         if rng.random() < 0.6:
             pairs.add((int(rng.integers(0, v - 1)), v))
     cost = rng.uniform(0, 6, size=n)
-    return _input(nodes, [(u, v, float(cost[u])) for u, v in sorted(pairs)],
+    return make_input(nodes, [(u, v, float(cost[u])) for u, v in sorted(pairs)],
                   mem=float(rng.uniform(4, 9)), accs=accs)
 
 
@@ -122,4 +127,4 @@ def test_the_bound_is_below_every_placement_of_a_residual_chain(seed, accs, exac
     # exact=2: the remembered lengths go in steps from 2 positions on
     monkeypatch.setattr(path_bound, "EXACT_LENGTHS", exact)
     g = _residual(seed, 7, accs)
-    assert sequential_bound(g) <= _best(g) + 1e-12
+    assert sequential_bound(g) <= best_sequential(g) + 1e-12
