@@ -43,7 +43,7 @@ from policies.solvers.highs_model import Model, new_highs
 from policies.solvers.result import (colocation_groups, device_classes,
                                     redundant_for_sequential, uniform_transfer)
 
-__all__ = ["partition_bound", "INTERVAL_MAX", "SMOOTHING", "STOP_GAP"]
+__all__ = ["partition_bound", "INTERVAL_MAX", "PRICING_OPTIONS", "SMOOTHING", "STOP_GAP"]
 
 INTERVAL_MAX = 64
 """The first columns hold every interval of the topological order that fits a device,
@@ -57,6 +57,18 @@ duals are priced too."""
 STOP_GAP = 1e-5
 """The column generation stops once its bound is within this share of the incumbent's
 value or of the master's (converged)."""
+
+PRICING_OPTIONS = {
+    "mip_heuristic_run_feasibility_jump": False, "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_rins": False, "mip_heuristic_run_root_reduced_cost": False,
+    "mip_heuristic_run_shifting": False, "mip_heuristic_run_zi_round": False,
+    "mip_pscost_minreliable": 0,
+}
+"""HiGHS options of the pricing MILPs. They are small and solved many times, and their
+optimum is what counts, not a first good solution: HiGHS's primal heuristics took about
+half of each solve without changing the optimum it proves, and strong branching to make
+pseudo-costs reliable cost more time than the extra nodes it saves. The time saved goes
+to more iterations of the column generation."""
 
 _INF = highspy.kHighsInf
 
@@ -155,6 +167,8 @@ class _Pricing:
         m.rows(np.stack([order[same], order[same + 1]], axis=1), [1.0, -1.0], 0.0, 0.0)
         self.h = m.highs()
         self.h.setOptionValue("mip_improving_solution_save", True)
+        for name, value in PRICING_OPTIONS.items():
+            self.h.setOptionValue(name, value)
 
     def price(self, pi: np.ndarray, deadline: float) -> tuple[float, list[np.ndarray]]:
         """A lower bound on the least ``c_S - pi(S)`` (-inf when unsolved) and the sets of
