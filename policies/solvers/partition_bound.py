@@ -49,7 +49,7 @@ INTERVAL_MAX = 64
 """The first columns hold every interval of the topological order that fits a device,
 of at most this many nodes (a device of unlimited memory would otherwise take every one)."""
 
-SMOOTHING = 0.9
+SMOOTHING = 0.8
 """Wentges's smoothing: prices are this share of the best prices so far plus the rest of
 the master's duals; where they give no column the master can use, the master's own
 duals are priced too."""
