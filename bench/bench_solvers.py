@@ -25,7 +25,9 @@ must split). Each ``--device-sets`` entry (default ``CPU+GPU_MODEL`` and
 ``CPU+GPU_SMALLMEM``) is solved for the three objectives: sequential (min cut,
 alpha-expansion, MILP), throughput (DP, contiguous and non-contiguous MILP),
 parallel (HEFT with its lower bound, the schedule MILP on graphs of at most 40
-nodes), and the single-device and random baselines. A method that does not
+nodes), and the single-device and random baselines (``--objectives`` keeps some).
+``DEVICE*N`` in a set is ``N`` interchangeable copies of one device, e.g.
+``CPU+GPU_TINYMEM*8``. A method that does not
 apply prints ``skipped`` with the reason. Profiles are cached in ``--cache``
 (default ``bench/.cache``, git-ignored); ``--refresh`` records them again.
 
@@ -119,6 +121,33 @@ def solve_rows(name: str, graph: CostGraph, plan: dict, objectives, keep: set, l
             out.append({"input": name, **r.to_dict()})
 
 
+def device_sets(spec: str) -> list[tuple[str, ...]]:
+    """``A+B,C+D*4`` as device lists: ``D*4`` is four copies of ``D``."""
+    out = []
+    for s in filter(None, spec.split(",")):
+        devices: list[str] = []
+        for d in s.split("+"):
+            name, star, count = d.partition("*")
+            if star and not (count.isdigit() and int(count) > 0):
+                raise ValueError(f"--device-sets: {d!r} needs a positive count after '*', "
+                                 "e.g. GPU_TINYMEM*8")
+            devices += [name] * (int(count) if count else 1)
+        out.append(tuple(devices))
+    return out
+
+
+def _short(devices: tuple[str, ...]) -> list[str]:
+    """Runs of one device as ``D*N``."""
+    out: list[str] = []
+    for d in devices:
+        if out and out[-1].split("*")[0] == d:
+            name, _, n = out[-1].partition("*")
+            out[-1] = f"{name}*{int(n or 1) + 1}"
+        else:
+            out.append(d)
+    return out
+
+
 def run_models(args, keep: set, limit: float, out: list) -> None:
     """Rows of the paper models on each device set (see the module doc)."""
     from hsdag_core.coarsening import build_graph
@@ -126,7 +155,7 @@ def run_models(args, keep: set, limit: float, out: list) -> None:
 
     models = [] if args.models.strip().lower() == "none" else \
         [m for m in args.models.split(",") if m]
-    sets = [tuple(s.split("+")) for s in args.device_sets.split(",") if s]
+    sets = args.sets
     for model in models:
         profile, how = model_profile(model, args.cache, args.refresh)
         _, _, comp, _ = build_graph(model, args.coarsen)
@@ -135,9 +164,8 @@ def run_models(args, keep: set, limit: float, out: list) -> None:
               f"profile {how}", flush=True)
         for devices in sets:
             graph = cost_graph(comp, profile, list(devices))
-            name = f"{model} {'+'.join(devices)} ({graph.num_nodes}n)"
-            solve_rows(name, graph, MODEL_PLAN, ("sequential", "throughput", "parallel"), keep,
-                       limit, out)
+            name = f"{model} {'+'.join(_short(devices))} ({graph.num_nodes}n)"
+            solve_rows(name, graph, MODEL_PLAN, args.objectives, keep, limit, out)
 
 
 def main() -> None:
@@ -163,8 +191,17 @@ def main() -> None:
                     help="folder of the models' cached profiles (default bench/.cache)")
     ap.add_argument("--refresh", action="store_true", help="record the models' profiles again")
     ap.add_argument("--methods", default="", help="comma-separated subset of methods")
+    ap.add_argument("--objectives", default="sequential,throughput,parallel",
+                    help="the models' objectives, comma-separated (default all three)")
     ap.add_argument("--json", type=Path, help="also write every result to this JSON file")
     args = ap.parse_args()
+    args.objectives = [o for o in args.objectives.split(",") if o]
+    if set(args.objectives) - set(MODEL_PLAN):
+        ap.error(f"--objectives: use {', '.join(MODEL_PLAN)}")
+    try:
+        args.sets = device_sets(args.device_sets)
+    except ValueError as e:
+        ap.error(str(e))
     limit = args.time_limit or (10.0 if args.quick else 60.0)
     keep = set(filter(None, args.methods.split(",")))
     files = sorted(args.bench.glob("*-inputs/*/*.json")) if args.dnnpart else []
@@ -175,10 +212,9 @@ def main() -> None:
     if not files and not models:
         raise SystemExit(f"nothing to solve: no input under {args.bench} matches (pass --bench "
                          "FOLDER, or drop --no-dnnpart) and --models is none")
-    bad = sorted({d for ds in args.device_sets.split(",") for d in ds.split("+")}
-                 - {"CPU", *MODELED})
+    bad = sorted({d for ds in args.sets for d in ds} - {"CPU", *MODELED})
     if bad:
-        raise SystemExit(f"--device-sets: unknown device {bad[0]!r}; use CPU, {', '.join(MODELED)}")
+        ap.error(f"--device-sets: unknown device {bad[0]!r}; use CPU, {', '.join(MODELED)}")
     print(f"time limit {limit:g} s per method; values and bounds in ms; opt: yes = proven "
           "optimal (yesc: over contiguous splits), infeas = the placement breaks a memory "
           "limit, so its value is not reachable\n")
