@@ -30,7 +30,8 @@ flagged, not refused.
 Objectives: sequential, parallel, throughput and latency (Tarnawski et al.'s latency
 model, :mod:`envs.call_latency`). Methods (``--list`` prints them): exact (the best exact
 solver of the objective: ``policies.solvers.exact.EXACT_SOLVERS``), mincut,
-alpha-expansion, segments, milp, milp-contig, dp, cpsat (the parallel objective's schedule model on
+alpha-expansion, segments (a split of a topological order; given 10 s or more where memory
+binds, both bounds above in the time left), milp, milp-contig, dp, cpsat (the parallel objective's schedule model on
 OR-Tools CP-SAT), heft, critical-path and critical-path-coded (DOPPLER's heuristic,
 intended and as its repository codes it, best of 50 episodes), latency-greedy,
 latency-search, m-topo, m-etf, m-sct (Baechi), single (``--device NAME`` for one device),

@@ -12,6 +12,7 @@ from hsdag_core.dnnpart import load_dnnpart
 from policies.solvers.milp_sequential import solve_milp_sequential
 from policies.solvers.partition_bound import partition_bound
 from policies.solvers.path_bound import sequential_bound
+from policies.solvers.segments import solve_segments
 from tests.test_sequential_bound import best_sequential, branchy, make_input
 
 
@@ -75,6 +76,18 @@ def test_a_long_solve_takes_it_as_its_bound():
     assert r.value == pytest.approx(19e-3)
     assert r.gap <= 1e-5
     assert r.info["partition_bound_s"] <= r.value * (1 + 1e-9)
+
+
+def test_the_segments_heuristic_reports_it_given_the_time():
+    # the same module: the segments' placement is the optimum, which the path bound alone
+    # leaves at least 5 ms open and the set partitioning bound proves
+    g = _two_branches()
+    quick = solve_segments(g, time_limit=5.0)
+    assert "partition_bound_s" not in quick.info and not quick.optimal
+    r = solve_segments(g, time_limit=10.0)
+    assert r.value == pytest.approx(19e-3)
+    assert r.info["partition_bound_s"] == pytest.approx(r.value, rel=1e-5)
+    assert r.optimal and r.solve_s < 10.0
 
 
 @pytest.mark.slow

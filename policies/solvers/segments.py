@@ -30,6 +30,7 @@ from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
 from policies.solvers.latency import Blocks, blocks
+from policies.solvers.partition_bound import STOP_GAP, partition_bound
 from policies.solvers.path_bound import PATH_BOUND_FROM_S, sequential_bound
 from policies.solvers.polish import polish
 from policies.solvers.result import SolveResult, device_classes, finish
@@ -102,7 +103,10 @@ def solve_segments(graph: CostGraph, objective: str = "sequential", *,
 
     Its bound is :func:`policies.solvers.path_bound.sequential_bound` where memory binds
     and the limit is at least ``PATH_BOUND_FROM_S`` (or none), else the sum of fastest
-    times; the sequential MILP's start (``path_bound=False``) leaves it to the MILP."""
+    times; the sequential MILP's start (``path_bound=False``) leaves it to the MILP. Given
+    such a limit (not none), what is left of it goes to the set partitioning bound
+    (:func:`policies.solvers.partition_bound.partition_bound`, from the placement's own
+    sets), which stops once it meets the placement's value."""
     t0 = time.perf_counter()
     if objective != "sequential":
         raise ValueError(f"segments solves the sequential objective, not {objective!r}")
@@ -117,6 +121,14 @@ def solve_segments(graph: CostGraph, objective: str = "sequential", *,
     if path_bound and np.isfinite(graph.mem_capacity).any() and \
             (time_limit is None or time_limit >= PATH_BOUND_FROM_S):
         bound = max(bound, sequential_bound(graph))
+        value = np.inf if p is None else float(sim.evaluate(p, objective).value)
+        left = np.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
+        if np.isfinite(left) and left > 1.0 and np.isfinite(value) and \
+                bound < value * (1 - STOP_GAP):
+            part, part_info = partition_bound(graph, left, p, stop_at=value)
+            info.update(part_info)
+            info["partition_bound_s"] = float(part)
+            bound = max(bound, part)
     return finish(graph, objective, "segments", p, t0, bound=bound,
                   status="" if p is not None else "no split of the blocks fits the devices",
                   info=info)
