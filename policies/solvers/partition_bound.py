@@ -65,10 +65,10 @@ PRICING_OPTIONS = {
     "mip_pscost_minreliable": 0,
 }
 """HiGHS options of the pricing MILPs. They are small and solved many times, and their
-optimum is what counts, not a first good solution: HiGHS's primal heuristics took about
-half of each solve without changing the optimum it proves, and strong branching to make
-pseudo-costs reliable cost more time than the extra nodes it saves. The time saved goes
-to more iterations of the column generation."""
+optimum is what counts, not a first good solution: HiGHS's primal heuristics spend time
+without changing the optimum the branch and bound proves, and strong branching to make
+pseudo-costs reliable costs more than the nodes it saves on these problems. The time
+goes to more iterations of the column generation (docs/results/solvers.md)."""
 
 _INF = highspy.kHighsInf
 
