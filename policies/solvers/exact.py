@@ -159,7 +159,8 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
            "al.'s IP"),
     Solver("segments", solve_segments, ("sequential",), (), "all",
            "sequential heuristic: the best split of a topological order into segments, one "
-           "device each (DP), then single-node moves; bound: the path bound from 10 s"),
+           "device each (DP), then single-node moves; bound: from 10 s with a memory limit, the "
+           "path bound and the set partitioning bound in the time left"),
     Solver("latency-greedy", solve_latency_greedy, ("latency",), (), "all",
            "Tarnawski et al.'s greedy: accelerators filled in topological order"),
     Solver("latency-search", solve_latency_search, ("latency",), (), "all",

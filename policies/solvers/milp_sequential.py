@@ -269,7 +269,6 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
                     time_limit - (time.perf_counter() - t0) - PARTITION_MARGIN_S
                 bound, part = partition_bound(g, max(left, 0.0), start, stop_at=value, stop=done)
                 info.update(part)
-                info["partition_bound_s"] = float(bound)
                 if bound >= value * (1 - STOP_GAP):
                     info["partition_proves_start"] = True
                     cancel()

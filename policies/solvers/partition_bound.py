@@ -243,8 +243,8 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
     seconds, found within ``time_limit`` seconds. It stops early once the bound reaches ``stop_at`` (the
     incumbent's value), the column generation converges or ``stop()`` says so (a
     branch and bound run beside it has ended). ``start`` (a placement) gives the first
-    columns. Also returns figures: iterations, columns, the master's last value (an upper
-    bound on the relaxation) and whether it converged."""
+    columns. Also returns figures: the bound, iterations, columns, the master's last value
+    (an upper bound on the relaxation) and whether it converged."""
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     if graph.num_nodes == 0:
@@ -303,8 +303,9 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
             if value > best:
                 center, best = pi.copy(), value
             master.add(found)
-    info = {"partition_iterations": it, "partition_columns": master.columns,
-            "partition_master_s": float(z / scale), "partition_converged": converged,
-            "partition_s": time.perf_counter() - t0}
     bound = best / scale
-    return bound - 1e-9 * abs(bound), info
+    bound -= 1e-9 * abs(bound)
+    info = {"partition_bound_s": float(bound), "partition_iterations": it,
+            "partition_columns": master.columns, "partition_master_s": float(z / scale),
+            "partition_converged": converged, "partition_s": time.perf_counter() - t0}
+    return bound, info

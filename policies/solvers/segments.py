@@ -112,22 +112,21 @@ def solve_segments(graph: CostGraph, objective: str = "sequential", *,
         raise ValueError(f"segments solves the sequential objective, not {objective!r}")
     p = segments_placement(graph)
     info: dict = {}
+    value = np.inf
     if p is not None:
         sim = Simulator(graph)
         info["segments_s"] = float(sim.evaluate(p, objective).value)
         deadline = np.inf if time_limit is None else t0 + POLISH_SHARE * time_limit
-        p, _, info["moves"] = polish(sim, p, objective, deadline)
+        p, value, info["moves"] = polish(sim, p, objective, deadline)
     bound = lower_bound(graph, objective)
     if path_bound and np.isfinite(graph.mem_capacity).any() and \
             (time_limit is None or time_limit >= PATH_BOUND_FROM_S):
         bound = max(bound, sequential_bound(graph))
-        value = np.inf if p is None else float(sim.evaluate(p, objective).value)
         left = np.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
         if np.isfinite(left) and left > 1.0 and np.isfinite(value) and \
                 bound < value * (1 - STOP_GAP):
             part, part_info = partition_bound(graph, left, p, stop_at=value)
             info.update(part_info)
-            info["partition_bound_s"] = float(part)
             bound = max(bound, part)
     return finish(graph, objective, "segments", p, t0, bound=bound,
                   status="" if p is not None else "no split of the blocks fits the devices",
