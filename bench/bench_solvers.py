@@ -37,6 +37,7 @@ is ``python bench/bench_latency.py --objectives sequential``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -138,14 +139,8 @@ def device_sets(spec: str) -> list[tuple[str, ...]]:
 
 def _short(devices: tuple[str, ...]) -> list[str]:
     """Runs of one device as ``D*N``."""
-    out: list[str] = []
-    for d in devices:
-        if out and out[-1].split("*")[0] == d:
-            name, _, n = out[-1].partition("*")
-            out[-1] = f"{name}*{int(n or 1) + 1}"
-        else:
-            out.append(d)
-    return out
+    runs = [(d, len(list(same))) for d, same in itertools.groupby(devices)]
+    return [d if n == 1 else f"{d}*{n}" for d, n in runs]
 
 
 def run_models(args, keep: set, limit: float, out: list) -> None:
@@ -155,14 +150,13 @@ def run_models(args, keep: set, limit: float, out: list) -> None:
 
     models = [] if args.models.strip().lower() == "none" else \
         [m for m in args.models.split(",") if m]
-    sets = args.sets
     for model in models:
         profile, how = model_profile(model, args.cache, args.refresh)
         _, _, comp, _ = build_graph(model, args.coarsen)
         print(f"\n{model}: {comp.num_nodes} nodes after {args.coarsen} coarsening, "
               f"{sum(n.weight_bytes for n in comp.nodes) / 1e6:.0f} MB of weights; "
               f"profile {how}", flush=True)
-        for devices in sets:
+        for devices in args.sets:
             graph = cost_graph(comp, profile, list(devices))
             name = f"{model} {'+'.join(_short(devices))} ({graph.num_nodes}n)"
             solve_rows(name, graph, MODEL_PLAN, args.objectives, keep, limit, out)
