@@ -18,7 +18,9 @@ quarter of ``--time-limit``, at most 5 s, the segments of a topological order, B
 m-TOPO and m-ETF, the best single device), prints its value, and never returns a worse
 one; given 10 s or more where memory binds, its bound also counts the transfers a split
 into memory-sized parts must pay (a path bound, and a set partitioning bound computed by
-column generation beside the branch and bound).
+column generation beside the branch and bound), and an integer program over the column
+generation's sets may give a better placement than HiGHS's (the restricted master
+heuristic).
 ``--out`` writes the result with the placement keyed by node name.
 
 ``--evaluate SPLIT.json`` scores a given placement instead of solving: a split in the

@@ -98,4 +98,4 @@ def test_it_proves_gnmt_where_the_branch_and_bound_alone_does_not(benchmarks_dir
     r = solve_milp_sequential(g, time_limit=60.0)
     assert r.gap <= 1e-5
     assert r.info["partition_bound_s"] >= r.value * (1 - 1e-5)
-    assert r.info["partition_proves_start"]
+    assert r.info["partition_proves_incumbent"]

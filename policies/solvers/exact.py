@@ -154,13 +154,15 @@ SOLVERS: dict[str, Solver] = {s.name: s for s in (
            "sequential heuristic on any number of devices (min-cut expansion moves)"),
     Solver("milp", _milp, OBJECTIVES, ("sequential", "throughput", "latency"), "all",
            "exact MILP (HiGHS); for sequential from 10 s with a memory limit, also the path "
-           "bound and the set partitioning bound (column generation beside HiGHS); for "
+           "bound and the set partitioning bound (column generation beside HiGHS) with its "
+           "restricted master heuristic's placements; for "
            "parallel a schedule MILP giving a bound, small graphs; for latency Tarnawski et "
            "al.'s IP"),
     Solver("segments", solve_segments, ("sequential",), (), "all",
            "sequential heuristic: the best split of a topological order into segments, one "
            "device each (DP), then single-node moves; bound: from 10 s with a memory limit, the "
-           "path bound and the set partitioning bound in the time left"),
+           "path bound and the set partitioning bound in the time left, its restricted master "
+           "heuristic's placement where better"),
     Solver("latency-greedy", solve_latency_greedy, ("latency",), (), "all",
            "Tarnawski et al.'s greedy: accelerators filled in topological order"),
     Solver("latency-search", solve_latency_search, ("latency",), (), "all",

@@ -25,7 +25,9 @@ split of a path into memory-sized segments must pay) and the set partitioning bo
 sets one device can hold, computed while HiGHS's branch and bound runs in another thread),
 given ``PATH_BOUND_FROM_S`` seconds; the branch and bound's own relaxation spreads each node over identical
 accelerators so that no tensor crosses, and those two bounds are what a long solve proves
-on chains of large tensors.
+on chains of large tensors. The restricted master heuristic over the column generation's
+sets (:mod:`policies.solvers.master_heuristic`) looks for placements in the same thread;
+the solve returns its best where HiGHS finds none better.
 Interchangeable devices of unlimited memory (e.g. the benchmark's CPU cores)
 are all but one left empty, which loses nothing for this objective
 (:func:`policies.solvers.result.redundant_for_sequential`).
@@ -48,7 +50,7 @@ from policies.solvers.path_bound import PATH_BOUND_FROM_S, sequential_bound
 from policies.solvers.highs_model import Model
 from policies.solvers.milp import _placement_vars, _receipt, _solve_from
 from policies.solvers.rounding import round_relaxation
-from policies.solvers.result import (SolveResult, device_classes, redundant_for_sequential,
+from policies.solvers.result import (SolveResult, device_classes, finish, redundant_for_sequential,
                                     uniform_transfer)
 
 __all__ = ["solve_milp_sequential", "sequential_start", "PATH_BOUND_FROM_S"]
@@ -255,7 +257,7 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
             start = rounded[0]
     if start is not None:
         start = _canonical(g, _merge_redundant(g, start, unused), unused)
-    floor, beside = -np.inf, None
+    floor, beside, better = -np.inf, None, []
     if long and limited:
         floor = info["path_bound_s"] = max(lower_bound(g, objective), sequential_bound(g))
         sim = Simulator(g)
@@ -263,19 +265,23 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
             sim.evaluate(start, objective).value
         if value > floor * (1 + rel_gap):
             def beside(cancel, done) -> float:
-                """The set partitioning bound while HiGHS solves; it stops HiGHS once it
-                proves the start."""
+                """The set partitioning bound while HiGHS solves, with the restricted
+                master heuristic's placements; it stops HiGHS once it proves the best."""
                 left = PARTITION_MAX_S if time_limit is None else \
                     time_limit - (time.perf_counter() - t0) - PARTITION_MARGIN_S
-                bound, part = partition_bound(g, max(left, 0.0), start, stop_at=value, stop=done)
+                bound, part = partition_bound(g, max(left, 0.0), start, stop_at=value, stop=done,
+                                              better=lambda p, v: better.append((v, p)))
                 info.update(part)
-                if bound >= value * (1 - STOP_GAP):
-                    info["partition_proves_start"] = True
+                if bound >= min([value] + [v for v, _ in better]) * (1 - STOP_GAP):
+                    info["partition_proves_incumbent"] = True
                     cancel()
                 return bound
     out = _solve_from(m, g, objective, x, start, t0, time_limit, rel_gap, threads, info,
                       floor=floor, beside=beside)
-    if info.get("partition_proves_start") and out.bound >= out.value * (1 - STOP_GAP):
-        out.status = (f"the start, within {STOP_GAP:.0e} of the set partitioning bound "
+    if better and better[-1][0] < out.value:
+        out = finish(g, objective, out.method, better[-1][1], t0, bound=out.bound, info=out.info,
+                     status="the restricted master heuristic's placement: HiGHS found none better")
+    if info.get("partition_proves_incumbent") and out.bound >= out.value * (1 - STOP_GAP):
+        out.status = (f"within {STOP_GAP:.0e} of the set partitioning bound "
                       "(HiGHS stopped)")
     return out

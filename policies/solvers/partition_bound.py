@@ -28,6 +28,9 @@ Lagrange's bound ``sum_v pi_v + sum_k n_k min(0, min_S c_S - pi(S))`` is at most
 so the bound holds at any moment, not only at the end; it uses each pricing MILP's own
 dual bound, so a pricing stopped early stays valid. Prices are smoothed towards the best
 found so far (Wentges), the usual remedy for the oscillating duals of a degenerate master.
+The master LP keeps only the columns that may enter its basis soon, the pool all of them
+(:mod:`policies.solvers.partition_master`); the restricted master heuristic
+(:mod:`policies.solvers.master_heuristic`) turns the pool into placements.
 """
 from __future__ import annotations
 
@@ -37,13 +40,29 @@ from typing import Callable, NamedTuple, Optional
 import highspy
 import numpy as np
 
+from envs.simulator import Simulator
 from hsdag_core.costgraph import CostGraph
 from policies.solvers.bounds import lower_bound
-from policies.solvers.highs_model import Model, new_highs
+from policies.solvers.highs_model import Model
+from policies.solvers.master_heuristic import restricted_master_ip
+from policies.solvers.partition_master import Master
 from policies.solvers.result import (colocation_groups, device_classes,
                                     redundant_for_sequential, uniform_transfer)
 
-__all__ = ["partition_bound", "INTERVAL_MAX", "PRICING_OPTIONS", "SMOOTHING", "STOP_GAP"]
+__all__ = ["partition_bound", "HEURISTIC_FROM", "HEURISTIC_RUN", "HEURISTIC_SHARE", "INTERVAL_MAX",
+           "PRICING_OPTIONS", "SMOOTHING", "STOP_GAP"]
+
+HEURISTIC_FROM = 0.25
+"""The restricted master heuristic first runs once this share of the time limit has
+passed: before, the columns are mostly the first intervals."""
+
+HEURISTIC_SHARE = 0.1
+"""The share of the time the restricted master heuristic takes: after a run, the next
+waits until the column generation has spent ``(1 - share) / share`` times its seconds."""
+
+HEURISTIC_RUN = 0.05
+"""The most seconds of one run of the restricted master heuristic, as a share of the time
+limit (the run stops sooner where its next program is expected to pass it)."""
 
 INTERVAL_MAX = 64
 """The first columns hold every interval of the topological order that fits a device,
@@ -69,8 +88,6 @@ optimum is what counts, not a first good solution: HiGHS's primal heuristics spe
 without changing the optimum the branch and bound proves, and strong branching to make
 pseudo-costs reliable costs more than the nodes it saves on these problems. The time
 goes to more iterations of the column generation (docs/results/solvers.md)."""
-
-_INF = highspy.kHighsInf
 
 
 class _Class(NamedTuple):
@@ -107,41 +124,6 @@ def _classes(g: CostGraph, scale: float) -> list[_Class]:
         out.append(_Class(cls, float(g.mem_capacity[cls[0]]), g.compute_s[:, cls[0]] * scale,
                           np.where(np.isfinite(tr), tr, 0.0) * scale))
     return out
-
-
-class _Master:
-    """The restricted master LP, its columns added in batches."""
-
-    def __init__(self, n: int, counts: list[int]) -> None:
-        self.n, self.h = n, new_highs()
-        self.h.setOptionValue("solver", "simplex")
-        lower = np.r_[np.ones(n), np.full(len(counts), -_INF)]
-        upper = np.r_[np.full(n, _INF), np.asarray(counts, dtype=float)]
-        self.h.addRows(lower.size, lower, upper, 0, np.zeros(lower.size, np.int32),
-                       np.zeros(0, np.int32), np.zeros(0))
-        self.sets: list[tuple[int, np.ndarray]] = []
-
-    @property
-    def columns(self) -> int:
-        return len(self.sets)
-
-    def add(self, cols: list[tuple[int, np.ndarray, float]]) -> None:
-        """Columns ``(class, nodes, cost)``."""
-        if not cols:
-            return
-        idx = [np.append(nodes, self.n + k).astype(np.int32) for k, nodes, _ in cols]
-        starts = np.cumsum([0] + [i.size for i in idx[:-1]]).astype(np.int32)
-        flat = np.concatenate(idx)
-        self.h.addCols(len(cols), np.array([c for *_, c in cols]), np.zeros(len(cols)),
-                       np.full(len(cols), _INF), flat.size, starts, flat, np.ones(flat.size))
-        self.sets += [(k, nodes) for k, nodes, _ in cols]
-
-    def solve(self) -> tuple[float, np.ndarray, np.ndarray]:
-        """Value, the cover rows' duals (clipped at 0) and the class rows' (at most 0)."""
-        self.h.run()
-        dual = np.asarray(self.h.getSolution().row_dual)
-        return (self.h.getInfo().objective_function_value, np.maximum(dual[:self.n], 0.0),
-                np.minimum(dual[self.n:], 0.0))
 
 
 class _Pricing:
@@ -236,15 +218,40 @@ def _intervals(g: CostGraph, k: int, cls: _Class, grp: np.ndarray
     return out
 
 
+def _placement(classes: list[_Class], sets: list[tuple[int, np.ndarray]], chosen: np.ndarray,
+               n: int) -> np.ndarray:
+    """The placement of a partition into the columns ``chosen``: each class's sets on its
+    devices in order."""
+    p = np.zeros(n, dtype=np.int64)
+    used = [0] * len(classes)
+    for j in chosen:
+        k, nodes = sets[j]
+        p[nodes] = classes[k].devices[used[k]]
+        used[k] += 1
+    return p
+
+
 def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndarray] = None,
-                    stop_at: float = np.inf, stop: Callable[[], bool] = lambda: False
+                    stop_at: float = np.inf, stop: Callable[[], bool] = lambda: False,
+                    better: Optional[Callable[[np.ndarray, float], None]] = None
                     ) -> tuple[float, dict]:
     """The Lagrangian bound of the set partitioning relaxation (module docstring), in
-    seconds, found within ``time_limit`` seconds. It stops early once the bound reaches ``stop_at`` (the
-    incumbent's value), the column generation converges or ``stop()`` says so (a
-    branch and bound run beside it has ended). ``start`` (a placement) gives the first
-    columns. Also returns figures: the bound, iterations, columns, the master's last value
-    (an upper bound on the relaxation) and whether it converged."""
+    seconds, found within ``time_limit`` seconds. It stops early once the bound reaches
+    ``stop_at`` (the incumbent's value), the column generation converges or ``stop()``
+    says so (a branch and bound run beside it has ended). ``start`` (a placement, the
+    incumbent) gives the first columns. Also returns figures: the bound, iterations,
+    columns, the master's last value (an upper bound on the relaxation) and whether it
+    converged.
+
+    Given ``better``, the restricted master heuristic
+    (:func:`policies.solvers.master_heuristic.restricted_master_ip`) also looks for a
+    placement better than ``stop_at`` among the columns: first once :data:`HEURISTIC_FROM`
+    of the time has passed, then, each run at most :data:`HEURISTIC_RUN` of the time,
+    whenever the column generation has spent as long again as the heuristic's share
+    :data:`HEURISTIC_SHARE` allows, once more in the last :data:`HEURISTIC_RUN` of the
+    time, over the most columns, and with the time left once it converges.
+    ``better(placement, value)`` receives each better placement (its value on the
+    simulator), which is then the incumbent the bound stops at."""
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     if graph.num_nodes == 0:
@@ -253,7 +260,7 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
     scale = 1e3 / max(lower_bound(g, "sequential"), 1e-12)   # the objective near 1000
     classes = _classes(g, scale)
     grp = colocation_groups(g)
-    master = _Master(g.num_nodes, [c.count for c in classes])
+    master = Master(g.num_nodes, [c.count for c in classes])
     cols = []
     if start is not None:
         for d in np.unique(start):
@@ -263,6 +270,8 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
             if k is not None:
                 nodes = np.flatnonzero(start == d)
                 cols.append((k, nodes, _set_cost(g, classes[k], nodes)))
+    incumbent = np.arange(len(cols)) if sum(c[1].size for c in cols) == g.num_nodes \
+        else np.zeros(0, dtype=np.int64)
     for k, c in enumerate(classes):
         cols += _intervals(g, k, c, grp)
         if time.perf_counter() > deadline:
@@ -278,19 +287,52 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
             found += [(k, nodes, _set_cost(g, c, nodes)) for nodes in sets if nodes.size]
         return total, found
 
+    sim = Simulator(g)
+    heuristic = {"due": t0 + HEURISTIC_FROM * time_limit, "last": False, "s": 0.0, "runs": 0,
+                 "found": 0}
+
+    def improve(until: float) -> None:
+        """The restricted master heuristic over the columns so far, until ``until``."""
+        nonlocal incumbent, stop_at, target
+        t = time.perf_counter()
+        out = restricted_master_ip(g.num_nodes, [c.count for c in classes], master.sets,
+                                   np.asarray(master.cost), master.reduced(), incumbent, until)
+        if out is not None:
+            p = _placement(classes, master.sets, out[0], g.num_nodes)
+            r = sim.evaluate(p, "sequential")
+            if r.feasible and r.value < stop_at:
+                incumbent, stop_at = out[0], r.value
+                target = stop_at * scale * (1 - STOP_GAP)
+                heuristic["found"] += 1
+                better(p, r.value)
+        spent = time.perf_counter() - t
+        heuristic["s"] += spent
+        heuristic["runs"] += 1
+        heuristic["due"] = time.perf_counter() + spent * (1 - HEURISTIC_SHARE) / HEURISTIC_SHARE
+
     fastest = np.min(np.where(np.isfinite(g.compute_s), g.compute_s, np.inf), axis=1) * scale
     center = np.where(np.isfinite(fastest), fastest, 0.0)
     best, found = lagrange(center)
     master.add(found)
 
     target = stop_at * scale * (1 - STOP_GAP)
-    it, z, converged = 0, np.inf, False
+    it, z, converged, pruned = 0, np.inf, False, 0
     while time.perf_counter() < deadline and best < target and not stop():
         it += 1
         z, pi, mu = master.solve()
+        pruned += master.prune(z - best)
         if z - best <= STOP_GAP * abs(z):
             converged = True
+            if better is not None and time.perf_counter() < deadline and not stop():
+                improve(deadline)
             break
+        now = time.perf_counter()
+        last = deadline - now <= HEURISTIC_RUN * time_limit and not heuristic["last"]
+        if better is not None and (now >= heuristic["due"] or last):
+            heuristic["last"] |= last
+            improve(min(deadline, now + HEURISTIC_RUN * time_limit))
+            if best >= target:
+                break
         sep = SMOOTHING * center + (1 - SMOOTHING) * pi
         value, found = lagrange(sep)
         if value > best:
@@ -306,6 +348,10 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
     bound = best / scale
     bound -= 1e-9 * abs(bound)
     info = {"partition_bound_s": float(bound), "partition_iterations": it,
-            "partition_columns": master.columns, "partition_master_s": float(z / scale),
+            "partition_columns": master.columns, "partition_pruned": pruned,
+            "partition_master_s": float(z / scale),
             "partition_converged": converged, "partition_s": time.perf_counter() - t0}
+    if better is not None:
+        info.update(master_heuristic_runs=heuristic["runs"], master_heuristic_found=heuristic["found"],
+                    master_heuristic_s=heuristic["s"])
     return bound, info

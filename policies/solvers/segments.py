@@ -106,7 +106,9 @@ def solve_segments(graph: CostGraph, objective: str = "sequential", *,
     times; the sequential MILP's start (``path_bound=False``) leaves it to the MILP. Given
     such a limit (not none), what is left of it goes to the set partitioning bound
     (:func:`policies.solvers.partition_bound.partition_bound`, from the placement's own
-    sets), which stops once it meets the placement's value."""
+    sets), which stops once it meets the placement's value; the restricted master
+    heuristic run with it (:mod:`policies.solvers.master_heuristic`) replaces the
+    placement by any better one it finds."""
     t0 = time.perf_counter()
     if objective != "sequential":
         raise ValueError(f"segments solves the sequential objective, not {objective!r}")
@@ -125,9 +127,13 @@ def solve_segments(graph: CostGraph, objective: str = "sequential", *,
         left = np.inf if time_limit is None else time_limit - (time.perf_counter() - t0)
         if np.isfinite(left) and left > 1.0 and np.isfinite(value) and \
                 bound < value * (1 - STOP_GAP):
-            part, part_info = partition_bound(graph, left, p, stop_at=value)
+            better = []
+            part, part_info = partition_bound(graph, left, p, stop_at=value,
+                                              better=lambda q, v: better.append(q))
             info.update(part_info)
             bound = max(bound, part)
+            if better:
+                p = better[-1]
     return finish(graph, objective, "segments", p, t0, bound=bound,
                   status="" if p is not None else "no split of the blocks fits the devices",
                   info=info)
