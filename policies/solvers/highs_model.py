@@ -30,11 +30,20 @@ def _scale(magnitude: float) -> float:
     return 1e3 / magnitude if np.isfinite(magnitude) and magnitude > 0 else 1.0
 
 
-def new_highs() -> highspy.Highs:
-    """A silent HiGHS instance. HiGHS prints its copyright banner to the process's
-    standard output when the first instance is made, before any option can turn output
-    off; that one construction runs with file descriptor 1 sent to the null device, so a
-    command's ``--json`` output stays JSON."""
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def new_highs(threads: Optional[int] = None) -> highspy.Highs:
+    """A silent HiGHS instance (``threads``: its option, None for HiGHS's default). HiGHS
+    prints its copyright banner to the process's standard output when the first instance
+    is made, before any option can turn output off; that one construction runs with file
+    descriptor 1 sent to the null device, so a command's ``--json`` output stays JSON.
+
+    HiGHS keeps one task scheduler per calling thread, sized by the first run in that
+    thread; a later run there that asks for another number of threads fails. A caller
+    that sets ``threads`` runs its instances in a thread of its own."""
     global _banner_shown
     if _banner_shown:
         h = highspy.Highs()
@@ -50,6 +59,8 @@ def new_highs() -> highspy.Highs:
             os.close(saved)
         _banner_shown = True
     h.setOptionValue("output_flag", False)
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
     return h
 
 
@@ -118,9 +129,9 @@ class Model:
         self.row_ub.append(np.broadcast_to(np.asarray(ub, dtype=np.float64), (R,)).copy())
         self.nrow += R
 
-    def highs(self, scale: float = 1.0) -> highspy.Highs:
-        """The model as a silent HiGHS instance, its objective times ``scale``, for a
-        caller that re-solves it with changed costs."""
+    def highs(self, scale: float = 1.0, threads: Optional[int] = None) -> highspy.Highs:
+        """The model as a silent HiGHS instance (:func:`new_highs`), its objective times
+        ``scale``, for a caller that re-solves it with changed costs."""
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0))
         A = sp.csc_array((cat(self.v), (cat(self.r).astype(np.int64), cat(self.c).astype(np.int64))),
                          shape=(self.nrow, self.nvar))
@@ -137,7 +148,7 @@ class Model:
         lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = self.nvar, self.nrow
         lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                            for i in cat(self.integer)]
-        h = new_highs()
+        h = new_highs(threads)
         h.passModel(lp)
         return h
 
@@ -152,8 +163,13 @@ class Model:
 
         ``beside(cancel, done)`` runs in this thread while HiGHS solves in another (HiGHS
         releases the interpreter's lock): ``cancel()`` stops the branch and bound, as when a
-        bound computed beside it proves its incumbent; ``done()`` says that it has ended."""
+        bound computed beside it proves its incumbent; ``done()`` says that it has ended.
+        ``beside`` takes one core (it solves one program at a time, one thread each), so
+        HiGHS gets the others unless ``threads`` says otherwise: on two cores, HiGHS's
+        default of two threads beside it would run three busy threads."""
         scale = _scale(magnitude)
+        if beside is not None and threads is None:
+            threads = max(1, _cores() - 1)
         h = self.highs(scale)
         h.setOptionValue("mip_rel_gap", float(rel_gap))
         if time_limit is not None:

@@ -39,11 +39,11 @@ on inceptionv3's columns (0.05 s, 0.17 s, 0.36 s, 3.1 s and 20 s from 500 to 8,0
 
 
 def _program(n: int, counts: Sequence[int], sets: Sequence[tuple[int, np.ndarray]],
-             cost: np.ndarray, pick: np.ndarray, start: np.ndarray
+             cost: np.ndarray, pick: np.ndarray, start: np.ndarray, threads: Optional[int]
              ) -> highspy.Highs:
     """The set partitioning IP over the columns ``pick`` (``start``: those at 1 in the
     MIP start)."""
-    h = new_highs()
+    h = new_highs(threads)
     K = len(counts)
     lower = np.r_[np.ones(n), np.zeros(K)]
     upper = np.r_[np.ones(n), np.asarray(counts, dtype=float)]
@@ -64,11 +64,13 @@ def _program(n: int, counts: Sequence[int], sets: Sequence[tuple[int, np.ndarray
 
 def restricted_master_ip(n: int, counts: Sequence[int], sets: Sequence[tuple[int, np.ndarray]],
                          cost: np.ndarray, reduced: np.ndarray, incumbent: Sequence[int],
-                         deadline: float) -> Optional[tuple[np.ndarray, float]]:
+                         deadline: float, threads: Optional[int] = None
+                         ) -> Optional[tuple[np.ndarray, float]]:
     """The best partition of the ``n`` nodes into the columns ``sets`` (``(class, nodes)``,
     costs ``cost``, reduced costs ``reduced``) found before ``deadline`` (a
     :func:`time.perf_counter` time), as ``(column indices, cost)``; None where none is
-    cheaper than the columns ``incumbent`` (a partition, or empty where there is none)."""
+    cheaper than the columns ``incumbent`` (a partition, or empty where there is none).
+    ``threads``: HiGHS's (:func:`policies.solvers.highs_model.new_highs`)."""
     cost = np.asarray(cost, dtype=float)
     start = np.unique(np.asarray(incumbent, dtype=np.int64))
     best = float(cost[start].sum()) if start.size else np.inf
@@ -78,7 +80,7 @@ def restricted_master_ip(n: int, counts: Sequence[int], sets: Sequence[tuple[int
     while True:
         t = time.perf_counter()
         pick = np.union1d(order[:k], start)
-        h = _program(n, counts, sets, cost, pick, start)
+        h = _program(n, counts, sets, cost, pick, start, threads)
         h.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.01))
         h.setOptionValue("mip_rel_gap", 1e-6)
         h.run()

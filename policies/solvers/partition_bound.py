@@ -34,6 +34,7 @@ The master LP keeps only the columns that may enter its basis soon, the pool all
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, NamedTuple, Optional
 
@@ -49,8 +50,16 @@ from policies.solvers.partition_master import Master
 from policies.solvers.result import (colocation_groups, device_classes,
                                     redundant_for_sequential, uniform_transfer)
 
-__all__ = ["partition_bound", "HEURISTIC_FROM", "HEURISTIC_RUN", "HEURISTIC_SHARE", "INTERVAL_MAX",
+__all__ = ["partition_bound", "THREADS", "HEURISTIC_FROM", "HEURISTIC_RUN", "HEURISTIC_SHARE", "INTERVAL_MAX",
            "PRICING_OPTIONS", "SMOOTHING", "STOP_GAP"]
+
+THREADS = 1
+"""HiGHS's threads for each program of the bound (the master LP, the pricing MILPs, the
+restricted master heuristic's IPs): they are small and solved one after another, and they
+run beside HiGHS's branch and bound; a second thread each would oversubscribe the cores
+(on two cores, 56 against 64 iterations in the same 60 s on inceptionv3). So the column
+generation runs in a thread of its own, whose HiGHS scheduler has this many threads
+(:func:`policies.solvers.highs_model.new_highs`)."""
 
 HEURISTIC_FROM = 0.25
 """The restricted master heuristic first runs once this share of the time limit has
@@ -147,7 +156,7 @@ class _Pricing:
         order = np.argsort(grp, kind="stable")
         same = np.flatnonzero(grp[order][1:] == grp[order][:-1])
         m.rows(np.stack([order[same], order[same + 1]], axis=1), [1.0, -1.0], 0.0, 0.0)
-        self.h = m.highs()
+        self.h = m.highs(threads=THREADS)
         self.h.setOptionValue("mip_improving_solution_save", True)
         for name, value in PRICING_OPTIONS.items():
             self.h.setOptionValue(name, value)
@@ -252,6 +261,27 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
     time, over the most columns, and with the time left once it converges.
     ``better(placement, value)`` receives each better placement (its value on the
     simulator), which is then the incumbent the bound stops at."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(_column_generation(graph, time_limit, start, stop_at, stop, better))
+        except BaseException as e:       # raised again in the caller's thread
+            out.append(e)
+
+    worker = threading.Thread(target=run, name="partition_bound", daemon=True)
+    worker.start()
+    worker.join()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def _column_generation(graph: CostGraph, time_limit: float, start: Optional[np.ndarray],
+                       stop_at: float, stop: Callable[[], bool],
+                       better: Optional[Callable[[np.ndarray, float], None]]
+                       ) -> tuple[float, dict]:
+    """:func:`partition_bound`'s work, in its own thread (:data:`THREADS`)."""
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     if graph.num_nodes == 0:
@@ -260,7 +290,7 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
     scale = 1e3 / max(lower_bound(g, "sequential"), 1e-12)   # the objective near 1000
     classes = _classes(g, scale)
     grp = colocation_groups(g)
-    master = Master(g.num_nodes, [c.count for c in classes])
+    master = Master(g.num_nodes, [c.count for c in classes], THREADS)
     cols = []
     if start is not None:
         for d in np.unique(start):
@@ -296,7 +326,8 @@ def partition_bound(graph: CostGraph, time_limit: float, start: Optional[np.ndar
         nonlocal incumbent, stop_at, target
         t = time.perf_counter()
         out = restricted_master_ip(g.num_nodes, [c.count for c in classes], master.sets,
-                                   np.asarray(master.cost), master.reduced(), incumbent, until)
+                                   np.asarray(master.cost), master.reduced(), incumbent, until,
+                                   THREADS)
         if out is not None:
             p = _placement(classes, master.sets, out[0], g.num_nodes)
             r = sim.evaluate(p, "sequential")

@@ -15,6 +15,8 @@ Desrosiers and Solomon, *Column Generation*, 2005).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import highspy
 import numpy as np
 import scipy.sparse as sp
@@ -34,8 +36,8 @@ class Master:
     """The restricted master LP over ``n`` cover rows (``>= 1``) and one row per device
     class (at most ``counts[k]`` sets), its columns added in batches."""
 
-    def __init__(self, n: int, counts: list[int]) -> None:
-        self.n, self.h = n, new_highs()
+    def __init__(self, n: int, counts: list[int], threads: Optional[int] = None) -> None:
+        self.n, self.h = n, new_highs(threads)
         self.h.setOptionValue("solver", "simplex")
         lower = np.r_[np.ones(n), np.full(len(counts), -_INF)]
         upper = np.r_[np.full(n, _INF), np.asarray(counts, dtype=float)]
