@@ -99,3 +99,34 @@ def test_it_proves_gnmt_where_the_branch_and_bound_alone_does_not(benchmarks_dir
     assert r.gap <= 1e-5
     assert r.info["partition_bound_s"] >= r.value * (1 - 1e-5)
     assert r.info["partition_proves_incumbent"]
+
+
+def test_its_programs_run_on_one_thread_whatever_the_callers_thread_holds():
+    # HiGHS sizes one task scheduler per calling thread at its first run and fails a later
+    # run there that asks for another size: the bound's one-thread programs run in a
+    # thread of their own, so a caller whose thread has run HiGHS on two threads still
+    # gets the bound. The caller here is a fresh thread, so that the test's own thread
+    # keeps whatever scheduler it has
+    import threading
+
+    import highspy
+
+    def tiny(threads: int) -> highspy.HighsStatus:
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", threads)
+        h.addVar(0.0, 1.0)
+        return h.run()
+
+    out = {}
+
+    def caller() -> None:
+        out["two"] = tiny(2)
+        out["one"] = tiny(1)                   # the trap itself, in this thread
+        out["bound"] = partition_bound(_two_branches(), 20.0)[0]
+
+    t = threading.Thread(target=caller)
+    t.start()
+    t.join()
+    assert out["two"] == highspy.HighsStatus.kOk and out["one"] == highspy.HighsStatus.kError
+    assert out["bound"] == pytest.approx(19e-3, rel=1e-6)

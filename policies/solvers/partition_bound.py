@@ -55,10 +55,10 @@ __all__ = ["partition_bound", "THREADS", "HEURISTIC_FROM", "HEURISTIC_RUN", "HEU
 
 THREADS = 1
 """HiGHS's threads for each program of the bound (the master LP, the pricing MILPs, the
-restricted master heuristic's IPs): they are small and solved one after another, and they
-run beside HiGHS's branch and bound; a second thread each would oversubscribe the cores
-(on two cores, 56 against 64 iterations in the same 60 s on inceptionv3). So the column
-generation runs in a thread of its own, whose HiGHS scheduler has this many threads
+restricted master heuristic's IPs): they are small and solved one after another, beside
+HiGHS's branch and bound, and a worker of their own would take a core from it (on two
+cores, 56 against 61 iterations in 60 s on inceptionv3). So the column generation runs
+in a thread of its own, whose HiGHS scheduler has this many threads
 (:func:`policies.solvers.highs_model.new_highs`)."""
 
 HEURISTIC_FROM = 0.25
