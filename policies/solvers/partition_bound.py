@@ -59,7 +59,13 @@ restricted master heuristic's IPs): they are small and solved one after another,
 HiGHS's branch and bound, and a worker of their own would take a core from it (on two
 cores, 56 against 61 iterations in 60 s on inceptionv3). So the column generation runs
 in a thread of its own, whose HiGHS scheduler has this many threads
-(:func:`policies.solvers.highs_model.new_highs`)."""
+(:func:`policies.solvers.highs_model.new_highs`).
+
+The price is process-wide: after a HiGHS run on one thread, in any thread, HiGHS's later
+branch and bounds in the process run without their concurrent search, whatever their own
+``threads`` (efficientnet_b2 on eight accelerators: proven in 1 s, 19-21 s after such a
+run; ``resetGlobalScheduler`` does not undo it), so a process that solves several inputs
+one after another pays for it in HiGHS's own proofs (docs/results/solvers.md)."""
 
 HEURISTIC_FROM = 0.25
 """The restricted master heuristic first runs once this share of the time limit has
