@@ -357,12 +357,12 @@ def _column_generation(graph: CostGraph, time_limit: float, start: Optional[np.n
     while time.perf_counter() < deadline and best < target and not stop():
         it += 1
         z, pi, mu = master.solve()
-        pruned += master.prune(z - best)
         if z - best <= STOP_GAP * abs(z):
             converged = True
             if better is not None and time.perf_counter() < deadline and not stop():
                 improve(deadline)
             break
+        pruned += master.prune(z - best)
         now = time.perf_counter()
         last = deadline - now <= HEURISTIC_RUN * time_limit and not heuristic["last"]
         if better is not None and (now >= heuristic["due"] or last):
