@@ -27,6 +27,7 @@ import highspy
 import numpy as np
 
 from policies.solvers.highs_model import new_highs
+from policies.solvers.partition_master import column_rows
 
 __all__ = ["restricted_master_ip", "GROWTH", "POOL_FIRST"]
 
@@ -49,9 +50,7 @@ def _program(n: int, counts: Sequence[int], sets: Sequence[tuple[int, np.ndarray
     upper = np.r_[np.ones(n), np.asarray(counts, dtype=float)]
     h.addRows(n + K, lower, upper, 0, np.zeros(n + K, np.int32), np.zeros(0, np.int32),
               np.zeros(0))
-    idx = [np.append(sets[j][1], n + sets[j][0]).astype(np.int32) for j in pick]
-    starts = np.cumsum([0] + [i.size for i in idx[:-1]]).astype(np.int32)
-    flat = np.concatenate(idx)
+    starts, flat = column_rows(n, [sets[j] for j in pick])
     h.addCols(pick.size, cost[pick], np.zeros(pick.size), np.ones(pick.size), flat.size,
               starts, flat, np.ones(flat.size))
     h.changeColsIntegrality(pick.size, np.arange(pick.size, dtype=np.int32),

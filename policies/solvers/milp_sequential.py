@@ -272,7 +272,7 @@ def solve_milp_sequential(graph: CostGraph, objective: str = "sequential", *,
                 bound, part = partition_bound(g, max(left, 0.0), start, stop_at=value, stop=done,
                                               better=lambda p, v: better.append((v, p)))
                 info.update(part)
-                if bound >= min([value] + [v for v, _ in better]) * (1 - STOP_GAP):
+                if bound >= (better[-1][0] if better else value) * (1 - STOP_GAP):
                     info["partition_proves_incumbent"] = True
                     cancel()
                 return bound

@@ -23,13 +23,21 @@ import scipy.sparse as sp
 
 from policies.solvers.highs_model import new_highs
 
-__all__ = ["Master", "PRUNE_SHARE"]
+__all__ = ["Master", "PRUNE_SHARE", "column_rows"]
 
 PRUNE_SHARE = 0.2
 """The LP drops columns only when at least this share of them go at once: each deletion
 makes HiGHS refactor its basis."""
 
 _INF = highspy.kHighsInf
+
+
+def column_rows(n: int, sets) -> tuple[np.ndarray, np.ndarray]:
+    """HiGHS's column-wise rows of the sets ``(class, nodes)`` over ``n`` cover rows and one
+    row per class: each column's start and the row indices (its nodes, then ``n + class``)."""
+    idx = [np.append(nodes, n + k).astype(np.int32) for k, nodes in sets]
+    starts = np.cumsum([0] + [i.size for i in idx[:-1]]).astype(np.int32)
+    return starts, np.concatenate(idx)
 
 
 class Master:
@@ -57,9 +65,7 @@ class Master:
         """Columns ``(class, nodes, cost)``, to the pool and the LP."""
         if not cols:
             return
-        idx = [np.append(nodes, self.n + k).astype(np.int32) for k, nodes, _ in cols]
-        starts = np.cumsum([0] + [i.size for i in idx[:-1]]).astype(np.int32)
-        flat = np.concatenate(idx)
+        starts, flat = column_rows(self.n, [(k, nodes) for k, nodes, _ in cols])
         self.h.addCols(len(cols), np.array([c for *_, c in cols]), np.zeros(len(cols)),
                        np.full(len(cols), _INF), flat.size, starts, flat, np.ones(flat.size))
         self.live = np.r_[self.live, len(self.sets) + np.arange(len(cols))]
