@@ -196,6 +196,13 @@ def test_racing_stops_a_clearly_slower_placement_and_never_the_best(model: ov.Mo
     slow = alternating(model)  # one stage per op: many stage boundaries
     best = backend.measure_ops(fast, race=True)
     assert best.ok and best.runs >= 12 and "raced" not in best.info
+    # the backend races against the fastest of its raced timings that were not stopped; a
+    # timing of the single stage once came out at 3.5x its usual 0.2 ms on a loaded CI
+    # machine, so it is timed twice more and the best is the fastest of the three
+    for _ in range(2):
+        again = backend.measure_ops(fast, race=True)
+        if again.ok and again.info.get("raced") != "stopped" and again.latency_s < best.latency_s:
+            best = again
     slower = backend.measure_ops(slow, race=True)
     assert slower.ok, slower.error
     assert slower.latency_s > 3.0 * best.latency_s
