@@ -116,12 +116,19 @@ def test_solve_evaluate_scores_and_flags_an_expert_split(benchmarks_dir):
     assert doc["flags"] == ["the split uses 6 accelerators where the input allows 5"]
 
 
-def _random_input(seed: int, n: int = 7) -> CostGraph:
-    """A random layered DAG with one CPU and two accelerators whose memory binds."""
+def _random_input(seed: int, n: int = 7, colocated: bool = False) -> CostGraph:
+    """A random layered DAG with one CPU and two accelerators whose memory binds
+    (``colocated``: two or three random co-location classes of two or three nodes)."""
     rng = np.random.default_rng(seed)
     nodes = [{"id": i, "supportedOnFpga": int(rng.random() > 0.1),
               "cpuLatency": float(rng.uniform(1, 10)), "fpgaLatency": float(rng.uniform(0.1, 2)),
               "isBackwardNode": 0, "size": float(rng.uniform(0, 4))} for i in range(n)]
+    if colocated:
+        perm = rng.permutation(n)
+        cuts = np.cumsum(rng.integers(2, 4, size=3))
+        for c, members in enumerate(np.split(perm, cuts)[:int(rng.integers(2, 4))]):
+            for i in members[:3] if members.size >= 2 else []:
+                nodes[int(i)]["colorClass"] = c
     edges = []
     for v in range(1, n):
         for u in rng.choice(v, size=min(v, int(rng.integers(1, 3))), replace=False):
@@ -131,6 +138,53 @@ def _random_input(seed: int, n: int = 7) -> CostGraph:
         e["cost"] = float(cost[e["sourceId"]])
     return dnnpart_from_dict({"maxSizePerFPGA": 6.0, "maxFPGAs": 2, "maxCPUs": 1,
                               "nodes": nodes, "edges": edges})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_path_bound_with_colocated_nodes_against_every_placement(seed):
+    """A chain whose middle node sends nothing to the node it is co-located with (as a batch
+    normalisation and its zero-cost outputs in the operator graphs): the bound may not cut
+    there, and stays below every feasible placement."""
+    from policies.solvers.latency_bound import path_bound
+
+    rng = np.random.default_rng(seed)
+    n = 6
+    nodes = [{"id": i, "supportedOnFpga": 1, "cpuLatency": float(rng.uniform(5, 10)),
+              "fpgaLatency": float(rng.uniform(0.5, 2)), "isBackwardNode": 0, "size": 2.0}
+             for i in range(n)]
+    edges = [{"sourceId": i, "destId": i + 1, "cost": 0.0 if i == 2 else float(rng.uniform(1, 3))}
+             for i in range(n - 1)]
+    data = {"maxSizePerFPGA": 6.0, "maxFPGAs": 2, "maxCPUs": 1, "nodes": nodes, "edges": edges}
+    free = dnnpart_from_dict(data)
+    nodes[2]["colorClass"] = nodes[3]["colorClass"] = 0
+    tied = dnnpart_from_dict(data)
+    best = np.inf
+    sim = Simulator(tied)
+    for p in np.ndindex(*(tied.num_devices,) * n):
+        res = sim.evaluate(np.array(p), "latency")
+        if res.feasible:
+            best = min(best, res.value)
+    assert path_bound(tied) <= best + 1e-12
+    # memory forces a cut (three nodes per accelerator): the free one between 2 and 3 is
+    # what the bound takes without the co-location, and may not take with it
+    assert path_bound(free) < path_bound(tied)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_path_bound_with_colocation_classes_against_every_placement(seed):
+    """Random DAGs with random co-location classes (some contracted by the bound's quotient,
+    some not): the path bound stays below the best feasible placement."""
+    from policies.solvers.latency_bound import path_bound
+
+    g = _random_input(seed, colocated=True)
+    assert g.colocate is not None
+    sim = Simulator(g)
+    best = np.inf
+    for p in np.ndindex(*(g.num_devices,) * g.num_nodes):
+        res = sim.evaluate(np.array(p), "latency")
+        if res.feasible:
+            best = min(best, res.value)
+    assert path_bound(g) <= best + 1e-12
 
 
 @pytest.mark.parametrize("seed", range(6))

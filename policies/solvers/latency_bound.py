@@ -4,9 +4,10 @@ Take any path ``v_1 -> ... -> v_L`` of the graph. In a feasible placement the no
 the path that one accelerator runs are consecutive on the path (a path that left the
 call and came back would make the contracted graph cyclic), so the path is cut into
 segments, each on the CPUs or one accelerator's call, at most one segment per
-accelerator. A call whose segment runs from ``v_i`` to ``v_j`` holds every node on a
-path from ``v_i`` to ``v_j`` (for the same reason): every descendant of ``v_i`` that is an
-ancestor of ``v_j``. The last node ends no earlier than the sum of the segments' times:
+accelerator, the co-located nodes of the path in one call (:func:`_group_span`). A call
+whose segment runs from ``v_i`` to ``v_j`` holds every node on a path from ``v_i`` to
+``v_j`` (for the same reason): every descendant of ``v_i`` that is an ancestor of
+``v_j``. The last node ends no earlier than the sum of the segments' times:
 a CPU segment takes at least its nodes' compute, a call at least the compute of those
 nodes plus the transfer of the path's tensor entering it (unless it starts the path)
 and of the path's tensor leaving it (unless it ends it), and a call holds at least
@@ -22,7 +23,8 @@ that branch (:func:`_escapes`). The least such sum, over every cut of the path i
 memory, support and the number of accelerators, is a dynamic program over the path, and
 it bounds the latency of every placement from below. :func:`path_bound` takes the best
 of a few paths: the longest by CPU time, by accelerator time, by memory and by transfer
-time, and any path given (such as the critical path of a known placement).
+time, and any path given (such as the critical path of a known placement), on the graph
+and on its quotient by the blocks of co-located nodes (:func:`_quotient`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ import scipy.sparse as sp
 from envs.call_latency import cpu_devices, tensor_cost
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.reach import Reachability
+from policies.solvers.latency import blocks
+from policies.solvers.result import colocation_groups
 
 __all__ = ["path_bound", "path_dp", "longest_path", "critical_path"]
 
@@ -97,19 +101,40 @@ def path_dp(graph: CostGraph, path: list[int], reach: Optional[Reachability] = N
     work = (desc * acc_all) @ anc.T                 # [i, j], j >= i
     mem = (desc * g.mem_bytes) @ anc.T
     side = _side_inputs(g, P, desc, anc, mem, cap, acc_all, cost) if K else np.zeros((L, L))
+    first, last = _group_span(g, P)
     f = np.full((L + 1, K + 1), np.inf)
     f[0, 0] = 0.0
     for j in range(1, L + 1):
         i = np.arange(j)
+        # a call holds the whole of each co-location group it holds a node of
+        whole = (np.minimum.accumulate(first[:j][::-1])[::-1] >= i) & \
+            (np.maximum.accumulate(last[:j][::-1])[::-1] <= j - 1)
         cpu_seg = np.where(Cbad[j] > Cbad[i], np.inf, Ccpu[j] - Ccpu[i])
         acc_seg = cin[i] + work[i, j - 1] + side[i, j - 1] + (c[j - 1] if j < L else 0.0)
-        acc_seg = np.where((mem[i, j - 1] <= cap * (1 + 1e-12)) & (work[i, j - 1] < 1e299),
-                           acc_seg, np.inf)
+        acc_seg = np.where((mem[i, j - 1] <= cap * (1 + 1e-12)) & (work[i, j - 1] < 1e299)
+                           & whole, acc_seg, np.inf)
         with np.errstate(invalid="ignore"):
             f[j, :] = np.nanmin(f[i, :] + cpu_seg[:, None], axis=0)
             if K:
                 f[j, 1:] = np.minimum(f[j, 1:], np.nanmin(f[i, :-1] + acc_seg[:, None], axis=0))
     return float(f[L].min())
+
+
+def _group_span(g: CostGraph, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each position of the path, the first and the last position of the path's nodes
+    co-located with it. A call holds a co-location group whole, so a call's segment holds
+    every position from the first to the last of each group it touches: in an operator
+    graph a node and the zero-cost outputs it is co-located with (a batch normalisation's)
+    would otherwise be free places to end one call and start the next. Groups on the CPUs
+    may be split by a call between their nodes, so CPU segments are not constrained."""
+    grp = colocation_groups(g)[P]
+    _, inv = np.unique(grp, return_inverse=True)
+    pos = np.arange(P.size)
+    lo = np.full(inv.max(initial=-1) + 1, P.size)
+    hi = np.full(inv.max(initial=-1) + 1, -1)
+    np.minimum.at(lo, inv, pos)
+    np.maximum.at(hi, inv, pos)
+    return lo[inv], hi[inv]
 
 
 def _side_inputs(g: CostGraph, P: np.ndarray, desc: np.ndarray, anc: np.ndarray,
@@ -259,4 +284,59 @@ def path_bound(graph: CostGraph, paths: Iterable[list[int]] = ()) -> float:
     cands.append(longest_path(g, g.mem_bytes))
     cands.append(longest_path(g, np.zeros(g.num_nodes), tensor_cost(g)[g.edge_tensor]))
     reach = Reachability.of(np.stack([g.edge_src, g.edge_dst]), g.num_nodes)
-    return max(path_dp(g, p, reach) for p in cands)
+    bound = max(path_dp(g, p, reach) for p in cands)
+    q = _quotient(g, reach)
+    return bound if q is None else max(bound, path_bound(q))
+
+
+def _quotient(g: CostGraph, reach: Reachability) -> Optional[CostGraph]:
+    """The graph with each block of co-located nodes (:func:`policies.solvers.latency.blocks`)
+    one node, or None where no block has two nodes. A block is contracted only where every
+    node of it that receives from outside reaches every node that sends outside: then a
+    path through the block is a path through its nodes, and the block on the CPUs takes at
+    least its fastest node's time. On an accelerator it is one call's share, its nodes'
+    compute summed, as they are; its memory is theirs. So every feasible placement is one
+    of the quotient, no faster there, and the quotient's path bound bounds the graph's.
+    What it adds: a node fed from off the path comes into a call with its whole block (a
+    batch normalisation's zero-cost outputs bring the normalisation and what feeds it)."""
+    of = blocks(g).of
+    n = g.num_nodes
+    size = np.bincount(of)
+    if size.max(initial=0) < 2:
+        return None
+    cross = of[g.edge_src] != of[g.edge_dst]
+    entries: dict[int, set] = {}
+    exits: dict[int, set] = {}
+    for u, v in zip(g.edge_src[cross].tolist(), g.edge_dst[cross].tolist()):
+        exits.setdefault(int(of[u]), set()).add(u)
+        entries.setdefault(int(of[v]), set()).add(v)
+    whole = size > 1
+    for k in np.flatnonzero(whole).tolist():
+        out = list(exits.get(k, ()))
+        if any(not all(y == x or reach.descendants(x)[y] for y in out) for x in entries.get(k, ())):
+            whole[k] = False
+    # node ids in the blocks' topological order, a block kept whole or its nodes apart
+    key = np.where(whole[of], of * (n + 1), of * (n + 1) + 1 + np.arange(n))
+    _, new = np.unique(key, return_inverse=True)
+    N = int(new.max()) + 1
+    is_cpu = cpu_devices(g)
+    comp = np.empty((N, g.num_devices))
+    for d in range(g.num_devices):
+        col = g.compute_s[:, d]
+        bad = np.zeros(N, dtype=bool)
+        np.logical_or.at(bad, new, ~np.isfinite(col))
+        if is_cpu[d]:
+            t = np.full(N, np.inf)
+            np.minimum.at(t, new, col)
+        else:
+            t = np.zeros(N)
+            np.add.at(t, new, np.where(np.isfinite(col), col, 0.0))
+        comp[:, d] = np.where(bad, np.inf, t)
+    keep = new[g.edge_src] != new[g.edge_dst]
+    e = np.unique(np.stack([g.edge_tensor[keep], new[g.edge_dst][keep]], axis=1), axis=0)
+    return CostGraph(names=[f"block{i}" for i in range(N)], devices=list(g.devices),
+                     compute_s=comp, tensor_src=new[g.tensor_src], tensor_bytes=g.tensor_bytes,
+                     edge_src=new[g.tensor_src][e[:, 0]], edge_dst=e[:, 1], edge_tensor=e[:, 0],
+                     tensor_transfer_s=tensor_cost(g),
+                     mem_bytes=np.bincount(new, weights=g.mem_bytes, minlength=N),
+                     mem_capacity=g.mem_capacity, name=g.name)
