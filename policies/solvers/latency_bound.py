@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from envs.call_latency import cpu_devices, tensor_cost
 from hsdag_core.costgraph import CostGraph
 from hsdag_core.reach import Reachability
-from policies.solvers.latency import blocks
+from policies.solvers.blocks import blocks
 from policies.solvers.result import colocation_groups
 
 __all__ = ["path_bound", "path_dp", "longest_path", "critical_path"]
@@ -290,7 +290,7 @@ def path_bound(graph: CostGraph, paths: Iterable[list[int]] = ()) -> float:
 
 
 def _quotient(g: CostGraph, reach: Reachability) -> Optional[CostGraph]:
-    """The graph with each block of co-located nodes (:func:`policies.solvers.latency.blocks`)
+    """The graph with each block of co-located nodes (:func:`policies.solvers.blocks.blocks`)
     one node, or None where no block has two nodes. A block is contracted only where every
     node of it that receives from outside reaches every node that sends outside: then a
     path through the block is a path through its nodes, and the block on the CPUs takes at
