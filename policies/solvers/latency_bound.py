@@ -312,9 +312,13 @@ def _quotient(g: CostGraph, reach: Reachability) -> Optional[CostGraph]:
         entries.setdefault(int(of[v]), set()).add(v)
     whole = size > 1
     for k in np.flatnonzero(whole).tolist():
-        out = list(exits.get(k, ()))
-        if any(not all(y == x or reach.descendants(x)[y] for y in out) for x in entries.get(k, ())):
-            whole[k] = False
+        out = np.array(sorted(exits.get(k, ())), dtype=np.int64)
+        for x in entries.get(k, ()):
+            below = reach.descendants(x)
+            below[x] = True
+            if not below[out].all():
+                whole[k] = False
+                break
     # node ids in the blocks' topological order, a block kept whole or its nodes apart
     key = np.where(whole[of], of * (n + 1), of * (n + 1) + 1 + np.arange(n))
     _, new = np.unique(key, return_inverse=True)
