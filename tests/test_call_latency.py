@@ -140,6 +140,17 @@ def _random_input(seed: int, n: int = 7, colocated: bool = False) -> CostGraph:
                               "nodes": nodes, "edges": edges})
 
 
+def _best_latency(g: CostGraph) -> float:
+    """The least latency of any feasible placement, by trying every one."""
+    sim = Simulator(g)
+    best = np.inf
+    for p in np.ndindex(*(g.num_devices,) * g.num_nodes):
+        res = sim.evaluate(np.array(p), "latency")
+        if res.feasible:
+            best = min(best, res.value)
+    return best
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_path_bound_with_colocated_nodes_against_every_placement(seed):
     """A chain whose middle node sends nothing to the node it is co-located with (as a batch
@@ -158,13 +169,7 @@ def test_the_path_bound_with_colocated_nodes_against_every_placement(seed):
     free = dnnpart_from_dict(data)
     nodes[2]["colorClass"] = nodes[3]["colorClass"] = 0
     tied = dnnpart_from_dict(data)
-    best = np.inf
-    sim = Simulator(tied)
-    for p in np.ndindex(*(tied.num_devices,) * n):
-        res = sim.evaluate(np.array(p), "latency")
-        if res.feasible:
-            best = min(best, res.value)
-    assert path_bound(tied) <= best + 1e-12
+    assert path_bound(tied) <= _best_latency(tied) + 1e-12
     # memory forces a cut (three nodes per accelerator): the free one between 2 and 3 is
     # what the bound takes without the co-location, and may not take with it
     assert path_bound(free) < path_bound(tied)
@@ -178,12 +183,7 @@ def test_the_path_bound_with_colocation_classes_against_every_placement(seed):
 
     g = _random_input(seed, colocated=True)
     assert g.colocate is not None
-    sim = Simulator(g)
-    best = np.inf
-    for p in np.ndindex(*(g.num_devices,) * g.num_nodes):
-        res = sim.evaluate(np.array(p), "latency")
-        if res.feasible:
-            best = min(best, res.value)
+    best = _best_latency(g)
     assert path_bound(g) <= best + 1e-12
 
 
@@ -192,12 +192,7 @@ def test_bounds_and_exact_against_every_placement(seed):
     from policies.solvers.latency_bound import path_bound
 
     g = _random_input(seed)
-    sim = Simulator(g)
-    best = np.inf
-    for p in np.ndindex(*(g.num_devices,) * g.num_nodes):
-        res = sim.evaluate(np.array(p), "latency")
-        if res.feasible:
-            best = min(best, res.value)
+    best = _best_latency(g)
     assert path_bound(g) <= best + 1e-12
     r = solve(g, "latency", "exact", time_limit=20)
     assert r.optimal and r.value == pytest.approx(best, rel=1e-9)
